@@ -1,0 +1,67 @@
+/* The host sampler: logits of one request to one token, with a counter-based Philox RNG so a
+ * seeded request gives the same tokens on any backend. The rule order is documented in
+ * docs/SAMPLING.md and fixed: logit bias -> min_tokens (EOS masked) -> repetition penalty ->
+ * presence/frequency penalties -> (greedy if temperature == 0) -> temperature -> top-k ->
+ * top-p -> min-p -> draw. Log-probabilities are reported from the unmodified distribution
+ * after logit bias and penalties (as OpenAI reports) and before temperature. */
+#ifndef WEFT_ENGINE_SAMPLING_H
+#define WEFT_ENGINE_SAMPLING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/plugin.h"
+
+/* Philox-4x32-10: four 32-bit outputs for (key = seed, counter = (c0, c1)). */
+void weft_philox4x32(uint64_t seed, uint64_t counter_hi, uint64_t counter_lo, uint32_t out[4]);
+/* A uniform float in [0, 1) for draw `lane` of token `counter` of a request with `seed`. */
+float weft_philox_uniform(uint64_t seed, uint64_t counter, uint32_t lane);
+
+#define WEFT_MAX_TOP_LOGPROBS 20
+
+typedef struct weft_sampler_params {
+    float temperature; /* 0 = greedy */
+    float top_p;       /* 1 = off */
+    float min_p;       /* 0 = off */
+    int32_t top_k;     /* 0 = off */
+    float repetition_penalty; /* 1 = off (HF semantics, over prompt and output) */
+    float presence_penalty;   /* 0 = off (OpenAI semantics, over output) */
+    float frequency_penalty;  /* 0 = off */
+    uint64_t seed;
+    int32_t n_logprobs; /* top alternatives to report, 0..WEFT_MAX_TOP_LOGPROBS */
+    uint32_t n_bias;
+    const int32_t *bias_ids;
+    const float *bias_values;
+    uint32_t min_tokens; /* EOS ids masked until this many tokens were generated */
+    uint32_t n_eos;
+    const int32_t *eos_ids;
+} weft_sampler_params;
+
+void weft_sampler_params_default(weft_sampler_params *p);
+
+typedef struct weft_token_logprob {
+    int32_t id;
+    float logprob;
+} weft_token_logprob;
+
+typedef struct weft_sample_result {
+    int32_t token;
+    float logprob;
+    uint32_t n_top;
+    weft_token_logprob top[WEFT_MAX_TOP_LOGPROBS];
+} weft_sample_result;
+
+/* logits: (vocab) f32, not modified. scratch: caller-owned, at least weft_sample_scratch_bytes.
+ * counter: index of the token in the request (0 for the first generated token). */
+size_t weft_sample_scratch_bytes(uint32_t vocab);
+weft_status weft_sample(const float *logits, uint32_t vocab, const weft_sampler_params *p,
+                        const int32_t *prompt, size_t n_prompt, const int32_t *generated,
+                        size_t n_generated, uint64_t counter, void *scratch,
+                        weft_sample_result *out, weft_error *err);
+
+/* log-softmax helpers for scoring: logprob of `id` and the top-k alternatives of a row. */
+float weft_logprob_of(const float *logits, uint32_t vocab, int32_t id);
+uint32_t weft_top_logprobs(const float *logits, uint32_t vocab, uint32_t k,
+                           weft_token_logprob *out);
+
+#endif
