@@ -123,6 +123,8 @@ typedef enum weft_service_id {
     WEFT_SERVICE_HOST_MEMORY = 10, /* weft_host_memory_service: pinned host memory tiers */
 } weft_service_id;
 
+/* Every service table below starts with size, version and `self`, the first argument of each of
+ * its functions: services are per engine, not process globals. */
 typedef struct weft_host_services {
     uint32_t size;
     uint32_t abi_version; /* the negotiated version */
@@ -130,8 +132,10 @@ typedef struct weft_host_services {
     void (*error_set)(weft_error *err, int32_t code, const char *source, const char *fmt, ...);
     void *(*alloc)(size_t bytes);   /* setup/control only */
     void (*free)(void *ptr);
-    /* NULL when the service is absent or older than min_version. */
-    const void *(*get_service)(uint32_t id, uint32_t min_version);
+    /* NULL when the service is absent or older than min_version. host is this table (the
+     * host may embed it in a larger per-engine struct). */
+    const void *(*get_service)(const struct weft_host_services *host, uint32_t id,
+                               uint32_t min_version);
     /* The option named key from the instance's validated options, or NULL. */
     const weft_option *(*option)(const weft_options *opts, const char *key);
 } weft_host_services;
@@ -250,9 +254,10 @@ typedef struct weft_op_impl {
 typedef struct weft_ops_service {
     uint32_t size;
     uint32_t version; /* 1 */
+    void *self;
     /* setup: registers an implementation; the later of two equal keys wins by priority. */
-    weft_status (*add)(const weft_op_impl *impl, weft_error *err);
-    const weft_op_impl *(*find)(uint32_t op, const char *backend, uint32_t dtype,
+    weft_status (*add)(void *self, const weft_op_impl *impl, weft_error *err);
+    const weft_op_impl *(*find)(void *self, uint32_t op, const char *backend, uint32_t dtype,
                                 const char *layout, const weft_graph *g, const weft_node *node);
 } weft_ops_service;
 
@@ -269,68 +274,78 @@ typedef struct weft_weights_service {
     uint32_t size;
     uint32_t version; /* 1 */
     /* Checkpoint tensor by its file name ("model.layers.0.mlp.up_proj.weight"). */
-    weft_status (*find)(const char *source, weft_weight_info *out, weft_error *err);
+    void *self;
+    weft_status (*find)(void *self, const char *source, weft_weight_info *out, weft_error *err);
     /* Device placement of a bound graph weight (after load), for techniques that stream it. */
-    weft_status (*bound)(uint32_t tensor_id, weft_buffer *out, weft_error *err);
+    weft_status (*bound)(void *self, uint32_t tensor_id, weft_buffer *out, weft_error *err);
 } weft_weights_service;
 
 typedef struct weft_device_service {
     uint32_t size;
     uint32_t version; /* 1 */
+    void *self;
     const char *backend; /* "cpu", "cuda" */
-    weft_status (*alloc)(uint64_t bytes, uint32_t memory, weft_buffer *out, weft_error *err);
-    void (*free)(weft_buffer *buf);
-    weft_status (*copy)(weft_buffer *dst, uint64_t dst_off, const weft_buffer *src,
+    weft_status (*alloc)(void *self, uint64_t bytes, uint32_t memory, weft_buffer *out,
+                         weft_error *err);
+    void (*free)(void *self, weft_buffer *buf);
+    weft_status (*copy)(void *self, weft_buffer *dst, uint64_t dst_off, const weft_buffer *src,
                         uint64_t src_off, uint64_t bytes, void *stream, weft_error *err);
-    void *(*stream)(void); /* the engine's compute stream */
-    void *(*native)(void); /* backend context (CUcontext on cuda), for cuda techniques */
+    void *(*stream)(void *self); /* the engine's compute stream */
+    void *(*native)(void *self); /* backend context (CUcontext on cuda), for cuda techniques */
 } weft_device_service;
 
 typedef struct weft_kv_service {
     uint32_t size;
     uint32_t version; /* 1 */
-    const weft_kv_view *(*view)(void);
+    void *self;
+    const weft_kv_view *(*view)(void *self);
 } weft_kv_service;
 
 typedef struct weft_threads_service {
     uint32_t size;
     uint32_t version; /* 1 */
-    uint32_t (*count)(void);
+    void *self;
+    uint32_t (*count)(void *self);
     /* step: runs fn(arg, i, n) for i in [0, n) on the pool and returns when all are done. */
-    void (*parallel_for)(void (*fn)(void *arg, uint32_t i, uint32_t n), void *arg, uint32_t n);
+    void (*parallel_for)(void *self, void (*fn)(void *arg, uint32_t i, uint32_t n), void *arg, uint32_t n);
 } weft_threads_service;
 
 typedef struct weft_profile_service {
     uint32_t size;
     uint32_t version; /* 1 */
-    int32_t (*enabled)(void);
+    void *self;
+    int32_t (*enabled)(void *self);
     /* step: opens and closes a named range (op class) on the stream. */
-    void (*range_begin)(const char *op_class, void *stream);
-    void (*range_end)(const char *op_class, void *stream);
+    void (*range_begin)(void *self, const char *op_class, void *stream);
+    void (*range_end)(void *self, const char *op_class, void *stream);
 } weft_profile_service;
 
 typedef struct weft_tokens_service {
     uint32_t size;
     uint32_t version; /* 1 */
     /* control: the prompt and generated tokens of a request so far. */
-    weft_status (*history)(uint64_t request_id, const int32_t **tokens, uint32_t *n);
-    uint32_t (*vocab_size)(void);
+    void *self;
+    weft_status (*history)(void *self, uint64_t request_id, const int32_t **tokens,
+                           uint32_t *n);
+    uint32_t (*vocab_size)(void *self);
 } weft_tokens_service;
 
 typedef struct weft_collective_service {
     uint32_t size;
     uint32_t version; /* 1 */
-    int32_t (*rank)(void);
-    int32_t (*world)(void);
-    weft_status (*all_reduce_sum)(weft_buffer *buf, uint64_t count, uint32_t dtype, void *stream,
+    void *self;
+    int32_t (*rank)(void *self);
+    int32_t (*world)(void *self);
+    weft_status (*all_reduce_sum)(void *self, weft_buffer *buf, uint64_t count, uint32_t dtype, void *stream,
                                   weft_error *err);
 } weft_collective_service;
 
 typedef struct weft_host_memory_service {
     uint32_t size;
     uint32_t version; /* 1 */
-    weft_status (*alloc_pinned)(uint64_t bytes, weft_buffer *out, weft_error *err);
-    void (*free_pinned)(weft_buffer *buf);
+    void *self;
+    weft_status (*alloc_pinned)(void *self, uint64_t bytes, weft_buffer *out, weft_error *err);
+    void (*free_pinned)(void *self, weft_buffer *buf);
 } weft_host_memory_service;
 
 /* ---- model description, shared by model plugins and techniques --------------------------- */
