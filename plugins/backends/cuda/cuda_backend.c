@@ -297,6 +297,7 @@ static const weft_backend_vtable cuda_vtable = {
     .event_record = cb_event_record,
     .event_elapsed = cb_event_elapsed,
     .native = cb_native,
+    .probe = cuda_probe,
 };
 
 /* ---- create / destroy ------------------------------------------------------------------ */

@@ -83,6 +83,9 @@ void cuda_arena_free(cuda_backend *b, CUdeviceptr p);
 weft_status cuda_stage(cuda_backend *b, const void *src, uint64_t n, CUdeviceptr *dev,
                        weft_error *err);
 
+/* probe (cuda_probe.c) */
+weft_status cuda_probe(void *st, weft_probe_result *out, weft_error *err);
+
 /* ops (cuda_ops.c) */
 void cuda_ops_fini(cuda_backend *b);
 weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error *err);

@@ -293,3 +293,29 @@ extern "C" __global__ void weft_bias_add(act *y, const wgt *b, int T, int N) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (long)T * N) A::st(y, i, A::ld(y, i) + W::ld(b, i % N));
 }
+
+// Random fill for probes and synthetic checks: uniform in [-1, 1) from a hash of (seed, i),
+// stored in the activation dtype (bytes = 0: u8 values that are finite in fp8 e4m3).
+__device__ __forceinline__ unsigned hash_u32(unsigned long long x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (unsigned)x;
+}
+extern "C" __global__ void weft_fill_random(act *y, long n, unsigned long long seed) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        unsigned h = hash_u32(seed * 0x9E3779B97F4A7C15ull + (unsigned long long)i);
+        A::st(y, i, (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    }
+}
+extern "C" __global__ void weft_fill_random_fp8(unsigned char *y, long n, unsigned long long seed) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        unsigned h = hash_u32(seed * 0x9E3779B97F4A7C15ull + (unsigned long long)i);
+        y[i] = (unsigned char)((h & 0x80u) | ((h >> 8) & 0x3fu)); // exponent <= 7: finite
+    }
+}
+extern "C" __global__ void weft_noop(int x) {}
