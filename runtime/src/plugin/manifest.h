@@ -1,4 +1,4 @@
-/* Plugin manifests (manifest.yaml in a bundle dir) and candidate manifests (manifests/*.yaml):
+/* Plugin manifests (manifest.yaml in a bundle dir) and candidate manifests (manifests/NAME.yaml):
  * strict YAML parsing into plain structs. Parsing checks everything that one document can check
  * on its own (types, unknown and duplicate keys, required fields, semver and ranges, option
  * defaults inside their own schema); what needs other documents (a candidate's option values
