@@ -4,14 +4,16 @@
 
 #include "eval/eval.h"
 
+__attribute__((weak)) int weft_eval_parity_main(int argc, char **argv);
 __attribute__((weak)) int weft_eval_run_main(int argc, char **argv);
 __attribute__((weak)) int weft_eval_status_main(int argc, char **argv);
 __attribute__((weak)) int weft_eval_report_main(int argc, char **argv);
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: weft eval <probe|limits|run|status|report> [options]\n"
+    fprintf(f, "usage: weft eval <probe|limits|parity|run|status|report> [options]\n"
                "  probe    measure the device once (copy bandwidth, GEMM rates, round trip)\n"
                "  limits   the decode, prefill and time-to-first-token floors of a model\n"
+               "  parity   a candidate's logits and greedy output against a reference file\n"
                "  run      the fixed suite against a candidate through its API\n"
                "  status   a result as a table\n"
                "  report   results as a self-contained HTML page\n"
@@ -26,6 +28,7 @@ int weft_cmd_eval(int argc, char **argv) {
     int (*fn)(int, char **) = NULL;
     if (!strcmp(argv[1], "probe")) fn = weft_eval_probe_main;
     else if (!strcmp(argv[1], "limits")) fn = weft_eval_limits_main;
+    else if (!strcmp(argv[1], "parity")) fn = weft_eval_parity_main;
     else if (!strcmp(argv[1], "run")) fn = weft_eval_run_main;
     else if (!strcmp(argv[1], "status")) fn = weft_eval_status_main;
     else if (!strcmp(argv[1], "report")) fn = weft_eval_report_main;
