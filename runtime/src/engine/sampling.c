@@ -112,8 +112,7 @@ static weft_status check_params(const weft_sampler_params *p, uint32_t vocab, we
                                   (int)p->bias_ids[i], (double)b);
     }
     if (p->n_eos && !p->eos_ids)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "eos_ids: %u entries but NULL",
-                              p->n_eos);
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "eos_ids: %u entries but NULL", p->n_eos);
     for (uint32_t i = 0; i < p->n_eos; i++)
         if (p->eos_ids[i] < 0 || (uint32_t)p->eos_ids[i] >= vocab)
             return weft_error_set(err, WEFT_ERR_INVALID, SRC,
@@ -168,7 +167,8 @@ static void heap_sift_down(cand *h, size_t n, size_t i) {
 /* Moves the k best of d[0..n) to d[0..k) (unordered) and returns the worst of them: the top-k
  * boundary. 0 < k < n. A bounded heap: O(n log k), no full sort. */
 static cand select_top(cand *d, size_t n, size_t k) {
-    for (size_t i = k / 2; i-- > 0;) heap_sift_down(d, k, i);
+    for (size_t i = k / 2; i-- > 0;)
+        heap_sift_down(d, k, i);
     for (size_t i = k; i < n; i++) {
         if (better(&d[i], &d[0])) {
             d[0] = d[i];
@@ -273,8 +273,8 @@ static weft_status prepare(const float *logits, uint32_t vocab, const weft_sampl
                               "vocab must be > 0 (got vocab %u)",
                               vocab);
     if ((uintptr_t)scratch % sizeof(double))
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC,
-                              "scratch: expected %zu-byte alignment", sizeof(double));
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "scratch: expected %zu-byte alignment",
+                              sizeof(double));
     if ((n_prompt && !prompt) || (n_generated && !generated))
         return weft_error_set(err, WEFT_ERR_INVALID, SRC,
                               "token history: %zu prompt / %zu generated tokens but NULL array",
@@ -299,11 +299,13 @@ static weft_status prepare(const float *logits, uint32_t vocab, const weft_sampl
     }
 
     /* 1. logit bias (additive, as OpenAI's logit_bias). */
-    for (uint32_t i = 0; i < p->n_bias; i++) z[p->bias_ids[i]] += p->bias_values[i];
+    for (uint32_t i = 0; i < p->n_bias; i++)
+        z[p->bias_ids[i]] += p->bias_values[i];
 
     /* 2. min_tokens: EOS cannot end the output before it has min_tokens tokens. */
     if ((uint64_t)n_generated < p->min_tokens)
-        for (uint32_t i = 0; i < p->n_eos; i++) z[p->eos_ids[i]] = -INFINITY;
+        for (uint32_t i = 0; i < p->n_eos; i++)
+            z[p->eos_ids[i]] = -INFINITY;
 
     /* 3-4. penalties. counts[t]: occurrences in the output, plus a flag for "in the prompt". */
     int rep = p->repetition_penalty != 1.0f;
@@ -397,7 +399,8 @@ static weft_status prepare(const float *logits, uint32_t vocab, const weft_sampl
             if (use_p) {
                 /* top-p is relative to the mass that top-k left. */
                 double total = 0.0;
-                for (size_t i = 0; i < m; i++) total += d[i].w;
+                for (size_t i = 0; i < m; i++)
+                    total += d[i].w;
                 bp = select_mass(d, m, (double)p->top_p * total);
             }
             keep = 0;
@@ -419,11 +422,10 @@ weft_status weft_sample(const float *logits, uint32_t vocab, const weft_sampler_
                         const int32_t *prompt, size_t n_prompt, const int32_t *generated,
                         size_t n_generated, uint64_t counter, void *scratch,
                         weft_sample_result *out, weft_error *err) {
-    if (!out)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "weft_sample: out is required");
+    if (!out) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "weft_sample: out is required");
     prepared pr;
-    weft_status st = prepare(logits, vocab, p, prompt, n_prompt, generated, n_generated, scratch,
-                             &pr, err);
+    weft_status st =
+        prepare(logits, vocab, p, prompt, n_prompt, generated, n_generated, scratch, &pr, err);
     if (st != WEFT_OK) return st;
     int32_t token = pr.greedy;
     if (token < 0) {
@@ -431,7 +433,8 @@ weft_status weft_sample(const float *logits, uint32_t vocab, const weft_sampler_
          * the last survivor covers a rounding shortfall of the running sum. */
         const cand *c = pr.c;
         double total = 0.0;
-        for (size_t i = 0; i < pr.keep; i++) total += c[i].w;
+        for (size_t i = 0; i < pr.keep; i++)
+            total += c[i].w;
         double target = (double)weft_philox_uniform(p->seed, counter, 0) * total;
         double acc = 0.0;
         token = c[pr.keep - 1].id;
@@ -445,23 +448,23 @@ weft_status weft_sample(const float *logits, uint32_t vocab, const weft_sampler_
     }
     out->token = token;
     out->logprob = (float)((double)pr.z[token] - pr.m0 - pr.lse0);
-    out->n_top = p->n_logprobs > 0 ? top_of_row(pr.z, vocab, (uint32_t)p->n_logprobs, pr.m0,
-                                                 pr.lse0, out->top)
-                                   : 0;
+    out->n_top = p->n_logprobs > 0
+                     ? top_of_row(pr.z, vocab, (uint32_t)p->n_logprobs, pr.m0, pr.lse0, out->top)
+                     : 0;
     return WEFT_OK;
 }
 
 weft_status weft_sample_distribution(const float *logits, uint32_t vocab,
                                      const weft_sampler_params *p, const int32_t *prompt,
-                                     size_t n_prompt, const int32_t *generated,
-                                     size_t n_generated, void *scratch, int32_t *ids,
-                                     double *probs, uint32_t *n_out, weft_error *err) {
+                                     size_t n_prompt, const int32_t *generated, size_t n_generated,
+                                     void *scratch, int32_t *ids, double *probs, uint32_t *n_out,
+                                     weft_error *err) {
     if (!ids || !probs || !n_out)
         return weft_error_set(err, WEFT_ERR_INVALID, SRC,
                               "weft_sample_distribution: ids, probs and n_out are required");
     prepared pr;
-    weft_status st = prepare(logits, vocab, p, prompt, n_prompt, generated, n_generated, scratch,
-                             &pr, err);
+    weft_status st =
+        prepare(logits, vocab, p, prompt, n_prompt, generated, n_generated, scratch, &pr, err);
     if (st != WEFT_OK) return st;
     if (pr.greedy >= 0) {
         ids[0] = pr.greedy;
@@ -470,7 +473,8 @@ weft_status weft_sample_distribution(const float *logits, uint32_t vocab,
         return WEFT_OK;
     }
     double total = 0.0;
-    for (size_t i = 0; i < pr.keep; i++) total += pr.c[i].w;
+    for (size_t i = 0; i < pr.keep; i++)
+        total += pr.c[i].w;
     for (size_t i = 0; i < pr.keep; i++) {
         ids[i] = pr.c[i].id;
         probs[i] = pr.c[i].w / total;
