@@ -433,6 +433,32 @@ static void test_corrupt_mirror(void **state) {
     strcat(path, ".part");
     assert_false(exists(path));
 
+    /* The alias in the hub layout, without SHA256SUMS: the pinned hashes still decide. */
+    char mirror2[4200];
+    snprintf(mirror2, sizeof(mirror2), "%s/mirror2", tmp);
+    snprintf(path, sizeof(path), "%s/karpathy/tinyllamas/stories260K", mirror2);
+    mkdirs(path);
+    for (int i = 0; i < 2; i++) {
+        snprintf(src, sizeof(src), "%s/stories260K/%s", shared_models, names[i]);
+        snprintf(path, sizeof(path), "%s/karpathy/tinyllamas/stories260K/%s", mirror2, names[i]);
+        copy_file(src, path);
+    }
+    if (pull("stories260k", mirror2, NULL, 0, &st, &err) != WEFT_OK) fail_msg("%s", err.message);
+    snprintf(path, sizeof(path), "%s/models/stories260k", cache);
+    check_stories(path);
+    json_t *rec2 = record_of(path);
+    assert_non_null(strstr(rec_str(rec2, "tok512.bin", "verified_by"), "pinned"));
+    assert_null(strstr(rec_str(rec2, "tok512.bin", "verified_by"), "SHA256SUMS"));
+    json_decref(rec2);
+    snprintf(path, sizeof(path), "%s/karpathy/tinyllamas/stories260K/tok512.bin", mirror2);
+    b = read_all(path, &n);
+    b[0] ^= 0x01;
+    write_all(path, b, n);
+    free(b);
+    assert_int_equal(pull("stories260k", mirror2, NULL, 1, &st, &err), WEFT_ERR_MISMATCH);
+    assert_non_null(strstr(err.message, "tok512.bin"));
+    assert_non_null(strstr(err.message, "pinned"));
+
     /* A hub-id model in a mirror folder whose only check is its SHA256SUMS. */
     snprintf(path, sizeof(path), "%s/acme--tiny", mirror);
     make_model(path, 0);

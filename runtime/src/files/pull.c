@@ -783,7 +783,20 @@ static weft_status list_hub(puller *p, weft_error *err) {
 static weft_status list_folder(puller *p, weft_error *err) {
     char model[8192];
     if (p->al) {
-        snprintf(p->sub, sizeof(p->sub), "%s", p->al->mirror_sub);
+        /* The hub folder name (stories260K), the alias itself, or the hub layout
+         * karpathy/tinyllamas/stories260K: the first that exists. */
+        char cands[3][512];
+        snprintf(cands[0], sizeof(cands[0]), "%s", p->al->mirror_sub);
+        snprintf(cands[1], sizeof(cands[1]), "%s", p->al->alias);
+        snprintf(cands[2], sizeof(cands[2]), "%s/%s", p->al->repo, p->al->mirror_sub);
+        snprintf(p->sub, sizeof(p->sub), "%s", cands[0]);
+        for (int i = 0; i < 3; i++) {
+            snprintf(model, sizeof(model), "%s/%s", p->base, cands[i]);
+            if (is_dir(model)) {
+                snprintf(p->sub, sizeof(p->sub), "%s", cands[i]);
+                break;
+            }
+        }
     } else {
         /* <mirror>/<org>/<name>, <mirror>/<org>--<name>, <mirror>/<name>: the first folder. */
         char cands[3][512];
