@@ -28,14 +28,15 @@ typedef struct ynode {
     uint32_t line, col; /* 1-based */
     char *s;            /* scalar text (NUL-terminated, no NUL inside) */
     size_t len;
-    int quoted;         /* not a plain scalar */
-    uint32_t n, cap;    /* children; a mapping holds key, value, key, value... */
+    int quoted;      /* not a plain scalar */
+    uint32_t n, cap; /* children; a mapping holds key, value, key, value... */
     struct ynode **kids;
 } ynode;
 
 static void ynode_free(ynode *n) {
     if (!n) return;
-    for (uint32_t i = 0; i < n->n; i++) ynode_free(n->kids[i]);
+    for (uint32_t i = 0; i < n->n; i++)
+        ynode_free(n->kids[i]);
     free(n->kids);
     free(n->s);
     free(n);
@@ -82,11 +83,21 @@ static const char *describe(const ynode *n, char *buf, size_t cap) {
     if (is_null(n)) return n->len ? "null" : "nothing";
     /* keep messages one line: cut at the first control character */
     size_t k = 0;
-    while (k < n->len && k < 48 && (unsigned char)n->s[k] >= 0x20) k++;
+    while (k < n->len && k < 48 && (unsigned char)n->s[k] >= 0x20)
+        k++;
     const char *more = k < n->len ? "..." : "";
-    if (n->quoted) snprintf(buf, cap, "\"%.*s%s\"", (int)k, n->s, more);
-    else snprintf(buf, cap, "%.*s%s", (int)k, n->s, more);
+    if (n->quoted)
+        snprintf(buf, cap, "\"%.*s%s\"", (int)k, n->s, more);
+    else
+        snprintf(buf, cap, "%.*s%s", (int)k, n->s, more);
     return buf;
+}
+
+static void join_path(char *out, size_t cap, const char *base, const char *key) {
+    if (base && base[0])
+        snprintf(out, cap, "%s.%s", base, key);
+    else
+        snprintf(out, cap, "%s", key);
 }
 
 typedef struct builder {
@@ -98,24 +109,64 @@ typedef struct builder {
     int documents;
 } builder;
 
+/* The field path of the container on top of the stack ("options.page_size", "slots[2]"). */
+static void stack_path(const builder *b, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 1; i < b->depth && used + 1 < cap; i++) {
+        const ynode *parent = b->stack[i - 1];
+        int w;
+        if (parent->type == Y_MAP)
+            w = snprintf(buf + used, cap - used, "%s%s", used ? "." : "",
+                         parent->n >= 2 ? parent->kids[parent->n - 2]->s : "?");
+        else
+            w = snprintf(buf + used, cap - used, "[%u]", parent->n ? parent->n - 1 : 0);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+}
+
+/* The field path of the node about to be added (the value of the pending key, or the next
+ * list item). */
+static void next_field(const builder *b, char *buf, size_t cap) {
+    char base[256];
+    stack_path(b, base, sizeof(base));
+    if (b->depth == 0) {
+        buf[0] = '\0';
+        return;
+    }
+    const ynode *top = b->stack[b->depth - 1];
+    if (top->type == Y_MAP && top->n % 2 == 1)
+        join_path(buf, cap, base, top->kids[top->n - 1]->s);
+    else if (top->type == Y_SEQ)
+        snprintf(buf, cap, "%s[%u]", base, top->n);
+    else
+        snprintf(buf, cap, "%s", base);
+}
+
 static weft_status add_child(builder *b, ynode *parent, ynode *kid) {
-    if (parent->n >= 2u * MAX_ITEMS) {
-        return fail(b->c, kid, NULL, "expected at most %d entries in one %s, found more",
-                    MAX_ITEMS, parent->type == Y_MAP ? "mapping" : "list");
+    char path[256], field[320];
+    if (parent->n >= (parent->type == Y_MAP ? 2u : 1u) * MAX_ITEMS) {
+        stack_path(b, path, sizeof(path));
+        return fail(b->c, kid, path, "expected at most %d entries in one %s, found more", MAX_ITEMS,
+                    parent->type == Y_MAP ? "mapping" : "list");
     }
     if (parent->type == Y_MAP && parent->n % 2 == 0) {
         /* a key: plain scalars only, each once */
         if (kid->type != Y_SCALAR || is_null(kid)) {
             char d[80];
-            return fail(b->c, kid, NULL, "expected a text key, found %s",
+            stack_path(b, path, sizeof(path));
+            return fail(b->c, kid, path, "expected a text key, found %s",
                         describe(kid, d, sizeof(d)));
         }
         for (uint32_t i = 0; i < parent->n; i += 2) {
             if (!strcmp(parent->kids[i]->s, kid->s)) {
-                return fail(b->c, kid, NULL,
-                            "expected each key once in a mapping, found \"%s\" again (first at "
+                stack_path(b, path, sizeof(path));
+                join_path(field, sizeof(field), path, kid->s);
+                return fail(b->c, kid, field,
+                            "expected each key once in a mapping, found it again (first at "
                             "line %u)",
-                            kid->s, parent->kids[i]->line);
+                            parent->kids[i]->line);
             }
         }
     }
@@ -133,16 +184,15 @@ static weft_status add_child(builder *b, ynode *parent, ynode *kid) {
 static weft_status check_props(builder *b, const yaml_event_t *e, const yaml_char_t *anchor,
                                const yaml_char_t *tag) {
     uint32_t line = (uint32_t)e->start_mark.line + 1, col = (uint32_t)e->start_mark.column + 1;
-    if (anchor) {
-        return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                              "%s:%u:%u: expected plain YAML without anchors, found anchor &%.40s",
-                              b->c->file, line, col, (const char *)anchor);
-    }
-    if (tag) {
-        return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                              "%s:%u:%u: expected plain YAML without tags, found tag %.40s",
-                              b->c->file, line, col, (const char *)tag);
-    }
+    char field[320];
+    next_field(b, field, sizeof(field));
+    ynode at = {.line = line, .col = col};
+    if (anchor)
+        return fail(b->c, &at, field, "expected plain YAML without anchors, found anchor &%.40s",
+                    (const char *)anchor);
+    if (tag)
+        return fail(b->c, &at, field, "expected plain YAML without tags, found tag %.40s",
+                    (const char *)tag);
     return WEFT_OK;
 }
 
@@ -152,8 +202,10 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
     ynode *n = NULL;
     weft_status st;
     switch (e->type) {
-    case YAML_STREAM_START_EVENT: return WEFT_OK;
-    case YAML_STREAM_END_EVENT: return WEFT_FINISHED;
+    case YAML_STREAM_START_EVENT:
+        return WEFT_OK;
+    case YAML_STREAM_END_EVENT:
+        return WEFT_FINISHED;
     case YAML_DOCUMENT_START_EVENT:
         if (++b->documents > 1) {
             return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
@@ -161,24 +213,27 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
                                   b->c->file, line, col);
         }
         return WEFT_OK;
-    case YAML_DOCUMENT_END_EVENT: return WEFT_OK;
-    case YAML_ALIAS_EVENT:
-        return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                              "%s:%u:%u: expected plain YAML without aliases, found alias *%.40s",
-                              b->c->file, line, col, (const char *)e->data.alias.anchor);
+    case YAML_DOCUMENT_END_EVENT:
+        return WEFT_OK;
+    case YAML_ALIAS_EVENT: {
+        char field[320];
+        next_field(b, field, sizeof(field));
+        ynode at = {.line = line, .col = col};
+        return fail(b->c, &at, field, "expected plain YAML without aliases, found alias *%.40s",
+                    (const char *)e->data.alias.anchor);
+    }
     case YAML_SCALAR_EVENT:
-        if ((st = check_props(b, e, e->data.scalar.anchor,
-                              e->data.scalar.tag)) != WEFT_OK)
+        if ((st = check_props(b, e, e->data.scalar.anchor, e->data.scalar.tag)) != WEFT_OK)
             return st;
         break;
     case YAML_SEQUENCE_START_EVENT:
-        if ((st = check_props(b, e, e->data.sequence_start.anchor,
-                              e->data.sequence_start.tag)) != WEFT_OK)
+        if ((st = check_props(b, e, e->data.sequence_start.anchor, e->data.sequence_start.tag)) !=
+            WEFT_OK)
             return st;
         break;
     case YAML_MAPPING_START_EVENT:
-        if ((st = check_props(b, e, e->data.mapping_start.anchor,
-                              e->data.mapping_start.tag)) != WEFT_OK)
+        if ((st = check_props(b, e, e->data.mapping_start.anchor, e->data.mapping_start.tag)) !=
+            WEFT_OK)
             return st;
         break;
     case YAML_SEQUENCE_END_EVENT:
@@ -190,7 +245,8 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
             b->depth--;
         }
         return WEFT_OK;
-    default: return WEFT_OK;
+    default:
+        return WEFT_OK;
     }
 
     if (++b->n_nodes > WEFT_MANIFEST_MAX_NODES) {
@@ -207,11 +263,17 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
         size_t len = e->data.scalar.length;
         const char *v = (const char *)e->data.scalar.value;
         if (len > MAX_SCALAR || memchr(v, '\0', len)) {
+            char field[320];
+            next_field(b, field, sizeof(field));
+            if (len > MAX_SCALAR)
+                st = fail(b->c, n, field, "expected a value of at most %u bytes, found %zu bytes",
+                          MAX_SCALAR, len);
+            else
+                st = fail(b->c, n, field,
+                          "expected text without NUL characters, found a NUL "
+                          "character");
             free(n);
-            return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                                  "%s:%u:%u: expected a scalar of at most %u bytes without NUL "
-                                  "characters, found %zu bytes",
-                                  b->c->file, line, col, MAX_SCALAR, len);
+            return st;
         }
         n->s = malloc(len + 1);
         if (!n->s) {
@@ -225,11 +287,12 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
     } else {
         n->type = e->type == YAML_MAPPING_START_EVENT ? Y_MAP : Y_SEQ;
         if (b->depth >= WEFT_MANIFEST_MAX_DEPTH) {
+            char field[320];
+            next_field(b, field, sizeof(field));
+            st = fail(b->c, n, field, "expected nesting at most %d levels deep, found deeper",
+                      WEFT_MANIFEST_MAX_DEPTH);
             free(n);
-            return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                                  "%s:%u:%u: expected nesting at most %d levels deep, found "
-                                  "deeper",
-                                  b->c->file, line, col, WEFT_MANIFEST_MAX_DEPTH);
+            return st;
         }
     }
     if (b->depth == 0) {
@@ -270,11 +333,11 @@ static weft_status yaml_tree(ctx *c, const char *text, size_t len, ynode **out) 
             if (parser.error == YAML_MEMORY_ERROR) {
                 st = weft_error_set(c->err, WEFT_ERR_NOMEM, SRC, "out of memory (yaml parser)");
             } else {
-                st = weft_error_set(c->err, WEFT_ERR_FORMAT, SRC,
-                                    "%s:%u:%u: expected valid YAML, found a syntax error: %s%s%s",
-                                    c->file, (unsigned)m.line + 1, (unsigned)m.column + 1,
-                                    problem, parser.context ? " " : "",
-                                    parser.context ? parser.context : "");
+                st =
+                    weft_error_set(c->err, WEFT_ERR_FORMAT, SRC,
+                                   "%s:%u:%u: expected valid YAML, found a syntax error: %s%s%s",
+                                   c->file, (unsigned)m.line + 1, (unsigned)m.column + 1, problem,
+                                   parser.context ? " " : "", parser.context ? parser.context : "");
             }
             break;
         }
@@ -316,15 +379,10 @@ static const ynode *map_get(const ynode *map, const char *key) {
     return NULL;
 }
 
-static void join_path(char *out, size_t cap, const char *base, const char *key) {
-    if (base && base[0]) snprintf(out, cap, "%s.%s", base, key);
-    else snprintf(out, cap, "%s", key);
-}
-
 /* Checks a mapping's keys against allowed (NULL-terminated) and that every key in required
  * is present. path names the mapping ("" at the root). */
-static weft_status map_keys(ctx *c, const ynode *map, const char *path,
-                            const char *const *allowed, const char *const *required) {
+static weft_status map_keys(ctx *c, const ynode *map, const char *path, const char *const *allowed,
+                            const char *const *required) {
     for (uint32_t i = 0; i + 1 < map->n; i += 2) {
         const ynode *k = map->kids[i];
         int ok = 0;
@@ -416,19 +474,26 @@ static int parse_float_text(const char *s, double *out) {
 
 static void int_range_text(char *buf, size_t cap, int has_min, int64_t lo, int has_max,
                            int64_t hi) {
-    if (has_min && has_max) snprintf(buf, cap, "an integer in %lld..%lld", (long long)lo,
-                                     (long long)hi);
-    else if (has_min) snprintf(buf, cap, "an integer >= %lld", (long long)lo);
-    else if (has_max) snprintf(buf, cap, "an integer <= %lld", (long long)hi);
-    else snprintf(buf, cap, "an integer");
+    if (has_min && has_max)
+        snprintf(buf, cap, "an integer in %lld..%lld", (long long)lo, (long long)hi);
+    else if (has_min)
+        snprintf(buf, cap, "an integer >= %lld", (long long)lo);
+    else if (has_max)
+        snprintf(buf, cap, "an integer <= %lld", (long long)hi);
+    else
+        snprintf(buf, cap, "an integer");
 }
 
 static void float_range_text(char *buf, size_t cap, int has_min, double lo, int has_max,
                              double hi) {
-    if (has_min && has_max) snprintf(buf, cap, "a number in %g..%g", lo, hi);
-    else if (has_min) snprintf(buf, cap, "a number >= %g", lo);
-    else if (has_max) snprintf(buf, cap, "a number <= %g", hi);
-    else snprintf(buf, cap, "a number");
+    if (has_min && has_max)
+        snprintf(buf, cap, "a number in %g..%g", lo, hi);
+    else if (has_min)
+        snprintf(buf, cap, "a number >= %g", lo);
+    else if (has_max)
+        snprintf(buf, cap, "a number <= %g", hi);
+    else
+        snprintf(buf, cap, "a number");
 }
 
 static weft_status get_int(ctx *c, const ynode *n, const char *field, int64_t lo, int64_t hi,
@@ -490,16 +555,16 @@ static weft_status get_enum(ctx *c, const ynode *n, const char *field, const cha
     char list[200], d[80];
     names_list(names, list, sizeof(list));
     int i = n->type == Y_SCALAR && !is_null(n) ? name_index(names, n->s) : -1;
-    if (i < 0) return fail(c, n, field, "expected one of %s, found %s", list,
-                           describe(n, d, sizeof(d)));
+    if (i < 0)
+        return fail(c, n, field, "expected one of %s, found %s", list, describe(n, d, sizeof(d)));
     *out = i;
     return WEFT_OK;
 }
 
 static weft_status get_list(ctx *c, const ynode *n, const char *field, int allow_empty) {
     char d[80];
-    if (n->type != Y_SEQ) return fail(c, n, field, "expected a list, found %s",
-                                      describe(n, d, sizeof(d)));
+    if (n->type != Y_SEQ)
+        return fail(c, n, field, "expected a list, found %s", describe(n, d, sizeof(d)));
     if (!allow_empty && n->n == 0) return fail(c, n, field, "expected a non-empty list, found []");
     return WEFT_OK;
 }
@@ -539,8 +604,8 @@ static const struct {
 };
 #define N_SLOTS (sizeof(slot_table) / sizeof(slot_table[0]))
 
-static const char *const service_names[] = {"graph",   "weights", "device",     "kv",
-                                            "ops",     "threads", "profile",    "tokens",
+static const char *const service_names[] = {"graph",      "weights",     "device",  "kv",
+                                            "ops",        "threads",     "profile", "tokens",
                                             "collective", "host_memory", NULL};
 
 const char *weft_plugin_kind_name(uint32_t kind) {
@@ -645,7 +710,9 @@ static weft_status get_range(ctx *c, const ynode *n, const char *field, weft_sem
 }
 
 /* ---- plugin manifest ----------------------------------------------------------------------- */
-static char *dup_or_empty(void) { return calloc(1, 1); }
+static char *dup_or_empty(void) {
+    return calloc(1, 1);
+}
 
 void weft_plugin_manifest_free(weft_plugin_manifest *m) {
     if (!m) return;
@@ -653,12 +720,14 @@ void weft_plugin_manifest_free(weft_plugin_manifest *m) {
     free(m->platforms);
     free(m->requires);
     free(m->conflicts);
-    for (uint32_t i = 0; m->after && i < m->n_after; i++) free(m->after[i]);
+    for (uint32_t i = 0; m->after && i < m->n_after; i++)
+        free(m->after[i]);
     free(m->after);
     for (uint32_t i = 0; m->options && i < m->n_options; i++) {
         weft_option_schema *o = &m->options[i];
         free((char *)o->def.s);
-        for (uint32_t k = 0; o->values && k < o->n_values; k++) free(o->values[k]);
+        for (uint32_t k = 0; o->values && k < o->n_values; k++)
+            free(o->values[k]);
         free(o->values);
         free(o->help);
     }
@@ -699,8 +768,9 @@ static weft_status parse_platforms(ctx *c, const ynode *list, weft_plugin_manife
         if ((v = map_get(p, "sm"))) {
             snprintf(f, sizeof(f), "%s.sm", path);
             if (!pl->cuda_major)
-                return fail(c, v, f, "expected sm only beside a cuda major version, found sm "
-                                     "without cuda");
+                return fail(c, v, f,
+                            "expected sm only beside a cuda major version, found sm "
+                            "without cuda");
             if ((st = get_list(c, v, f, 1))) return st;
             if ((st = list_unique(c, v, f))) return st;
             if (v->n > WEFT_MANIFEST_MAX_SM)
@@ -754,16 +824,15 @@ static weft_status parse_deps(ctx *c, const ynode *list, const char *field,
         for (uint32_t k = 0; k < i; k++)
             if (!strcmp(deps[k].name, d->name))
                 return fail(c, name, path,
-                            "expected each plugin once, found %s again (first at line %u)",
-                            d->name, deps[k].pos.line);
+                            "expected each plugin once, found %s again (first at line %u)", d->name,
+                            deps[k].pos.line);
         (*n_out)++;
     }
     return WEFT_OK;
 }
 
-static weft_status parse_string_list(ctx *c, const ynode *list, const char *field,
-                                     int allow_empty, char ***out, uint32_t *n_out,
-                                     int names_only) {
+static weft_status parse_string_list(ctx *c, const ynode *list, const char *field, int allow_empty,
+                                     char ***out, uint32_t *n_out, int names_only) {
     weft_status st = get_list(c, list, field, allow_empty);
     if (st) return st;
     if ((st = list_unique(c, list, field))) return st;
@@ -837,7 +906,9 @@ static int option_value(const weft_option_schema *o, const ynode *n, weft_option
             }
         return 0;
     }
-    default: snprintf(what, what_cap, "a value"); return 0;
+    default:
+        snprintf(what, what_cap, "a value");
+        return 0;
     }
 }
 
@@ -855,7 +926,8 @@ static weft_status parse_option(ctx *c, const ynode *key, const ynode *spec,
                     describe(key, d, sizeof(d)));
     }
     snprintf(o->name, sizeof(o->name), "%s", key->s);
-    weft_status st = want_type(c, spec, path, Y_MAP, "a mapping {type, default, min, max, values, help}");
+    weft_status st =
+        want_type(c, spec, path, Y_MAP, "a mapping {type, default, min, max, values, help}");
     if (st) return st;
     static const char *const keys[] = {"type", "default", "min", "max", "values", "help", NULL};
     static const char *const req[] = {"type", "default", NULL};
@@ -869,8 +941,9 @@ static weft_status parse_option(ctx *c, const ynode *key, const ynode *spec,
     if ((mn || mx) && o->type != WEFT_SCHEMA_INT && o->type != WEFT_SCHEMA_FLOAT) {
         const ynode *b = mn ? mn : mx;
         snprintf(f, sizeof(f), "%s.%s", path, mn ? "min" : "max");
-        return fail(c, b, f, "expected min and max only on int and float options, found them on "
-                             "a %s option",
+        return fail(c, b, f,
+                    "expected min and max only on int and float options, found them on "
+                    "a %s option",
                     type_names[t]);
     }
     if (o->type == WEFT_SCHEMA_INT) {
@@ -911,8 +984,9 @@ static weft_status parse_option(ctx *c, const ynode *key, const ynode *spec,
                     type_names[t]);
     if (o->type == WEFT_SCHEMA_ENUM) {
         if (!vals)
-            return fail(c, spec, f, "expected the list of allowed values of this enum option, "
-                                    "found nothing (it is missing)");
+            return fail(c, spec, f,
+                        "expected the list of allowed values of this enum option, "
+                        "found nothing (it is missing)");
         if ((st = parse_string_list(c, vals, f, 0, &o->values, &o->n_values, 0))) return st;
     }
     if (help) {
@@ -939,13 +1013,12 @@ static weft_status parse_option(ctx *c, const ynode *key, const ynode *spec,
 }
 
 static weft_status parse_plugin(ctx *c, const ynode *root, weft_plugin_manifest *m) {
-    static const char *const keys[] = {"format",   "name",      "kind",      "version",
-                                       "abi",      "library",   "summary",   "platforms",
-                                       "backends", "slots",     "requires",  "conflicts",
-                                       "after",    "services",  "options",   "helps_when",
-                                       "architectures", NULL};
-    static const char *const req[] = {"format", "name", "kind",     "version",
-                                      "abi",    "library", "backends", "slots", NULL};
+    static const char *const keys[] = {
+        "format",  "name",      "kind",     "version",    "abi",           "library",
+        "summary", "platforms", "backends", "slots",      "requires",      "conflicts",
+        "after",   "services",  "options",  "helps_when", "architectures", NULL};
+    static const char *const req[] = {"format",  "name",     "kind",  "version", "abi",
+                                      "library", "backends", "slots", NULL};
     weft_status st;
     /* format first: a newer format is reported as such, not as unknown keys */
     const ynode *fmt = map_get(root, "format");
@@ -986,8 +1059,7 @@ static weft_status parse_plugin(ctx *c, const ynode *root, weft_plugin_manifest 
                     m->abi_min, m->abi_max);
 
     const ynode *lib = map_get(root, "library");
-    if ((st = get_text(c, lib, "library", m->library, sizeof(m->library),
-                       "a library file name")))
+    if ((st = get_text(c, lib, "library", m->library, sizeof(m->library), "a library file name")))
         return st;
     if (!library_name_valid(m->library)) {
         char d[80];
@@ -1036,18 +1108,22 @@ static weft_status parse_plugin(ctx *c, const ynode *root, weft_plugin_manifest 
     /* kind and slots agree: a backend fills backend, a model fills model, nothing else does */
     const ynode *slots_node = v;
     if (m->kind == WEFT_KIND_BACKEND && !(m->slots & WEFT_SLOT_BACKEND))
-        return fail(c, slots_node, "slots", "expected a backend plugin to list slot backend, "
-                                            "found it missing");
+        return fail(c, slots_node, "slots",
+                    "expected a backend plugin to list slot backend, "
+                    "found it missing");
     if (m->kind == WEFT_KIND_MODEL && !(m->slots & WEFT_SLOT_MODEL))
-        return fail(c, slots_node, "slots", "expected a model plugin to list slot model, found "
-                                            "it missing");
+        return fail(c, slots_node, "slots",
+                    "expected a model plugin to list slot model, found "
+                    "it missing");
     if (m->kind != WEFT_KIND_BACKEND && (m->slots & WEFT_SLOT_BACKEND))
-        return fail(c, slots_node, "slots", "expected slot backend only in kind backend, found "
-                                            "it in kind %s",
+        return fail(c, slots_node, "slots",
+                    "expected slot backend only in kind backend, found "
+                    "it in kind %s",
                     kind_names[m->kind - 1]);
     if (m->kind != WEFT_KIND_MODEL && (m->slots & WEFT_SLOT_MODEL))
-        return fail(c, slots_node, "slots", "expected slot model only in kind model, found it in "
-                                            "kind %s",
+        return fail(c, slots_node, "slots",
+                    "expected slot model only in kind model, found it in "
+                    "kind %s",
                     kind_names[m->kind - 1]);
     if (m->kind == WEFT_KIND_BACKEND &&
         (m->n_backends != 1 || strcmp(m->backends[0], m->name) != 0))
@@ -1120,8 +1196,9 @@ static weft_status parse_plugin(ctx *c, const ynode *root, weft_plugin_manifest 
                                     &m->n_architectures, 0)))
             return st;
     } else if (v) {
-        return fail(c, v, "architectures", "expected architectures only in kind model, found it "
-                                           "in kind %s",
+        return fail(c, v, "architectures",
+                    "expected architectures only in kind model, found it "
+                    "in kind %s",
                     kind_names[m->kind - 1]);
     }
     return WEFT_OK;
@@ -1174,8 +1251,8 @@ static weft_status read_file(const char *path, char **text, size_t *len, weft_er
     struct stat sb;
     if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
         fclose(f);
-        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: expected a regular file, found %s",
-                              path, S_ISDIR(sb.st_mode) ? "a directory" : "another file type");
+        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: expected a regular file, found %s", path,
+                              S_ISDIR(sb.st_mode) ? "a directory" : "another file type");
     }
     size_t cap = WEFT_MANIFEST_MAX_BYTES + 1;
     char *buf = malloc(cap);
@@ -1247,7 +1324,8 @@ weft_status weft_options_build(const weft_plugin_manifest *m, const weft_manifes
     weft_option *tmp = m->n_options ? calloc(m->n_options, sizeof(*tmp)) : NULL;
     if (m->n_options && !tmp) return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
     weft_status st = WEFT_OK;
-    for (uint32_t i = 0; i < m->n_options; i++) tmp[i] = m->options[i].def;
+    for (uint32_t i = 0; i < m->n_options; i++)
+        tmp[i] = m->options[i].def;
     for (uint32_t i = 0; i < n_values && !st; i++) {
         const weft_manifest_value *v = &values[i];
         char f[256];
@@ -1262,8 +1340,9 @@ weft_status weft_options_build(const weft_plugin_manifest *m, const weft_manifes
         n.col = v->pos.column;
         for (uint32_t k = 0; k < i; k++)
             if (!strcmp(values[k].key, v->key)) {
-                st = fail(&c, &n, f, "expected each option once, found %s again (first at line "
-                                     "%u)",
+                st = fail(&c, &n, f,
+                          "expected each option once, found %s again (first at line "
+                          "%u)",
                           v->key, values[k].pos.line);
                 break;
             }
@@ -1278,8 +1357,8 @@ weft_status weft_options_build(const weft_plugin_manifest *m, const weft_manifes
                 if (w < 0) break;
                 used += (size_t)w;
             }
-            st = fail(&c, &n, f, "expected an option of %s (%s), found unknown option %s",
-                      m->name, m->n_options ? list : "it has none", v->key);
+            st = fail(&c, &n, f, "expected an option of %s (%s), found unknown option %s", m->name,
+                      m->n_options ? list : "it has none", v->key);
             break;
         }
         char what[300], d[80];
@@ -1348,7 +1427,8 @@ const weft_option *weft_options_find(const weft_options *opts, const char *key) 
 
 /* ---- candidate manifest -------------------------------------------------------------------- */
 static void ref_free(weft_candidate_ref *r) {
-    for (uint32_t i = 0; r->options && i < r->n_options; i++) free(r->options[i].text);
+    for (uint32_t i = 0; r->options && i < r->n_options; i++)
+        free(r->options[i].text);
     free(r->options);
     r->options = NULL;
     r->n_options = 0;
@@ -1358,7 +1438,8 @@ void weft_candidate_manifest_free(weft_candidate_manifest *m) {
     if (!m) return;
     ref_free(&m->backend);
     ref_free(&m->model_plugin);
-    for (uint32_t i = 0; m->techniques && i < m->n_techniques; i++) ref_free(&m->techniques[i]);
+    for (uint32_t i = 0; m->techniques && i < m->n_techniques; i++)
+        ref_free(&m->techniques[i]);
     free(m->techniques);
     free(m->text);
     free(m);
@@ -1428,8 +1509,9 @@ static weft_status parse_ref(ctx *c, const ynode *n, const char *path, int backe
 }
 
 static weft_status parse_candidate(ctx *c, const ynode *root, weft_candidate_manifest *m) {
-    static const char *const keys[] = {"format",     "candidate", "model",   "backend",
-                                       "model_plugin", "techniques", "serving", "quality", NULL};
+    static const char *const keys[] = {"format",  "candidate",    "model",
+                                       "backend", "model_plugin", "techniques",
+                                       "serving", "quality",      NULL};
     static const char *const req[] = {"format", "candidate", "model", "backend", NULL};
     weft_status st;
     const ynode *fmt = map_get(root, "format");
@@ -1474,8 +1556,8 @@ static weft_status parse_candidate(ctx *c, const ynode *root, weft_candidate_man
                 if (!strcmp(m->techniques[k].name, m->techniques[i].name)) {
                     char f[80];
                     snprintf(f, sizeof(f), "%s%s", path, v->kids[i]->type == Y_MAP ? ".name" : "");
-                    const ynode *at = v->kids[i]->type == Y_MAP ? map_get(v->kids[i], "name")
-                                                                : v->kids[i];
+                    const ynode *at =
+                        v->kids[i]->type == Y_MAP ? map_get(v->kids[i], "name") : v->kids[i];
                     return fail(c, at, f,
                                 "expected each technique once, found %s again (first at line %u)",
                                 m->techniques[i].name, m->techniques[k].pos.line);
