@@ -3,9 +3,11 @@
  * hooks of each vtable are listed here from plugin.h: a hook marked "(optional)" there may be
  * NULL, every other one must be set, so a plugin missing a required hook is refused at load and
  * not discovered by a NULL call in the middle of a step. */
+#define _GNU_SOURCE /* dlinfo, RTLD_DI_LINKMAP */
 #include "plugin/loader.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -238,6 +240,37 @@ static int address_in_file(const void *addr, int fd) {
     return ok;
 }
 
+/* dlopen()s the file open on fd through procfs. The dynamic linker matches an already-loaded
+ * object by name before it looks at the file, so "/proc/self/fd/N" can name an earlier library
+ * that is still loaded (its N was closed and reused since). The loaded object is therefore
+ * checked against fd, and on a mismatch the load is retried under an equivalent, textually new
+ * name ("/proc/self/fd/../fd/N", ...). */
+static weft_status load_fd(int fd, const char *who, const char *src, const char *library,
+                           void **out, weft_error *err) {
+    char path[64 + 6 * 16];
+    for (int k = 0; k < 16; k++) {
+        int used = snprintf(path, sizeof(path), "/proc/self/fd/");
+        for (int i = 0; i < k; i++) used += snprintf(path + used, sizeof(path) - (size_t)used, "../fd/");
+        snprintf(path + used, sizeof(path) - (size_t)used, "%d", fd);
+        dlerror();
+        void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!dl) {
+            const char *why = dlerror();
+            return weft_error_set(err, WEFT_ERR_IO, src, "%s: cannot load library %s: %s", who,
+                                  library, why ? why : "unknown dlopen error");
+        }
+        struct link_map *lm = NULL;
+        if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) != 0 || !lm || address_in_file(lm->l_ld, fd)) {
+            *out = dl;
+            return WEFT_OK;
+        }
+        dlclose(dl); /* an older library answered to this name: try a fresh one */
+    }
+    return weft_error_set(err, WEFT_ERR_INTERNAL, src,
+                          "%s: cannot load library %s under a name no loaded library uses", who,
+                          library);
+}
+
 static void reset(weft_loaded_plugin *p) {
     memset(p, 0, sizeof(*p));
     p->fd = -1;
@@ -282,19 +315,16 @@ weft_status weft_plugin_open(const char *library, const weft_plugin_expect *ex,
                               who, ex->sha256, p->sha256, library);
     }
 
-    char fdpath[64];
-    snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
-    dlerror();
-    void *dl = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        const char *why = dlerror();
+    void *dl = NULL;
+    weft_status stc;
+    stc = load_fd(fd, who, src, library, &dl, err);
+    if (stc != WEFT_OK) {
         close(fd);
-        return weft_error_set(err, WEFT_ERR_IO, src, "%s: cannot load library %s: %s", who,
-                              library, why ? why : "unknown dlopen error");
+        reset(p);
+        return stc;
     }
     p->dl = dl;
     p->fd = fd;
-    weft_status stc;
     dlerror();
     void *sym = dlsym(dl, WEFT_PLUGIN_ENTRY_NAME);
     if (!sym) {
@@ -303,9 +333,8 @@ weft_status weft_plugin_open(const char *library, const weft_plugin_expect *ex,
         goto fail;
     }
     if (!address_in_file(sym, fd)) {
-        stc = weft_error_set(err, WEFT_ERR_MISMATCH, src,
-                             "%s: %s resolved outside library %s (a stale library was loaded "
-                             "under the same name)",
+        stc = weft_error_set(err, WEFT_ERR_ABI, src,
+                             "%s: %s resolves outside library %s (from one of its dependencies)",
                              who, WEFT_PLUGIN_ENTRY_NAME, library);
         goto fail;
     }
