@@ -89,6 +89,11 @@ static const char *describe(const ynode *n, char *buf, size_t cap) {
     return buf;
 }
 
+static void join_path(char *out, size_t cap, const char *base, const char *key) {
+    if (base && base[0]) snprintf(out, cap, "%s.%s", base, key);
+    else snprintf(out, cap, "%s", key);
+}
+
 typedef struct builder {
     ctx *c;
     ynode *root;
@@ -98,24 +103,61 @@ typedef struct builder {
     int documents;
 } builder;
 
+/* The field path of the container on top of the stack ("options.page_size", "slots[2]"). */
+static void stack_path(const builder *b, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 1; i < b->depth && used + 1 < cap; i++) {
+        const ynode *parent = b->stack[i - 1];
+        int w;
+        if (parent->type == Y_MAP)
+            w = snprintf(buf + used, cap - used, "%s%s", used ? "." : "",
+                         parent->n >= 2 ? parent->kids[parent->n - 2]->s : "?");
+        else
+            w = snprintf(buf + used, cap - used, "[%u]", parent->n ? parent->n - 1 : 0);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+}
+
+/* The field path of the node about to be added (the value of the pending key, or the next
+ * list item). */
+static void next_field(const builder *b, char *buf, size_t cap) {
+    char base[256];
+    stack_path(b, base, sizeof(base));
+    if (b->depth == 0) {
+        buf[0] = '\0';
+        return;
+    }
+    const ynode *top = b->stack[b->depth - 1];
+    if (top->type == Y_MAP && top->n % 2 == 1) join_path(buf, cap, base, top->kids[top->n - 1]->s);
+    else if (top->type == Y_SEQ) snprintf(buf, cap, "%s[%u]", base, top->n);
+    else snprintf(buf, cap, "%s", base);
+}
+
 static weft_status add_child(builder *b, ynode *parent, ynode *kid) {
-    if (parent->n >= 2u * MAX_ITEMS) {
-        return fail(b->c, kid, NULL, "expected at most %d entries in one %s, found more",
+    char path[256], field[320];
+    if (parent->n >= (parent->type == Y_MAP ? 2u : 1u) * MAX_ITEMS) {
+        stack_path(b, path, sizeof(path));
+        return fail(b->c, kid, path, "expected at most %d entries in one %s, found more",
                     MAX_ITEMS, parent->type == Y_MAP ? "mapping" : "list");
     }
     if (parent->type == Y_MAP && parent->n % 2 == 0) {
         /* a key: plain scalars only, each once */
         if (kid->type != Y_SCALAR || is_null(kid)) {
             char d[80];
-            return fail(b->c, kid, NULL, "expected a text key, found %s",
+            stack_path(b, path, sizeof(path));
+            return fail(b->c, kid, path, "expected a text key, found %s",
                         describe(kid, d, sizeof(d)));
         }
         for (uint32_t i = 0; i < parent->n; i += 2) {
             if (!strcmp(parent->kids[i]->s, kid->s)) {
-                return fail(b->c, kid, NULL,
-                            "expected each key once in a mapping, found \"%s\" again (first at "
+                stack_path(b, path, sizeof(path));
+                join_path(field, sizeof(field), path, kid->s);
+                return fail(b->c, kid, field,
+                            "expected each key once in a mapping, found it again (first at "
                             "line %u)",
-                            kid->s, parent->kids[i]->line);
+                            parent->kids[i]->line);
             }
         }
     }
@@ -133,16 +175,15 @@ static weft_status add_child(builder *b, ynode *parent, ynode *kid) {
 static weft_status check_props(builder *b, const yaml_event_t *e, const yaml_char_t *anchor,
                                const yaml_char_t *tag) {
     uint32_t line = (uint32_t)e->start_mark.line + 1, col = (uint32_t)e->start_mark.column + 1;
-    if (anchor) {
-        return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                              "%s:%u:%u: expected plain YAML without anchors, found anchor &%.40s",
-                              b->c->file, line, col, (const char *)anchor);
-    }
-    if (tag) {
-        return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                              "%s:%u:%u: expected plain YAML without tags, found tag %.40s",
-                              b->c->file, line, col, (const char *)tag);
-    }
+    char field[320];
+    next_field(b, field, sizeof(field));
+    ynode at = {.line = line, .col = col};
+    if (anchor)
+        return fail(b->c, &at, field, "expected plain YAML without anchors, found anchor &%.40s",
+                    (const char *)anchor);
+    if (tag)
+        return fail(b->c, &at, field, "expected plain YAML without tags, found tag %.40s",
+                    (const char *)tag);
     return WEFT_OK;
 }
 
@@ -162,10 +203,13 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
         }
         return WEFT_OK;
     case YAML_DOCUMENT_END_EVENT: return WEFT_OK;
-    case YAML_ALIAS_EVENT:
-        return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                              "%s:%u:%u: expected plain YAML without aliases, found alias *%.40s",
-                              b->c->file, line, col, (const char *)e->data.alias.anchor);
+    case YAML_ALIAS_EVENT: {
+        char field[320];
+        next_field(b, field, sizeof(field));
+        ynode at = {.line = line, .col = col};
+        return fail(b->c, &at, field, "expected plain YAML without aliases, found alias *%.40s",
+                    (const char *)e->data.alias.anchor);
+    }
     case YAML_SCALAR_EVENT:
         if ((st = check_props(b, e, e->data.scalar.anchor,
                               e->data.scalar.tag)) != WEFT_OK)
@@ -207,11 +251,16 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
         size_t len = e->data.scalar.length;
         const char *v = (const char *)e->data.scalar.value;
         if (len > MAX_SCALAR || memchr(v, '\0', len)) {
+            char field[320];
+            next_field(b, field, sizeof(field));
+            if (len > MAX_SCALAR)
+                st = fail(b->c, n, field, "expected a value of at most %u bytes, found %zu bytes",
+                          MAX_SCALAR, len);
+            else
+                st = fail(b->c, n, field, "expected text without NUL characters, found a NUL "
+                                          "character");
             free(n);
-            return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                                  "%s:%u:%u: expected a scalar of at most %u bytes without NUL "
-                                  "characters, found %zu bytes",
-                                  b->c->file, line, col, MAX_SCALAR, len);
+            return st;
         }
         n->s = malloc(len + 1);
         if (!n->s) {
@@ -225,11 +274,12 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
     } else {
         n->type = e->type == YAML_MAPPING_START_EVENT ? Y_MAP : Y_SEQ;
         if (b->depth >= WEFT_MANIFEST_MAX_DEPTH) {
+            char field[320];
+            next_field(b, field, sizeof(field));
+            st = fail(b->c, n, field, "expected nesting at most %d levels deep, found deeper",
+                      WEFT_MANIFEST_MAX_DEPTH);
             free(n);
-            return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
-                                  "%s:%u:%u: expected nesting at most %d levels deep, found "
-                                  "deeper",
-                                  b->c->file, line, col, WEFT_MANIFEST_MAX_DEPTH);
+            return st;
         }
     }
     if (b->depth == 0) {
@@ -316,10 +366,6 @@ static const ynode *map_get(const ynode *map, const char *key) {
     return NULL;
 }
 
-static void join_path(char *out, size_t cap, const char *base, const char *key) {
-    if (base && base[0]) snprintf(out, cap, "%s.%s", base, key);
-    else snprintf(out, cap, "%s", key);
-}
 
 /* Checks a mapping's keys against allowed (NULL-terminated) and that every key in required
  * is present. path names the mapping ("" at the root). */

@@ -34,6 +34,11 @@ static weft_status add_dir_name(weft_registry *reg, const char *dir, weft_error 
     return WEFT_OK;
 }
 
+static const char *base_name(const char *path) {
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
 /* Adds the bundle in dir (which holds manifest.yaml). */
 static weft_status add_bundle(weft_registry *reg, const char *dir, uint32_t origin,
                               weft_error *err) {
@@ -58,6 +63,21 @@ static weft_status add_bundle(weft_registry *reg, const char *dir, uint32_t orig
     weft_error_clear(&e->error);
     weft_status st = weft_plugin_manifest_load(e->manifest_path, &e->manifest, &e->error);
     if (st == WEFT_ERR_NOMEM) return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
+    if (origin == WEFT_ORIGIN_SOURCE) {
+        /* the source copy of a bundle found (built) earlier is no news: drop it quietly */
+        for (size_t i = 0; i < reg->n; i++) {
+            const weft_registry_entry *o = &reg->entries[i];
+            int same = st ? !o->manifest && !strcmp(base_name(o->bundle_dir), base_name(bdir))
+                          : o->manifest && !strcmp(o->manifest->name, e->manifest->name) &&
+                                weft_semver_compare(&o->manifest->version,
+                                                    &e->manifest->version) == 0;
+            if (same) {
+                weft_plugin_manifest_free(e->manifest);
+                e->manifest = NULL;
+                return WEFT_OK;
+            }
+        }
+    }
     if (st) {
         e->status = WEFT_BUNDLE_BROKEN;
         e->manifest = NULL;
@@ -133,6 +153,15 @@ weft_status weft_registry_discover(const char *const *extra, size_t n_extra, uin
 #ifdef WEFT_INSTALL_PLUGIN_DIR
     if (!st && !(flags & WEFT_REGISTRY_NO_INSTALL))
         st = scan_dir(reg, WEFT_INSTALL_PLUGIN_DIR, WEFT_ORIGIN_INSTALL, err);
+#endif
+#ifdef WEFT_SOURCE_DIR
+    static const char *const source_dirs[] = {"plugins/backends", "models", "techniques",
+                                              "plugins"};
+    for (size_t i = 0; !st && !(flags & WEFT_REGISTRY_NO_SOURCE) && i < 4; i++) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s/%s", WEFT_SOURCE_DIR, source_dirs[i]);
+        st = scan_dir(reg, dir, WEFT_ORIGIN_SOURCE, err);
+    }
 #endif
     if (st) {
         weft_registry_free(reg);
@@ -256,6 +285,7 @@ const char *weft_registry_origin_name(uint32_t origin) {
     case WEFT_ORIGIN_ENV: return "WEFT_PLUGIN_PATH";
     case WEFT_ORIGIN_BUILD: return "build";
     case WEFT_ORIGIN_INSTALL: return "install";
+    case WEFT_ORIGIN_SOURCE: return "source";
     default: return "unknown";
     }
 }

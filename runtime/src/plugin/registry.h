@@ -1,8 +1,12 @@
 /* The plugin registry: every bundle (a directory holding manifest.yaml) found on the search
  * path, with its parsed manifest. Search order: extra directories given by the caller (the
  * CLI's --path), then WEFT_PLUGIN_PATH (colon-separated), then the build tree
- * (WEFT_BUILD_PLUGIN_DIR), then the install prefix (WEFT_INSTALL_PLUGIN_DIR). Each directory is
- * either a bundle itself or holds bundles one level down. The first bundle found for a
+ * (WEFT_BUILD_PLUGIN_DIR), then the install prefix (WEFT_INSTALL_PLUGIN_DIR), and last the
+ * bundle directories of the source tree libweft was built from (plugins/backends, models,
+ * techniques, plugins), so that bundles whose code is not built yet still list; a source
+ * bundle already found earlier (same name and version, or the same directory name when broken)
+ * is skipped silently rather than listed as shadowed. Each directory is either a bundle itself
+ * or holds bundles one level down. The first bundle found for a
  * name+version wins; later ones with the same name and version are listed as shadowed. The
  * registry reads manifests only: it never opens a library, and a broken manifest is listed
  * as broken with its error instead of failing discovery. */
@@ -27,6 +31,7 @@ typedef enum weft_registry_origin {
     WEFT_ORIGIN_ENV = 2,     /* WEFT_PLUGIN_PATH */
     WEFT_ORIGIN_BUILD = 3,   /* WEFT_BUILD_PLUGIN_DIR */
     WEFT_ORIGIN_INSTALL = 4, /* WEFT_INSTALL_PLUGIN_DIR */
+    WEFT_ORIGIN_SOURCE = 5,  /* the source tree libweft was built from (bundles not built) */
 } weft_registry_origin;
 
 typedef struct weft_registry_entry {
@@ -51,7 +56,8 @@ enum {
     WEFT_REGISTRY_NO_ENV = 1u << 0,     /* ignore WEFT_PLUGIN_PATH */
     WEFT_REGISTRY_NO_BUILD = 1u << 1,   /* skip the build tree */
     WEFT_REGISTRY_NO_INSTALL = 1u << 2, /* skip the install prefix */
-    WEFT_REGISTRY_ONLY_EXTRA = (1u << 0) | (1u << 1) | (1u << 2),
+    WEFT_REGISTRY_NO_SOURCE = 1u << 3,  /* skip the source tree's bundles */
+    WEFT_REGISTRY_ONLY_EXTRA = (1u << 0) | (1u << 1) | (1u << 2) | (1u << 3),
 };
 
 /* Builds the registry. extra (n_extra dirs, may be NULL) are searched first. A directory that

@@ -362,6 +362,9 @@ weft_status weft_semver_range_parse(const char *text, weft_semver_range *out, we
         }
         const char *why = NULL;
         if (!add_token(out, set, op, s + vstart, i - vstart, &why)) {
+            if (start == 0 && i == n)
+                return weft_error_set(err, WEFT_ERR_FORMAT, "semver", "expected %s, found %s",
+                                      why, q);
             return weft_error_set(err, WEFT_ERR_FORMAT, "semver",
                                   "expected %s, found \"%.*s%.*s\" in %s", why, (int)oplen,
                                   s + start, (int)(i - vstart), s + vstart, q);
