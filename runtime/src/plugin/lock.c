@@ -119,7 +119,9 @@ weft_status weft_lock_freeze(const weft_resolved_candidate *c, weft_lock **out, 
     if (!l) return weft_error_set(err, WEFT_ERR_NOMEM, "lock", "out of memory");
     l->format = WEFT_LOCK_FORMAT;
     snprintf(l->candidate, sizeof(l->candidate), "%s", c->name);
-    snprintf(l->source.path, sizeof(l->source.path), "%s", c->path);
+    char real[PATH_MAX];
+    /* absolute, so `weft candidate check` works from any directory */
+    snprintf(l->source.path, sizeof(l->source.path), "%s", realpath(c->path, real) ? real : c->path);
     snprintf(l->model, sizeof(l->model), "%s", c->model);
     snprintf(l->model_dir, sizeof(l->model_dir), "%s", c->model_dir);
     snprintf(l->backend, sizeof(l->backend), "%s", c->backend);
@@ -155,6 +157,14 @@ weft_status weft_lock_freeze(const weft_resolved_candidate *c, weft_lock **out, 
         snprintf(p->manifest.path, sizeof(p->manifest.path), "%s", rp->manifest_path);
         l->n_plugins = i + 1; /* options below are then freed on failure */
         if ((st = weft_options_dup(&rp->options, &p->options, err)) != WEFT_OK) goto fail;
+        struct stat sb;
+        if (stat(p->library.path, &sb) != 0) {
+            st = weft_error_set(err, WEFT_ERR_NOT_FOUND, p->name,
+                                "plugin %s %s: library %s does not exist: build the bundle, or "
+                                "pin a built version in %s",
+                                p->name, p->version, p->library.path, c->path);
+            goto fail;
+        }
         if ((st = weft_hash_sha256_file(p->library.path, p->library.sha256, err)) != WEFT_OK ||
             (st = weft_hash_sha256_file(p->manifest.path, p->manifest.sha256, err)) != WEFT_OK) {
             weft_error_prefix(err, "plugin %s %s", p->name, p->version);
@@ -826,6 +836,8 @@ weft_status weft_lock_diff(const weft_lock *a, const weft_lock *b, weft_lock_rep
     reporter r = {report, ctx, 0};
     (void)err;
     diff_str(&r, "candidate", a->candidate, b->candidate);
+    diff_str(&r, "candidate manifest", a->source.path, b->source.path);
+    diff_str(&r, "candidate manifest sha256", a->source.sha256, b->source.sha256);
     diff_str(&r, "backend", a->backend, b->backend);
     diff_str(&r, "model", a->model, b->model);
     diff_str(&r, "model dir", a->model_dir, b->model_dir);
