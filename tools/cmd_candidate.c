@@ -17,15 +17,15 @@
 __attribute__((weak)) int weft_cmd_candidate_graph(int argc, char **argv);
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: weft candidate <subcommand> ...\n\n"
-            "  freeze MANIFEST [-o LOCK] [--path DIR]...  resolve and pin a candidate in a lock\n"
-            "  check LOCK [--no-cache]                    re-hash every pinned file\n"
-            "  diff A B                                   what differs between two locks\n"
-            "  graph LOCK                                 print the candidate's final step graph\n\n"
-            "A lock is JSON (docs/ABI.md, \"Locks\"): exact plugin versions, ABI ranges, the\n"
-            "SHA-256 of every library, manifest and model file, validated options, chain order,\n"
-            "serving defaults, and the candidate id (XXH3-128 of the canonical lock).\n");
+    fprintf(
+        f, "usage: weft candidate <subcommand> ...\n\n"
+           "  freeze MANIFEST [-o LOCK] [--path DIR]...  resolve and pin a candidate in a lock\n"
+           "  check LOCK [--no-cache]                    re-hash every pinned file\n"
+           "  diff A B                                   what differs between two locks\n"
+           "  graph LOCK                                 print the candidate's final step graph\n\n"
+           "A lock is JSON (docs/ABI.md, \"Locks\"): exact plugin versions, ABI ranges, the\n"
+           "SHA-256 of every library, manifest and model file, validated options, chain order,\n"
+           "serving defaults, and the candidate id (XXH3-128 of the canonical lock).\n");
 }
 
 static void print_line(void *ctx, const char *line) {
@@ -109,10 +109,10 @@ static int cmd_freeze(int argc, char **argv) {
     }
     printf("froze %s into %s\nid %s\n", lock->candidate, path, lock->id);
     for (uint32_t i = 0; i < lock->n_plugins; i++)
-        printf("  %-10s %s %s\n", weft_lock_role_name(lock->plugins[i].role),
-               lock->plugins[i].name, lock->plugins[i].version);
-    printf("  model      %s (%u file(s) pinned)\n", lock->model_dir[0] ? lock->model_dir : lock->model,
-           (unsigned)lock->n_model_files);
+        printf("  %-10s %s %s\n", weft_lock_role_name(lock->plugins[i].role), lock->plugins[i].name,
+               lock->plugins[i].version);
+    printf("  model      %s (%u file(s) pinned)\n",
+           lock->model_dir[0] ? lock->model_dir : lock->model, (unsigned)lock->n_model_files);
 done:
     weft_lock_free(lock);
     weft_resolved_free(rc);
@@ -137,8 +137,7 @@ static int cmd_check(int argc, char **argv) {
         if (!strcmp(argv[i], "--no-cache")) {
             flags |= WEFT_LOCK_CHECK_NO_CACHE;
         } else if (argv[i][0] == '-' || path) {
-            fprintf(stderr, "weft candidate check: unexpected argument %s (see --help)\n",
-                    argv[i]);
+            fprintf(stderr, "weft candidate check: unexpected argument %s (see --help)\n", argv[i]);
             return 2;
         } else {
             path = argv[i];

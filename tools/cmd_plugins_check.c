@@ -25,15 +25,15 @@
 #define CHILD_TIMEOUT_S 30
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: weft plugins check [BUNDLE...] [--path DIR]...\n\n"
-            "Checks plugin bundles (a bundle directory or its manifest.yaml; without arguments,\n"
-            "every bundle on the search path). The manifest is validated strictly; then, in a\n"
-            "child process, the library is loaded, its ABI negotiated, its descriptor compared\n"
-            "with the manifest, and create/destroy run with the default options. A crash there\n"
-            "is reported, not fatal. A bundle whose library is not built passes on its manifest.\n\n"
-            "  --path DIR   search DIR first (repeatable; default: none)\n\n"
-            "Exit status: 0 when every bundle passed, 1 otherwise, 2 on a usage error.\n");
+    fprintf(
+        f, "usage: weft plugins check [BUNDLE...] [--path DIR]...\n\n"
+           "Checks plugin bundles (a bundle directory or its manifest.yaml; without arguments,\n"
+           "every bundle on the search path). The manifest is validated strictly; then, in a\n"
+           "child process, the library is loaded, its ABI negotiated, its descriptor compared\n"
+           "with the manifest, and create/destroy run with the default options. A crash there\n"
+           "is reported, not fatal. A bundle whose library is not built passes on its manifest.\n\n"
+           "  --path DIR   search DIR first (repeatable; default: none)\n\n"
+           "Exit status: 0 when every bundle passed, 1 otherwise, 2 on a usage error.\n");
 }
 
 /* Phases the child announces on the pipe before entering them. */
@@ -41,10 +41,14 @@ enum { PHASE_LOAD = 'L', PHASE_CREATE = 'C', PHASE_DESTROY = 'D', PHASE_DONE = '
 
 static const char *phase_words(int phase) {
     switch (phase) {
-    case PHASE_LOAD: return "while loading";
-    case PHASE_CREATE: return "in create";
-    case PHASE_DESTROY: return "in destroy";
-    default: return "before loading";
+    case PHASE_LOAD:
+        return "while loading";
+    case PHASE_CREATE:
+        return "in create";
+    case PHASE_DESTROY:
+        return "in destroy";
+    default:
+        return "before loading";
     }
 }
 
@@ -62,7 +66,8 @@ static void put(int fd, const void *buf, size_t n) {
 /* Runs in the child: every outcome goes to fd as phase bytes, then 'K' or 'E' + message. */
 static void child_check(int fd, const weft_plugin_manifest *m, const char *library) {
     static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) signal(sigs[i], SIG_DFL);
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        signal(sigs[i], SIG_DFL);
     alarm(CHILD_TIMEOUT_S);
     weft_error err;
     weft_error_clear(&err);
@@ -97,8 +102,7 @@ static void child_check(int fd, const weft_plugin_manifest *m, const char *libra
 }
 
 /* Forks, runs child_check, and turns what came back into one line in why. Returns 0 on pass. */
-static int check_binary(const weft_plugin_manifest *m, const char *library, char *why,
-                        size_t cap) {
+static int check_binary(const weft_plugin_manifest *m, const char *library, char *why, size_t cap) {
     int fds[2];
     if (pipe(fds) != 0) {
         snprintf(why, cap, "cannot create a pipe: %s", strerror(errno));

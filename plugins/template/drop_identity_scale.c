@@ -21,8 +21,8 @@ typedef struct drop_state {
 } drop_state;
 
 /* setup */
-static weft_status drop_create(const weft_host_services *host, const weft_options *opts,
-                               void **st, weft_error *err) {
+static weft_status drop_create(const weft_host_services *host, const weft_options *opts, void **st,
+                               weft_error *err) {
     drop_state *s = host->alloc(sizeof(*s));
     if (!s) return weft_sdk_error(err, WEFT_ERR_NOMEM, NAME, "out of memory");
     s->host = host;
@@ -62,7 +62,8 @@ static weft_status drop_run(void *st, const weft_model_config *cfg, const weft_g
                        fabs((double)n->p.f[0] - 1.0) <= s->tolerance;
         uint32_t x = n->in[0], y = n->out[0];
         if (!identity || x >= g->n_tensors || y >= g->n_tensors ||
-            g->tensors[y].kind == WEFT_TENSOR_OUTPUT || !same_shape(&g->tensors[x], &g->tensors[y])) {
+            g->tensors[y].kind == WEFT_TENSOR_OUTPUT ||
+            !same_shape(&g->tensors[x], &g->tensors[y])) {
             i++;
             continue;
         }
@@ -88,8 +89,8 @@ static const weft_pass_vtable drop_pass = {
 static const weft_plugin_descriptor drop_desc = {
     .size = sizeof(weft_plugin_descriptor),
     .abi_version = 1,
-    .name = NAME,        /* must equal manifest.yaml's name */
-    .version = "0.1.0",  /* and its version */
+    .name = NAME,       /* must equal manifest.yaml's name */
+    .version = "0.1.0", /* and its version */
     .kind = WEFT_KIND_TECHNIQUE,
     .slots = WEFT_SLOT_PASS, /* and its slots */
     .create = drop_create,
