@@ -259,6 +259,7 @@ static void test_bad_configs(void **state) {
          "field num_key_value_heads: expected a divisor of num_attention_heads (4), got 3"},
         {"{\"model_type\":\"llama\",\"vocab_size\":100,\"hidden_size\":\"64\"," REST "}", "field hidden_size: expected a positive integer, got \"64\""},
         {"{" BASE ",\"rms_norm_eps\":0}", "field rms_norm_eps: expected a positive number, got 0"},
+        {"{" BASE ",\"rms_norm_eps\":1e-66}", "field rms_norm_eps: expected a positive number"},
         {"{" BASE ",\"tie_word_embeddings\":1}", "field tie_word_embeddings: expected true or false"},
         {"{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}",
          "field rope_scaling.rope_type: expected default, linear or llama3, got \"yarn\""},

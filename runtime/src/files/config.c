@@ -75,7 +75,8 @@ static weft_status get_num(json_t *obj, const char *field, const char *path, dou
         return WEFT_OK;
     }
     double d = json_number_value(v);
-    if (!json_is_number(v) || !(d > 0) || !isfinite(d) || d > 3.0e38)
+    /* Checked after the narrowing too: 1e-66 is positive as a double but 0 as a float. */
+    if (!json_is_number(v) || !(d > 0) || !isfinite(d) || d > 3.0e38 || !((float)d > 0))
         return bad_field(err, path, field, "a positive number", v);
     *out = (float)d;
     return WEFT_OK;
