@@ -3,6 +3,7 @@
  * formula, the tokenizer files, and refusals of damaged inputs. The HF-BPE equivalence of the
  * derived merges is checked against encodings made by Hugging Face `tokenizers`
  * (tests/data/files/tok512_hf_encodings.json, tools/scripts/llama2c_tokenizer_parity.py). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -320,6 +321,115 @@ static void test_merges_match_hf(void **state) {
     weft_llama2c_vocab_free(&v);
 }
 
+/* ---- logits parity with transformers ------------------------------------------------------
+ * A plain fp32 forward pass of the converted checkpoint (HF half-split RoPE, GQA, SwiGLU,
+ * RMSNorm) over the first tokens of reference.safetensors; its logits were computed by
+ * transformers from the same llama2.c weights with its own conversion. A wrong q/k permutation
+ * or a swapped gate/up shows up as differences of order 1. */
+static const float *W(const weft_safetensors *st, const char *fmt, int l) {
+    char name[128];
+    if (l < 0) snprintf(name, sizeof(name), "%s", fmt); /* not a per-layer tensor */
+    else snprintf(name, sizeof(name), fmt, l);
+    const weft_st_tensor *t = weft_safetensors_find(st, name);
+    if (!t) fail_msg("missing %s", name);
+    return (const float *)t->data;
+}
+
+static void matvec(const float *w, const float *x, float *y, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        float s = 0;
+        for (int c = 0; c < cols; c++) s += w[(size_t)r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+
+static void rmsnorm(const float *x, const float *w, float *y, int n) {
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float k = 1.0f / sqrtf(ss / (float)n + 1e-5f);
+    for (int i = 0; i < n; i++) y[i] = x[i] * k * w[i];
+}
+
+static void rope_half(float *v, int n_heads, int hd, int pos) {
+    for (int h = 0; h < n_heads; h++)
+        for (int i = 0; i < hd / 2; i++) {
+            double f = pos / pow(10000.0, 2.0 * i / hd);
+            float c = (float)cos(f), s = (float)sin(f);
+            float *a = v + h * hd + i, *b = a + hd / 2, x = *a, y = *b;
+            *a = x * c - y * s;
+            *b = y * c + x * s;
+        }
+}
+
+static void test_logits_match_transformers(void **state) {
+    enum { D = 64, L = 5, NH = 8, NKV = 4, HD = 8, FF = 172, V = 512, T = 24 };
+    weft_safetensors *st, *ref;
+    weft_error err;
+    if (weft_safetensors_open_dir(outdir, &st, &err)) fail_msg("%s", err.message);
+    const char *s = getenv("WEFT_SHARED_DIR");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/reference/stories260K/reference.safetensors",
+             s && s[0] ? s : WEFT_SHARED_DIR);
+    if (weft_safetensors_open_file(path, &ref, &err)) fail_msg("%s", err.message);
+    const weft_st_tensor *ids = weft_safetensors_find(ref, "input_ids");
+    const weft_st_tensor *lg = weft_safetensors_find(ref, "logits");
+    assert_non_null(ids);
+    assert_non_null(lg);
+    assert_int_equal(lg->shape[1], V);
+    static float kc[L][T][NKV * HD], vc[L][T][NKV * HD];
+    float x[D], h[D], q[NH * HD], k[NKV * HD], v[NKV * HD], att[NH * HD], o[D], g[FF], u[FF];
+    float logits[V], worst = 0;
+    for (int pos = 0; pos < T; pos++) {
+        int32_t tok;
+        memcpy(&tok, ids->data + 4 * pos, 4);
+        memcpy(x, W(st, "model.embed_tokens.weight", -1) + (size_t)tok * D, sizeof(x));
+        for (int l = 0; l < L; l++) {
+            rmsnorm(x, W(st, "model.layers.%d.input_layernorm.weight", l), h, D);
+            matvec(W(st, "model.layers.%d.self_attn.q_proj.weight", l), h, q, NH * HD, D);
+            matvec(W(st, "model.layers.%d.self_attn.k_proj.weight", l), h, k, NKV * HD, D);
+            matvec(W(st, "model.layers.%d.self_attn.v_proj.weight", l), h, v, NKV * HD, D);
+            rope_half(q, NH, HD, pos);
+            rope_half(k, NKV, HD, pos);
+            memcpy(kc[l][pos], k, sizeof(k));
+            memcpy(vc[l][pos], v, sizeof(v));
+            for (int hh = 0; hh < NH; hh++) {
+                int kv = hh / (NH / NKV);
+                float sc[T], m = -1e30f, z = 0;
+                for (int t = 0; t <= pos; t++) {
+                    float d = 0;
+                    for (int i = 0; i < HD; i++) d += q[hh * HD + i] * kc[l][t][kv * HD + i];
+                    sc[t] = d / sqrtf((float)HD);
+                    if (sc[t] > m) m = sc[t];
+                }
+                for (int t = 0; t <= pos; t++) z += (sc[t] = expf(sc[t] - m));
+                for (int i = 0; i < HD; i++) {
+                    float a = 0;
+                    for (int t = 0; t <= pos; t++) a += sc[t] / z * vc[l][t][kv * HD + i];
+                    att[hh * HD + i] = a;
+                }
+            }
+            matvec(W(st, "model.layers.%d.self_attn.o_proj.weight", l), att, o, D, NH * HD);
+            for (int i = 0; i < D; i++) x[i] += o[i];
+            rmsnorm(x, W(st, "model.layers.%d.post_attention_layernorm.weight", l), h, D);
+            matvec(W(st, "model.layers.%d.mlp.gate_proj.weight", l), h, g, FF, D);
+            matvec(W(st, "model.layers.%d.mlp.up_proj.weight", l), h, u, FF, D);
+            for (int i = 0; i < FF; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            matvec(W(st, "model.layers.%d.mlp.down_proj.weight", l), g, o, D, FF);
+            for (int i = 0; i < D; i++) x[i] += o[i];
+        }
+        rmsnorm(x, W(st, "model.norm.weight", -1), h, D);
+        matvec(W(st, "model.embed_tokens.weight", -1), h, logits, V, D); /* tied head */
+        const float *want = (const float *)lg->data + (size_t)pos * V;
+        for (int i = 0; i < V; i++) {
+            float d = fabsf(logits[i] - want[i]);
+            if (d > worst) worst = d;
+        }
+    }
+    if (!(worst < 2e-3f)) fail_msg("max |logit difference| %g over %d positions", worst, T);
+    weft_safetensors_close(ref);
+    weft_safetensors_close(st);
+}
+
 static void copy_cut(const char *src, const char *dst, long keep, const void *patch,
                      size_t patch_len) {
     FILE *f = fopen(src, "rb");
@@ -377,7 +487,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_written),  cmocka_unit_test(test_tensors),
         cmocka_unit_test(test_permutation_helper), cmocka_unit_test(test_tokenizer_files),
-        cmocka_unit_test(test_merges_match_hf), cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_merges_match_hf), cmocka_unit_test(test_logits_match_transformers),
+        cmocka_unit_test(test_bad_inputs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
