@@ -17,9 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!err.message[0]) __builtin_trap();
         return 0;
     }
-    if (!cfg.vocab_size || !cfg.hidden_size || !cfg.n_layers || !cfg.n_heads ||
-        !cfg.n_kv_heads || !cfg.head_dim || cfg.n_heads % cfg.n_kv_heads || cfg.n_eos > 8 ||
-        !(cfg.rms_eps > 0))
+    if (!cfg.vocab_size || !cfg.hidden_size || !cfg.n_layers || !cfg.n_heads || !cfg.n_kv_heads ||
+        !cfg.head_dim || cfg.n_heads % cfg.n_kv_heads || cfg.n_eos > 8 || !(cfg.rms_eps > 0))
         __builtin_trap();
     return 0;
 }

@@ -159,9 +159,9 @@ static void test_tensors(void **state) {
     assert_true(((const float *)weft_safetensors_find(st, "model.layers.0.self_attn.q_proj.weight")
                      ->data)[4 * D + 5] == wq[1 * D + 5]);
     /* q is genuinely reordered: row 1 differs from llama2.c row 1 */
-    assert_memory_not_equal(weft_safetensors_find(st, "model.layers.0.self_attn.q_proj.weight")
-                                    ->data + D * 4,
-                            wq + D, D * 4);
+    assert_memory_not_equal(
+        weft_safetensors_find(st, "model.layers.0.self_attn.q_proj.weight")->data + D * 4, wq + D,
+        D * 4);
     /* everything else is copied as is, w1 = gate, w3 = up, w2 = down */
     assert_memory_equal(weft_safetensors_find(st, "model.embed_tokens.weight")->data, emb,
                         V * D * 4);
@@ -188,7 +188,8 @@ static void test_tensors(void **state) {
 
 static void test_permutation_helper(void **state) {
     float src[8 * 2], dst[8 * 2];
-    for (int i = 0; i < 16; i++) src[i] = (float)i;
+    for (int i = 0; i < 16; i++)
+        src[i] = (float)i;
     weft_llama2c_permute_rows(src, dst, 2, 4, 2); /* 2 heads of 4 rows, 2 columns */
     /* head 0 rows 0,2,1,3 then head 1 rows 4,6,5,7 */
     static const float want[16] = {0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15};
@@ -260,11 +261,14 @@ static size_t llama2c_encode(const weft_llama2c_vocab *v, const char *text, int 
     if (len) ids[n++] = find_piece(v, " ", 1);
     for (size_t i = 0; i < len;) {
         size_t cl = 1;
-        while (i + cl < len && ((unsigned char)text[i + cl] & 0xc0) == 0x80 && cl < 4) cl++;
+        while (i + cl < len && ((unsigned char)text[i + cl] & 0xc0) == 0x80 && cl < 4)
+            cl++;
         int id = find_piece(v, text + i, cl);
-        if (id >= 0) ids[n++] = id;
+        if (id >= 0)
+            ids[n++] = id;
         else
-            for (size_t b = 0; b < cl; b++) ids[n++] = (unsigned char)text[i + b] + 3;
+            for (size_t b = 0; b < cl; b++)
+                ids[n++] = (unsigned char)text[i + b] + 3;
         i += cl;
     }
     for (;;) {
@@ -299,8 +303,8 @@ static void test_merges_match_hf(void **state) {
     assert_int_equal(v.max_token_length, 7);
     assert_string_equal(v.pieces[1], "\n<s>\n");
     json_error_t je;
-    json_t *cases = json_load_file(WEFT_SOURCE_DIR "/tests/data/files/tok512_hf_encodings.json", 0,
-                                   &je);
+    json_t *cases =
+        json_load_file(WEFT_SOURCE_DIR "/tests/data/files/tok512_hf_encodings.json", 0, &je);
     if (!cases) fail_msg("%s", je.text);
     assert_true(json_array_size(cases) >= 10);
     size_t i;
@@ -311,7 +315,8 @@ static void test_merges_match_hf(void **state) {
         int ids[4096];
         assert_true(strlen(text) * 4 + 1 < 4096);
         size_t n = llama2c_encode(&v, text, ids);
-        if (n != json_array_size(hf)) fail_msg("'%s': %zu ids, HF %zu", text, n, json_array_size(hf));
+        if (n != json_array_size(hf))
+            fail_msg("'%s': %zu ids, HF %zu", text, n, json_array_size(hf));
         for (size_t k = 0; k < n; k++)
             if (ids[k] != json_integer_value(json_array_get(hf, k)))
                 fail_msg("'%s': id %zu is %d, HF %lld", text, k, ids[k],
@@ -328,8 +333,10 @@ static void test_merges_match_hf(void **state) {
  * or a swapped gate/up shows up as differences of order 1. */
 static const float *W(const weft_safetensors *st, const char *fmt, int l) {
     char name[128];
-    if (l < 0) snprintf(name, sizeof(name), "%s", fmt); /* not a per-layer tensor */
-    else snprintf(name, sizeof(name), fmt, l);
+    if (l < 0)
+        snprintf(name, sizeof(name), "%s", fmt); /* not a per-layer tensor */
+    else
+        snprintf(name, sizeof(name), fmt, l);
     const weft_st_tensor *t = weft_safetensors_find(st, name);
     if (!t) fail_msg("missing %s", name);
     return (const float *)t->data;
@@ -338,16 +345,19 @@ static const float *W(const weft_safetensors *st, const char *fmt, int l) {
 static void matvec(const float *w, const float *x, float *y, int rows, int cols) {
     for (int r = 0; r < rows; r++) {
         float s = 0;
-        for (int c = 0; c < cols; c++) s += w[(size_t)r * cols + c] * x[c];
+        for (int c = 0; c < cols; c++)
+            s += w[(size_t)r * cols + c] * x[c];
         y[r] = s;
     }
 }
 
 static void rmsnorm(const float *x, const float *w, float *y, int n) {
     float ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
     float k = 1.0f / sqrtf(ss / (float)n + 1e-5f);
-    for (int i = 0; i < n; i++) y[i] = x[i] * k * w[i];
+    for (int i = 0; i < n; i++)
+        y[i] = x[i] * k * w[i];
 }
 
 static void rope_half(float *v, int n_heads, int hd, int pos) {
@@ -397,25 +407,31 @@ static void test_logits_match_transformers(void **state) {
                 float sc[T], m = -1e30f, z = 0;
                 for (int t = 0; t <= pos; t++) {
                     float d = 0;
-                    for (int i = 0; i < HD; i++) d += q[hh * HD + i] * kc[l][t][kv * HD + i];
+                    for (int i = 0; i < HD; i++)
+                        d += q[hh * HD + i] * kc[l][t][kv * HD + i];
                     sc[t] = d / sqrtf((float)HD);
                     if (sc[t] > m) m = sc[t];
                 }
-                for (int t = 0; t <= pos; t++) z += (sc[t] = expf(sc[t] - m));
+                for (int t = 0; t <= pos; t++)
+                    z += (sc[t] = expf(sc[t] - m));
                 for (int i = 0; i < HD; i++) {
                     float a = 0;
-                    for (int t = 0; t <= pos; t++) a += sc[t] / z * vc[l][t][kv * HD + i];
+                    for (int t = 0; t <= pos; t++)
+                        a += sc[t] / z * vc[l][t][kv * HD + i];
                     att[hh * HD + i] = a;
                 }
             }
             matvec(W(st, "model.layers.%d.self_attn.o_proj.weight", l), att, o, D, NH * HD);
-            for (int i = 0; i < D; i++) x[i] += o[i];
+            for (int i = 0; i < D; i++)
+                x[i] += o[i];
             rmsnorm(x, W(st, "model.layers.%d.post_attention_layernorm.weight", l), h, D);
             matvec(W(st, "model.layers.%d.mlp.gate_proj.weight", l), h, g, FF, D);
             matvec(W(st, "model.layers.%d.mlp.up_proj.weight", l), h, u, FF, D);
-            for (int i = 0; i < FF; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            for (int i = 0; i < FF; i++)
+                g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
             matvec(W(st, "model.layers.%d.mlp.down_proj.weight", l), g, o, D, FF);
-            for (int i = 0; i < D; i++) x[i] += o[i];
+            for (int i = 0; i < D; i++)
+                x[i] += o[i];
         }
         rmsnorm(x, W(st, "model.norm.weight", -1), h, D);
         matvec(W(st, "model.embed_tokens.weight", -1), h, logits, V, D); /* tied head */
@@ -459,7 +475,8 @@ static void test_bad_inputs(void **state) {
     int32_t hdr[2] = {64, -172};
     copy_cut(model_path, bad, 0, hdr, sizeof(hdr));
     assert_int_equal(weft_llama2c_open(bad, &m, &err), WEFT_ERR_FORMAT);
-    if (!strstr(err.message, "header hidden_dim: expected 1..1048576, got -172")) fail_msg("%s", err.message);
+    if (!strstr(err.message, "header hidden_dim: expected 1..1048576, got -172"))
+        fail_msg("%s", err.message);
     int32_t heads[5] = {64, 172, 5, 7, 7};
     copy_cut(model_path, bad, 0, heads, sizeof(heads));
     assert_int_equal(weft_llama2c_open(bad, &m, &err), WEFT_ERR_FORMAT);
@@ -485,9 +502,9 @@ static void test_bad_inputs(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config_written),  cmocka_unit_test(test_tensors),
+        cmocka_unit_test(test_config_written),     cmocka_unit_test(test_tensors),
         cmocka_unit_test(test_permutation_helper), cmocka_unit_test(test_tokenizer_files),
-        cmocka_unit_test(test_merges_match_hf), cmocka_unit_test(test_logits_match_transformers),
+        cmocka_unit_test(test_merges_match_hf),    cmocka_unit_test(test_logits_match_transformers),
         cmocka_unit_test(test_bad_inputs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -66,8 +66,8 @@ static void test_round_trip(void **state) {
     uint16_t b[4] = {0x3f80, 0x4000, 0xbf80, 0x0000};
     int32_t c[3] = {7, -8, 9};
     int64_t sa[2] = {2, 3}, sb[1] = {4}, sc[1] = {3}, se[2] = {0, 5};
-    assert_int_equal(weft_st_writer_add(w, "zeta.weight", WEFT_DTYPE_F32, 2, sa, a, sizeof(a), &err),
-                     WEFT_OK);
+    assert_int_equal(
+        weft_st_writer_add(w, "zeta.weight", WEFT_DTYPE_F32, 2, sa, a, sizeof(a), &err), WEFT_OK);
     assert_int_equal(weft_st_writer_add(w, "alpha", WEFT_DTYPE_BF16, 1, sb, b, sizeof(b), &err),
                      WEFT_OK);
     assert_int_equal(weft_st_writer_add(w, "mid", WEFT_DTYPE_I32, 1, sc, c, sizeof(c), &err),
@@ -87,7 +87,8 @@ static void test_round_trip(void **state) {
     size_t len;
     uint8_t *raw = slurp(path, &len);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | raw[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | raw[i];
     assert_int_equal((8 + hlen) % 8, 0); /* data section 8-byte aligned */
     assert_int_equal(len, 8 + hlen + 24 + 8 + 12 + 0 + 4);
     assert_int_equal(raw[8 + hlen - 1] == ' ' || raw[8 + hlen - 1] == '}', 1);
@@ -205,7 +206,8 @@ static void test_corrupt_table(void **state) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t hl = strlen(cases[i].header), len = 8 + hl + cases[i].data_len;
         uint8_t *img = calloc(1, len);
-        for (int k = 0; k < 8; k++) img[k] = (uint8_t)((uint64_t)hl >> (8 * k));
+        for (int k = 0; k < 8; k++)
+            img[k] = (uint8_t)((uint64_t)hl >> (8 * k));
         memcpy(img + 8, cases[i].header, hl);
         check_bad(img, len, cases[i].expect);
         free(img);
@@ -240,8 +242,7 @@ static void test_corrupt_table(void **state) {
     assert_int_equal(weft_safetensors_open_file(path, &st, &err), WEFT_ERR_FORMAT);
     assert_non_null(strstr(err.message, "truncated: 3 bytes"));
     free(raw);
-    assert_int_equal(weft_safetensors_open_file(tmp_path("absent"), &st, &err),
-                     WEFT_ERR_NOT_FOUND);
+    assert_int_equal(weft_safetensors_open_file(tmp_path("absent"), &st, &err), WEFT_ERR_NOT_FOUND);
 }
 
 /* Empty tensors may share offsets; gaps between tensors are tolerated. */
@@ -311,9 +312,10 @@ static void test_sharded(void **state) {
     assert_true(v[0] == 1.0f && v[1] == 2.0f);
     weft_safetensors_close(st);
 
-    expect_dir_error("\"a\":\"s-1.safetensors\",\"b\":\"s-1.safetensors\","
-                     "\"c\":\"s-2.safetensors\",\"d\":\"s-2.safetensors\",\"e\":\"s-2.safetensors\"",
-                     "weight_map maps tensor 'e' to s-2.safetensors, which has no such tensor");
+    expect_dir_error(
+        "\"a\":\"s-1.safetensors\",\"b\":\"s-1.safetensors\","
+        "\"c\":\"s-2.safetensors\",\"d\":\"s-2.safetensors\",\"e\":\"s-2.safetensors\"",
+        "weight_map maps tensor 'e' to s-2.safetensors, which has no such tensor");
     expect_dir_error("\"a\":\"s-1.safetensors\",\"b\":\"s-2.safetensors\","
                      "\"c\":\"s-2.safetensors\",\"d\":\"s-2.safetensors\"",
                      "weight_map maps tensor 'b' to s-2.safetensors, but it is in s-1.safetensors");
@@ -433,10 +435,10 @@ static void test_reference_file(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),         cmocka_unit_test(test_writer_duplicates),
-        cmocka_unit_test(test_corrupt_table),      cmocka_unit_test(test_lenient_cases),
-        cmocka_unit_test(test_sharded),            cmocka_unit_test(test_half_conversions),
-        cmocka_unit_test(test_dtype_helpers),      cmocka_unit_test(test_reference_file),
+        cmocka_unit_test(test_round_trip),    cmocka_unit_test(test_writer_duplicates),
+        cmocka_unit_test(test_corrupt_table), cmocka_unit_test(test_lenient_cases),
+        cmocka_unit_test(test_sharded),       cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_dtype_helpers), cmocka_unit_test(test_reference_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -90,14 +90,15 @@ static void test_values(void **state) {
         sq += (double)v[i] * v[i];
     }
     double mean = sum / (double)n, sd = sqrt(sq / (double)n - mean * mean);
-    assert_true(fabs(mean) < 0.0005);        /* 262144 samples: 4 sigma ~ 0.00016 */
+    assert_true(fabs(mean) < 0.0005); /* 262144 samples: 4 sigma ~ 0.00016 */
     assert_true(fabs(sd - 0.02) < 0.0005);
     for (size_t i = 0; i < 100; i++)
         assert_true(v[i * 997] == weft_synth_value(7, "model.embed_tokens.weight", i * 997));
     assert_true(weft_synth_value(7, "x", 5) != weft_synth_value(8, "x", 5));
     assert_true(weft_synth_value(7, "x", 5) != weft_synth_value(7, "y", 5));
     const weft_st_tensor *qn = weft_safetensors_find(st, "model.layers.1.self_attn.q_norm.weight");
-    for (size_t i = 0; i < 128; i++) assert_true(((const float *)qn->data)[i] == 1.0f);
+    for (size_t i = 0; i < 128; i++)
+        assert_true(((const float *)qn->data)[i] == 1.0f);
     weft_safetensors_close(st);
 }
 
@@ -197,10 +198,8 @@ static void test_published_sizes(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches_reference_layout),
-        cmocka_unit_test(test_values),
-        cmocka_unit_test(test_reproducible_bf16_layers),
-        cmocka_unit_test(test_sharded_output),
+        cmocka_unit_test(test_matches_reference_layout), cmocka_unit_test(test_values),
+        cmocka_unit_test(test_reproducible_bf16_layers), cmocka_unit_test(test_sharded_output),
         cmocka_unit_test(test_published_sizes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
