@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libyaml-dev libjansson-dev libmicrohttpd-dev
       libcurl4-openssl-dev libxxhash-dev libssl-dev libpcre2-dev libcmocka-dev
-      clang libclang-rt-14-dev valgrind python3 python3-venv curl)
+      clang libclang-rt-14-dev valgrind python3 python3-venv curl patchelf)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
