@@ -158,6 +158,18 @@ static void test_sharded_output(void **state) {
     memcpy(&h, b->data + 2 * 3, 2);
     assert_int_equal(h, weft_f32_to_f16(weft_synth_value(1, b->name, 3)));
     weft_safetensors_close(st);
+    /* a single-file run into the same directory drops the old index */
+    o.shard_bytes = 0;
+    synth(cfg, "sharded", &o);
+    st = open_sub("sharded");
+    assert_int_equal(weft_safetensors_file_count(st), 1);
+    weft_safetensors_close(st);
+    o.layers = 3; /* the config has 2 */
+    char out[512];
+    snprintf(out, sizeof(out), "%s/more", tmpdir);
+    weft_error err;
+    assert_int_equal(weft_synth_write(cfg, out, &o, &err), WEFT_ERR_INVALID);
+    assert_non_null(strstr(err.message, "expected at most the config's num_hidden_layers (2)"));
 }
 
 static uint64_t params_of(const char *file, weft_model_config *c, size_t *n_tensors) {

@@ -162,6 +162,9 @@ void weft_llama2c_close(weft_llama2c_model *m) {
 weft_status weft_llama2c_vocab_load(const char *path, uint32_t n, weft_llama2c_vocab *v,
                                     weft_error *err) {
     memset(v, 0, sizeof(*v));
+    if (!host_is_little_endian())
+        return weft_error_set(err, WEFT_ERR_UNSUPPORTED, SRC,
+                              "%s: llama2.c files are little-endian; this host is not", path);
     if (n == 0 || n > MAX_VOCAB)
         return weft_error_set(err, WEFT_ERR_INVALID, SRC, "%s: vocab size %u out of range", path,
                               n);
@@ -582,6 +585,9 @@ weft_status weft_llama2c_convert(const char *model_path, const char *tokenizer_p
     json_t *tok = NULL;
     if ((rc = make_dirs(outdir, err))) goto done;
     if ((rc = tokenizer_doc(&v, &tok, err))) goto done;
+    char stale[4096]; /* an index left in OUTDIR would shadow the new model.safetensors */
+    snprintf(stale, sizeof(stale), "%s/model.safetensors.index.json", outdir);
+    remove(stale);
     if ((rc = write_weights(&m, outdir, err))) goto done;
     if ((rc = write_json(outdir, "config.json", config_doc(&m), err))) goto done;
     if ((rc = write_json(outdir, "generation_config.json",

@@ -360,6 +360,12 @@ weft_status weft_synth_write(const char *config_path, const char *outdir,
         goto done;
     }
     uint32_t layers = o.layers ? o.layers : cfg.n_layers;
+    if (layers > cfg.n_layers) {
+        rc = weft_error_set(err, WEFT_ERR_INVALID, SRC,
+                            "layers: expected at most the config's num_hidden_layers (%u), got %u",
+                            cfg.n_layers, layers);
+        goto done;
+    }
     uint32_t cfg_layers = cfg.n_layers;
     cfg.n_layers = layers;
     if ((rc = weft_synth_tensors(&cfg, raw, &t, &n, err))) goto done;
@@ -368,6 +374,13 @@ weft_status weft_synth_write(const char *config_path, const char *outdir,
             weft_error_set(err, WEFT_ERR_IO, SRC, "%s: cannot create: %s", outdir, strerror(errno));
         goto done;
     }
+    /* A checkpoint left by an earlier run would shadow this one: the index wins over a single
+     * file when a directory is opened. */
+    char stale[4096];
+    snprintf(stale, sizeof(stale), "%s/model.safetensors.index.json", outdir);
+    remove(stale);
+    snprintf(stale, sizeof(stale), "%s/model.safetensors", outdir);
+    remove(stale);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     synth_ctx ctx = {o.seed, o.threads ? o.threads : (uint32_t)(cpus > 0 ? cpus : 1)};
     if (ctx.threads > 16) ctx.threads = 16;
