@@ -48,8 +48,12 @@ function(weft_add_plugin)
   set_target_properties(${target} PROPERTIES PREFIX "lib" OUTPUT_NAME ${P_LIBRARY}
     LIBRARY_OUTPUT_DIRECTORY ${outdir} C_VISIBILITY_PRESET hidden)
   get_filename_component(manifest_abs ${P_MANIFEST} ABSOLUTE)
-  add_custom_command(TARGET ${target} POST_BUILD
-    COMMAND ${CMAKE_COMMAND} -E copy_if_different ${manifest_abs} ${outdir}/manifest.yaml)
+  # The copy is a build output of the target (not a post-build step), so editing the manifest
+  # alone refreshes the bundle.
+  add_custom_command(OUTPUT ${outdir}/manifest.yaml DEPENDS ${manifest_abs}
+    COMMAND ${CMAKE_COMMAND} -E copy ${manifest_abs} ${outdir}/manifest.yaml
+    COMMENT "Bundle manifest ${P_NAME}")
+  target_sources(${target} PRIVATE ${outdir}/manifest.yaml)
   if(NOT P_NO_INSTALL)
     install(TARGETS ${target} LIBRARY DESTINATION ${WEFT_PLUGIN_SUBDIR}/${P_NAME})
     install(FILES ${manifest_abs} DESTINATION ${WEFT_PLUGIN_SUBDIR}/${P_NAME} RENAME manifest.yaml)

@@ -3,12 +3,14 @@
  * hooks of each vtable are listed here from plugin.h: a hook marked "(optional)" there may be
  * NULL, every other one must be set, so a plugin missing a required hook is refused at load and
  * not discovered by a NULL call in the middle of a step. */
+#define _GNU_SOURCE /* dlinfo, RTLD_DI_LINKMAP */
 #include "plugin/loader.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,8 @@ typedef struct hook {
     size_t offset;
 } hook;
 
-#define HOOK(type, member) {#member, offsetof(type, member)}
+#define HOOK(type, member)                                                                         \
+    { #member, offsetof(type, member) }
 
 static const hook backend_required[] = {
     HOOK(weft_backend_vtable, device_info), HOOK(weft_backend_vtable, register_ops),
@@ -68,10 +71,10 @@ typedef struct slot_rule {
     size_t n_required;
 } slot_rule;
 
-#define SLOT(bit, name, member, type, req)                                                     \
-    {bit, name, offsetof(weft_plugin_descriptor, member), (uint32_t)sizeof(type), req, N(req)}
-#define SLOT0(bit, name, member, type)                                                         \
-    {bit, name, offsetof(weft_plugin_descriptor, member), (uint32_t)sizeof(type), NULL, 0}
+#define SLOT(bit, name, member, type, req)                                                         \
+    { bit, name, offsetof(weft_plugin_descriptor, member), (uint32_t)sizeof(type), req, N(req) }
+#define SLOT0(bit, name, member, type)                                                             \
+    { bit, name, offsetof(weft_plugin_descriptor, member), (uint32_t)sizeof(type), NULL, 0 }
 
 static const slot_rule slot_rules[] = {
     SLOT(WEFT_SLOT_BACKEND, "backend", backend, weft_backend_vtable, backend_required),
@@ -91,17 +94,23 @@ static const slot_rule slot_rules[] = {
 
 static uint32_t known_slots(void) {
     uint32_t all = 0;
-    for (size_t i = 0; i < N(slot_rules); i++) all |= slot_rules[i].bit;
+    for (size_t i = 0; i < N(slot_rules); i++)
+        all |= slot_rules[i].bit;
     return all;
 }
 
 static const char *kind_label(uint32_t kind) {
     switch (kind) {
-    case WEFT_KIND_BACKEND: return "backend";
-    case WEFT_KIND_MODEL: return "model";
-    case WEFT_KIND_TECHNIQUE: return "technique";
-    case WEFT_KIND_FEATURE: return "feature";
-    default: return "unknown";
+    case WEFT_KIND_BACKEND:
+        return "backend";
+    case WEFT_KIND_MODEL:
+        return "model";
+    case WEFT_KIND_TECHNIQUE:
+        return "technique";
+    case WEFT_KIND_FEATURE:
+        return "feature";
+    default:
+        return "unknown";
     }
 }
 
@@ -134,7 +143,9 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
     char who[160], a[160], b[160];
     const char *src = source_of(ex);
     weft_plugin_label(ex, who, sizeof(who));
-    if (!d) return weft_error_set(err, WEFT_ERR_ABI, src, "%s: negotiation returned no descriptor", who);
+    if (!d)
+        return weft_error_set(err, WEFT_ERR_ABI, src, "%s: negotiation returned no descriptor",
+                              who);
     if (d->size < WEFT_DESCRIPTOR_V1_SIZE)
         return weft_error_set(err, WEFT_ERR_ABI, src,
                               "%s: descriptor size %" PRIu32 " is smaller than the ABI v1 "
@@ -156,8 +167,8 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
                               d->name ? d->name : "(null)", ex->name);
     if (!d->version || strcmp(d->version, ex->version) != 0)
         return weft_error_set(err, WEFT_ERR_MISMATCH, src,
-                              "%s: descriptor version '%s' differs from manifest version '%s'",
-                              who, d->version ? d->version : "(null)", ex->version);
+                              "%s: descriptor version '%s' differs from manifest version '%s'", who,
+                              d->version ? d->version : "(null)", ex->version);
     if (d->kind != ex->kind)
         return weft_error_set(err, WEFT_ERR_MISMATCH, src,
                               "%s: descriptor kind %" PRIu32 " (%s) differs from manifest kind "
@@ -175,8 +186,7 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
                               "%s: slot bits 0x%" PRIx32 " are unknown to ABI v%" PRIu32, who,
                               d->slots & ~known_slots(), negotiated);
     if (!d->create)
-        return weft_error_set(err, WEFT_ERR_ABI, src, "%s: descriptor has no create function",
-                              who);
+        return weft_error_set(err, WEFT_ERR_ABI, src, "%s: descriptor has no create function", who);
     for (size_t i = 0; i < N(slot_rules); i++) {
         const slot_rule *r = &slot_rules[i];
         const void *vt;
@@ -191,8 +201,7 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
         }
         if (!vt)
             return weft_error_set(err, WEFT_ERR_ABI, src,
-                                  "%s: slot '%s' is declared but its vtable is NULL", who,
-                                  r->name);
+                                  "%s: slot '%s' is declared but its vtable is NULL", who, r->name);
         uint32_t size;
         memcpy(&size, vt, sizeof(size));
         if (size < r->v1_size || size > VTABLE_SIZE_MAX)
@@ -205,8 +214,8 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
             memcpy(&fn, (const char *)vt + r->required[k].offset, sizeof(fn));
             if (!fn)
                 return weft_error_set(err, WEFT_ERR_ABI, src,
-                                      "%s: %s vtable hook '%s' is NULL but required", who,
-                                      r->name, r->required[k].name);
+                                      "%s: %s vtable hook '%s' is NULL but required", who, r->name,
+                                      r->required[k].name);
         }
     }
     return WEFT_OK;
@@ -226,16 +235,47 @@ static int address_in_file(const void *addr, int fd) {
         unsigned long lo, hi, maj, min, ino;
         char perms[8];
         unsigned long long off;
-        if (sscanf(line, "%lx-%lx %7s %llx %lx:%lx %lu", &lo, &hi, perms, &off, &maj, &min,
-                   &ino) != 7)
+        if (sscanf(line, "%lx-%lx %7s %llx %lx:%lx %lu", &lo, &hi, perms, &off, &maj, &min, &ino) !=
+            7)
             continue;
         if (a < lo || a >= hi) continue;
-        ok = ino == (unsigned long)st.st_ino && maj == major(st.st_dev) &&
-             min == minor(st.st_dev);
+        ok = ino == (unsigned long)st.st_ino && maj == major(st.st_dev) && min == minor(st.st_dev);
         break;
     }
     fclose(f);
     return ok;
+}
+
+/* dlopen()s the file open on fd through procfs. The dynamic linker matches an already-loaded
+ * object by name before it looks at the file, so "/proc/self/fd/N" can name an earlier library
+ * that is still loaded (its N was closed and reused since). The loaded object is therefore
+ * checked against fd, and on a mismatch the load is retried under an equivalent, textually new
+ * name ("/proc/self/fd/../fd/N", ...). */
+static weft_status load_fd(int fd, const char *who, const char *src, const char *library,
+                           void **out, weft_error *err) {
+    char path[64 + 6 * 16];
+    for (int k = 0; k < 16; k++) {
+        int used = snprintf(path, sizeof(path), "/proc/self/fd/");
+        for (int i = 0; i < k; i++)
+            used += snprintf(path + used, sizeof(path) - (size_t)used, "../fd/");
+        snprintf(path + used, sizeof(path) - (size_t)used, "%d", fd);
+        dlerror();
+        void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!dl) {
+            const char *why = dlerror();
+            return weft_error_set(err, WEFT_ERR_IO, src, "%s: cannot load library %s: %s", who,
+                                  library, why ? why : "unknown dlopen error");
+        }
+        struct link_map *lm = NULL;
+        if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) != 0 || !lm || address_in_file(lm->l_ld, fd)) {
+            *out = dl;
+            return WEFT_OK;
+        }
+        dlclose(dl); /* an older library answered to this name: try a fresh one */
+    }
+    return weft_error_set(err, WEFT_ERR_INTERNAL, src,
+                          "%s: cannot load library %s under a name no loaded library uses", who,
+                          library);
 }
 
 static void reset(weft_loaded_plugin *p) {
@@ -278,23 +318,20 @@ weft_status weft_plugin_open(const char *library, const weft_plugin_expect *ex,
     if (ex->sha256 && strcmp(ex->sha256, p->sha256) != 0) {
         close(fd);
         return weft_error_set(err, WEFT_ERR_MISMATCH, src,
-                              "%s: library hash differs from lock: expected %s, found %s (%s)",
-                              who, ex->sha256, p->sha256, library);
+                              "%s: library hash differs from lock: expected %s, found %s (%s)", who,
+                              ex->sha256, p->sha256, library);
     }
 
-    char fdpath[64];
-    snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
-    dlerror();
-    void *dl = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        const char *why = dlerror();
+    void *dl = NULL;
+    weft_status stc;
+    stc = load_fd(fd, who, src, library, &dl, err);
+    if (stc != WEFT_OK) {
         close(fd);
-        return weft_error_set(err, WEFT_ERR_IO, src, "%s: cannot load library %s: %s", who,
-                              library, why ? why : "unknown dlopen error");
+        reset(p);
+        return stc;
     }
     p->dl = dl;
     p->fd = fd;
-    weft_status stc;
     dlerror();
     void *sym = dlsym(dl, WEFT_PLUGIN_ENTRY_NAME);
     if (!sym) {
@@ -303,9 +340,8 @@ weft_status weft_plugin_open(const char *library, const weft_plugin_expect *ex,
         goto fail;
     }
     if (!address_in_file(sym, fd)) {
-        stc = weft_error_set(err, WEFT_ERR_MISMATCH, src,
-                             "%s: %s resolved outside library %s (a stale library was loaded "
-                             "under the same name)",
+        stc = weft_error_set(err, WEFT_ERR_ABI, src,
+                             "%s: %s resolves outside library %s (from one of its dependencies)",
                              who, WEFT_PLUGIN_ENTRY_NAME, library);
         goto fail;
     }
