@@ -711,6 +711,15 @@ int weft_eval_run_main(int argc, char **argv) {
     json_object_set_new(cand, "url", json_string(x.client.base));
     json_object_set_new(cand, "backend", json_string(lock ? lock->backend : ""));
     json_object_set_new(cand, "drafts", json_boolean(drafts));
+    json_t *plugins = json_array();
+    for (uint32_t i = 0; lock && i < lock->n_plugins; i++)
+        json_array_append_new(plugins,
+                              json_pack("{s:s, s:s, s:s}", "name", lock->plugins[i].name,
+                                        "version", lock->plugins[i].version, "role",
+                                        weft_lock_role_name(lock->plugins[i].role)
+                                            ? weft_lock_role_name(lock->plugins[i].role)
+                                            : ""));
+    json_object_set_new(cand, "plugins", plugins);
     if (!lock) {
         /* a server that says which candidate it serves */
         const char *keys[] = {"candidate_id", "candidate", NULL};
