@@ -12,7 +12,7 @@
 #include "plan/plan.h"
 #include "util/error.h"
 
-static const char *const kpi_names[WEFT_PLAN_NKPI] = {"decode", "prefill", "ttft"};
+static const char *const check_kpi_names[WEFT_PLAN_NKPI] = {"decode", "prefill", "ttft"};
 
 static int has_plugin(json_t *result, const char *name) {
     size_t i;
@@ -50,7 +50,7 @@ weft_status weft_plan_check(json_t *plan, json_t *before, json_t *after, json_t 
         margin[q] = kb[q].margin > ka[q].margin ? kb[q].margin : ka[q].margin;
         if (!have[q]) continue;
         speedup[q] = q == WEFT_PLAN_TTFT ? kb[q].value / ka[q].value : ka[q].value / kb[q].value;
-        json_object_set_new(kpis, kpi_names[q],
+        json_object_set_new(kpis, check_kpi_names[q],
                             json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "before", kb[q].value,
                                       "after", ka[q].value, "speedup", speedup[q], "margin",
                                       margin[q], "fraction_before", kb[q].fraction,
@@ -77,10 +77,10 @@ weft_status weft_plan_check(json_t *plan, json_t *before, json_t *after, json_t 
         if (!strcmp(status[i], "built")) {
             json_t *kp = json_object_get(l, "kpis");
             for (int q = 0; q < WEFT_PLAN_NKPI; q++) {
-                int m = json_is_string(kp) && !strcmp(json_string_value(kp), kpi_names[q]);
+                int m = json_is_string(kp) && !strcmp(json_string_value(kp), check_kpi_names[q]);
                 size_t j;
                 json_t *e;
-                json_array_foreach(kp, j, e) m |= !strcmp(json_string_value(e), kpi_names[q]);
+                json_array_foreach(kp, j, e) m |= !strcmp(json_string_value(e), check_kpi_names[q]);
                 built_on[q] += m;
             }
         }
@@ -102,13 +102,13 @@ weft_status weft_plan_check(json_t *plan, json_t *before, json_t *after, json_t 
         json_t *meas = json_object();
         json_t *kp = json_object_get(l, "kpis");
         for (int q = 0; q < WEFT_PLAN_NKPI; q++) {
-            int m = json_is_string(kp) && !strcmp(json_string_value(kp), kpi_names[q]);
+            int m = json_is_string(kp) && !strcmp(json_string_value(kp), check_kpi_names[q]);
             size_t j;
             json_t *e;
-            json_array_foreach(kp, j, e) m |= !strcmp(json_string_value(e), kpi_names[q]);
+            json_array_foreach(kp, j, e) m |= !strcmp(json_string_value(e), check_kpi_names[q]);
             if (!m) continue;
             if (!have[q]) {
-                json_object_set_new(meas, kpi_names[q], json_pack("{s:s}", "verdict",
+                json_object_set_new(meas, check_kpi_names[q], json_pack("{s:s}", "verdict",
                                                                   "not measured in both results"));
                 continue;
             }
@@ -124,8 +124,8 @@ weft_status weft_plan_check(json_t *plan, json_t *before, json_t *after, json_t 
                 json_object_set_new(mo, "shared",
                                     json_sprintf("measured together with %d other built levers "
                                                  "on %s",
-                                                 built_on[q] - 1, kpi_names[q]));
-            json_object_set_new(meas, kpi_names[q], mo);
+                                                 built_on[q] - 1, check_kpi_names[q]));
+            json_object_set_new(meas, check_kpi_names[q], mo);
         }
         json_object_set_new(o, "measured", meas);
         json_array_append_new(levers, o);
