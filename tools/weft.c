@@ -16,6 +16,7 @@ WEAK int weft_cmd_plugins(int argc, char **argv);
 WEAK int weft_cmd_candidate(int argc, char **argv);
 WEAK int weft_cmd_eval(int argc, char **argv);
 WEAK int weft_cmd_plan(int argc, char **argv);
+WEAK int weft_cmd_runs(int argc, char **argv);
 WEAK int weft_cmd_bench(int argc, char **argv);
 WEAK int weft_cmd_tokenize(int argc, char **argv);
 
@@ -33,6 +34,7 @@ static const struct {
     {"candidate", NULL, "freeze, check, diff and print candidates"},
     {"eval", NULL, "probe the machine, compute limits, score candidates"},
     {"plan", NULL, "rank what to build next and check forecasts"},
+    {"runs", NULL, "run records: candidates tried, forecasts, results"},
     {"bench", NULL, "decode and prefill benchmarks"},
     {"tokenize", NULL, "encode or decode text with a model's tokenizer"},
 };
@@ -47,6 +49,7 @@ static int (*lookup(const char *name))(int, char **) {
     if (!strcmp(name, "candidate")) return weft_cmd_candidate;
     if (!strcmp(name, "eval")) return weft_cmd_eval;
     if (!strcmp(name, "plan")) return weft_cmd_plan;
+    if (!strcmp(name, "runs")) return weft_cmd_runs;
     if (!strcmp(name, "bench")) return weft_cmd_bench;
     if (!strcmp(name, "tokenize")) return weft_cmd_tokenize;
     return NULL;
