@@ -1082,6 +1082,10 @@ void weft_engine_sampling_defaults(const weft_engine *e, weft_sampler_params *p)
     if (g->has_repetition_penalty) p->repetition_penalty = g->repetition_penalty;
 }
 
+const weft_generation_config *weft_engine_generation_config(const weft_engine *e) {
+    return e ? &e->gen : NULL;
+}
+
 void weft_engine_get_stats(const weft_engine *e, weft_engine_stats *out) {
     if (e && out) *out = e->stats;
 }

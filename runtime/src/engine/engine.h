@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "engine/sampling.h"
+#include "files/config.h"
 #include "plugin/candidate.h"
 #include "text/tokenizer.h"
 #include "weft/plugin.h"
@@ -59,6 +60,8 @@ uint32_t weft_engine_threads(const weft_engine *e);
 /* Sampling defaults from the model's generation_config.json over weft_sampler_params_default
  * (greedy unless the model says otherwise). */
 void weft_engine_sampling_defaults(const weft_engine *e, weft_sampler_params *p);
+/* The model's generation_config.json (all unset when the file is absent). */
+const weft_generation_config *weft_engine_generation_config(const weft_engine *e);
 
 /* ---- requests ---------------------------------------------------------------------------- */
 typedef enum weft_finish {
