@@ -399,6 +399,22 @@ typedef enum weft_slot {
     WEFT_SLOT_FEATURE = 1u << 12, /* chain: logits processors, output parsers */
 } weft_slot;
 
+/* Measured limits of a device (weft eval probe). Rates are what was achieved on random data at
+ * large shapes, not datasheet figures; 0 = not measured. */
+typedef struct weft_probe_result {
+    uint32_t size;
+    uint32_t reserved;
+    double copy_bytes_per_s;   /* device-to-device copy, counting bytes read plus written */
+    double gemm_bf16_flops;    /* dense bf16 GEMM, FLOP/s */
+    double gemm_fp8_flops;     /* dense fp8 e4m3 GEMM, FLOP/s */
+    double gemm_f32_flops;     /* dense f32 GEMM, FLOP/s (the cpu backend's matmul rate) */
+    double host_roundtrip_s;   /* a 4-byte host -> device -> host round trip */
+    double launch_s;           /* one empty kernel launch, host-side cost */
+    uint64_t gemm_shape[3];    /* m, n, k used for the GEMM rates */
+    uint64_t copy_bytes;       /* buffer size used for the copy */
+    char notes[256];
+} weft_probe_result;
+
 /* Backend: device memory, streams and the default op implementations. */
 typedef struct weft_backend_vtable {
     uint32_t size;
@@ -429,6 +445,9 @@ typedef struct weft_backend_vtable {
     weft_status (*event_elapsed)(void *st, void *start, void *end, float *ms, weft_error *err);
     /* (optional) NULL = native pointer is the buffer ptr. Backend context for techniques. */
     void *(*native)(void *st);
+    /* (optional) NULL = the host measures what it can through alloc/copy/ops. setup: measures
+     * the device's limits with the backend's own libraries (weft eval probe). */
+    weft_status (*probe)(void *st, struct weft_probe_result *out, weft_error *err);
 } weft_backend_vtable;
 
 /* Model: config to graph. The host parses config.json into weft_model_config first; the model
