@@ -10,7 +10,9 @@
  *   -> attn.q_rope/k_rope -> attn (attention, writes kv) -> attn.o -> attn_add (residual)
  *   -> mlp_norm -> mlp.gate, mlp.up -> mlp.swiglu -> mlp.down -> mlp_add (residual)
  * then norm and lm_head on the logit rows. Activations are f32 unless the option
- * activation_dtype says bf16 or f16 (for backends that compute in 16 bits). */
+ * activation_dtype says bf16 or f16 (for backends that compute in 16 bits). With the option
+ * device_inputs, attention also reads in.kv_slots and lm_head in.logit_rows, the step inputs a
+ * device backend (or a captured graph) needs on the device. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@
 typedef struct llama_state {
     const weft_host_services *host;
     uint32_t act_dtype;
+    int device_inputs; /* attention reads in.kv_slots, lm_head in.logit_rows */
 } llama_state;
 
 /* The host's error_set is variadic and cannot take a va_list: format here, pass the text. */
@@ -69,6 +72,8 @@ static weft_status llama_create(const weft_host_services *host, const weft_optio
             return WEFT_ERR_INVALID;
         }
     }
+    o = host->option && opts ? host->option(opts, "device_inputs") : NULL;
+    if (o && o->type == WEFT_OPTION_BOOL) s->device_inputs = o->i != 0;
     *out = s;
     return WEFT_OK;
 }
@@ -167,6 +172,7 @@ typedef struct builder {
     weft_graph *g;
     weft_error *err;
     int64_t T;
+    uint32_t kv_slots; /* in.kv_slots, or NONE */
 } builder;
 
 static uint32_t act(builder *b, const char *name, int64_t cols) {
@@ -343,8 +349,9 @@ static weft_status build_layer(builder *b, int32_t l, uint32_t *x, uint32_t pos)
     p.i[5] = 0;
     TRY(o = act(b, NN("attn.y"), H * hd));
     {
-        uint32_t in[4] = {q, k, v, pos};
-        TRYN(node(b, WEFT_OP_ATTENTION, NN("attn"), l, in, 4, o, &p));
+        uint32_t in[5] = {q, k, v, pos, b->kv_slots};
+        TRYN(node(b, WEFT_OP_ATTENTION, NN("attn"), l, in,
+                  b->kv_slots == WEFT_TENSOR_NONE ? 4 : 5, o, &p));
     }
     TRY(a = linear(b, NN("attn.o"), l, o, w_o, WEFT_TENSOR_NONE, D));
     {
@@ -384,7 +391,8 @@ static weft_status llama_build_graph(void *st, const weft_model_config *cfg,
         return fail(s, err, WEFT_ERR_INVALID,
                     "bucket: expected 1 <= max_logits (%u) <= max_tokens (%u)", bucket->max_logits,
                     bucket->max_tokens);
-    builder b = {.s = s, .cfg = cfg, .gs = gs, .g = g, .err = err, .T = bucket->max_tokens};
+    builder b = {.s = s, .cfg = cfg, .gs = gs, .g = g, .err = err, .T = bucket->max_tokens,
+                 .kv_slots = WEFT_TENSOR_NONE};
     if (s->host && s->host->get_service)
         b.ws = s->host->get_service(s->host, WEFT_SERVICE_WEIGHTS, 1);
     const int64_t D = cfg->hidden_size, V = cfg->vocab_size;
@@ -394,6 +402,14 @@ static weft_status llama_build_graph(void *st, const weft_model_config *cfg,
                                 WEFT_INPUT_TOKENS, err));
     TRY(pos = gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, t_shape,
                              WEFT_INPUT_POSITIONS, err));
+    uint32_t logit_rows = WEFT_TENSOR_NONE;
+    if (s->device_inputs) {
+        int64_t r_shape[1] = {bucket->max_logits};
+        TRY(b.kv_slots = gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, t_shape,
+                                        WEFT_INPUT_KV_SLOTS, err));
+        TRY(logit_rows = gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, r_shape,
+                                        WEFT_INPUT_LOGIT_ROWS, err));
+    }
     TRY(w_embed = weight(&b, "embed", "model.embed_tokens.weight", 2, V, D));
     TRY(x = act(&b, "embed.y", D));
     {
@@ -415,8 +431,9 @@ static weft_status llama_build_graph(void *st, const weft_model_config *cfg,
     TRY(logits = gs->tensor_add(g, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, 2, l_shape,
                                 WEFT_OUTPUT_LOGITS, err));
     {
-        uint32_t in[2] = {xn, w_head};
-        TRYN(node(&b, WEFT_OP_LM_HEAD, "lm_head", -1, in, 2, logits, NULL));
+        uint32_t in[3] = {xn, w_head, logit_rows};
+        TRYN(node(&b, WEFT_OP_LM_HEAD, "lm_head", -1, in, logit_rows == WEFT_TENSOR_NONE ? 2 : 3,
+                  logits, NULL));
     }
     return WEFT_OK;
 }

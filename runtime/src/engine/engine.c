@@ -4,9 +4,8 @@
  * arena -> executor prepare), and the step loop (schedule -> kv -> inputs -> execute ->
  * sample -> deliver text -> retire).
  *
- * The engine struct starts with the weft_host_services table it hands to plugins, so
- * get_service can find this engine's services from the table pointer alone: services are per
- * engine, never process globals. */
+ * Each engine owns a weft_host (plugin/host.h): the services table its plugins receive, with
+ * this engine's services registered in it, so services are per engine, never process globals. */
 #include "engine/engine.h"
 
 #include <errno.h>
@@ -24,6 +23,7 @@
 #include "graph/graph.h"
 #include "graph/ops.h"
 #include "graph/passes.h"
+#include "plugin/host.h"
 #include "text/stop.h"
 #include "util/error.h"
 
@@ -51,6 +51,7 @@ typedef struct variant {
     weft_buffer arena;
     uint64_t arena_bytes;
     uint32_t t_tokens, t_positions, t_logits;
+    uint32_t t_kv_slots, t_logit_rows; /* optional device-side step inputs, or NONE */
     void *prepared;
     char hash[33];
 } variant;
@@ -89,7 +90,8 @@ typedef struct prof_entry {
 } prof_entry;
 
 struct weft_engine {
-    weft_host_services hs; /* first: get_service casts the table back to the engine */
+    weft_host *host; /* the services table plugins get, with this engine's services */
+    const weft_host_services *hs;
     weft_graph_service graph_svc;
     weft_weights_service weights_svc;
     weft_device_service device_svc;
@@ -145,7 +147,7 @@ struct weft_engine {
     uint64_t next_id;
 
     /* step scratch, sized for the largest bucket */
-    int32_t *b_tokens, *b_positions, *b_seq_of_row, *b_logit_rows;
+    int32_t *b_tokens, *b_positions, *b_seq_of_row, *b_logit_rows, *b_kv_slots;
     weft_seq *b_seqs;
     request **b_req;       /* (max seqs) request of each seq */
     uint32_t *b_logit_seq; /* (max seqs) logits row of each seq, UINT32_MAX = none */
@@ -167,60 +169,7 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- host services ----------------------------------------------------------------------- */
-static weft_engine *engine_of(const weft_host_services *hs) {
-    return (weft_engine *)hs;
-}
-
-static void hs_log(int level, const char *source, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    weft_log_v(level, source, fmt, ap);
-    va_end(ap);
-}
-
-static void hs_error_set(weft_error *err, int32_t code, const char *source, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    weft_error_vset(err, code, source, fmt, ap);
-    va_end(ap);
-}
-
-static void *hs_alloc(size_t bytes) {
-    return malloc(bytes ? bytes : 1);
-}
-
-static void hs_free(void *p) {
-    free(p);
-}
-
-static const weft_option *hs_option(const weft_options *opts, const char *key) {
-    if (!opts || !key) return NULL;
-    for (uint32_t i = 0; i < opts->count; i++)
-        if (opts->items[i].key && !strcmp(opts->items[i].key, key)) return &opts->items[i];
-    return NULL;
-}
-
-static const void *hs_get_service(const weft_host_services *host, uint32_t id,
-                                  uint32_t min_version) {
-    weft_engine *e = engine_of(host);
-    if (!e) return NULL;
-    const void *svc = NULL;
-    uint32_t version = 1;
-    switch (id) {
-    case WEFT_SERVICE_GRAPH: svc = &e->graph_svc; break;
-    case WEFT_SERVICE_WEIGHTS: svc = e->st ? &e->weights_svc : NULL; break;
-    case WEFT_SERVICE_DEVICE: svc = e->be ? &e->device_svc : NULL; break;
-    case WEFT_SERVICE_KV: svc = e->kv_ready ? &e->kv_svc : NULL; break;
-    case WEFT_SERVICE_OPS: svc = weft_op_registry_service(e->ops); break;
-    case WEFT_SERVICE_THREADS: svc = &e->threads_svc; break;
-    case WEFT_SERVICE_PROFILE: svc = &e->profile_svc; break;
-    case WEFT_SERVICE_TOKENS: svc = &e->tokens_svc; break;
-    default: return NULL;
-    }
-    return version >= min_version ? svc : NULL;
-}
-
+/* ---- host services (registered with this engine's weft_host) --------------------------- */
 /* weights */
 static weft_status ws_find(void *self, const char *source, weft_weight_info *out,
                            weft_error *err) {
@@ -347,16 +296,12 @@ static uint32_t tks_vocab(void *self) {
     return ((weft_engine *)self)->cfg.vocab_size;
 }
 
-static void services_init(weft_engine *e) {
-    weft_host_services *hs = &e->hs;
-    hs->size = sizeof(*hs);
-    hs->abi_version = WEFT_ABI_VERSION;
-    hs->log = hs_log;
-    hs->error_set = hs_error_set;
-    hs->alloc = hs_alloc;
-    hs->free = hs_free;
-    hs->get_service = hs_get_service;
-    hs->option = hs_option;
+/* The services every plugin may ask for from create() on; weights, device and kv are
+ * registered when they exist (after the model is opened, the backend known, the kv set up). */
+static weft_status services_init(weft_engine *e, weft_error *err) {
+    e->host = weft_host_new();
+    if (!e->host) return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    e->hs = weft_host_services_of(e->host);
     e->graph_svc = *weft_graph_service_get();
     e->weights_svc = (weft_weights_service){sizeof(weft_weights_service), 1, e, ws_find, ws_bound};
     e->device_svc = (weft_device_service){sizeof(weft_device_service), 1, e, "", ds_alloc,
@@ -367,6 +312,20 @@ static void services_init(weft_engine *e) {
     e->profile_svc =
         (weft_profile_service){sizeof(weft_profile_service), 1, e, ps_enabled, ps_begin, ps_end};
     e->tokens_svc = (weft_tokens_service){sizeof(weft_tokens_service), 1, e, tks_history, tks_vocab};
+    weft_status s = weft_host_register_service(e->host, WEFT_SERVICE_GRAPH, &e->graph_svc);
+    if (s == WEFT_OK)
+        s = weft_host_register_service(e->host, WEFT_SERVICE_OPS,
+                                       weft_op_registry_service(e->ops));
+    if (s == WEFT_OK) s = weft_host_register_service(e->host, WEFT_SERVICE_THREADS, &e->threads_svc);
+    if (s == WEFT_OK) s = weft_host_register_service(e->host, WEFT_SERVICE_PROFILE, &e->profile_svc);
+    if (s == WEFT_OK) s = weft_host_register_service(e->host, WEFT_SERVICE_TOKENS, &e->tokens_svc);
+    if (s != WEFT_OK) return weft_error_set(err, s, "engine", "registering host services failed");
+    return WEFT_OK;
+}
+
+static weft_status register_late(weft_engine *e, uint32_t id, const void *table, weft_error *err) {
+    weft_status s = weft_host_register_service(e->host, id, table);
+    return s == WEFT_OK ? s : weft_error_set(err, s, "engine", "registering service %u failed", id);
 }
 
 /* ---- options and small helpers ----------------------------------------------------------- */
@@ -652,6 +611,8 @@ static weft_status kv_setup(weft_engine *e, const weft_graph *g, weft_error *err
         return s;
     }
     e->kv_ready = 1;
+    s = register_late(e, WEFT_SERVICE_KV, &e->kv_svc, err);
+    if (s != WEFT_OK) return s;
     const weft_kv_view *view = e->kv->view(e->kv_st);
     e->kv_dtype = geo.dtype;
     snprintf(e->kv_layout, sizeof(e->kv_layout), "%s", view ? view->layout : "");
@@ -700,6 +661,8 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
         v->t_tokens = e->graph_svc.tensor_find(g, WEFT_INPUT_TOKENS);
         v->t_positions = e->graph_svc.tensor_find(g, WEFT_INPUT_POSITIONS);
         v->t_logits = e->graph_svc.tensor_find(g, WEFT_OUTPUT_LOGITS);
+        v->t_kv_slots = e->graph_svc.tensor_find(g, WEFT_INPUT_KV_SLOTS);
+        v->t_logit_rows = e->graph_svc.tensor_find(g, WEFT_INPUT_LOGIT_ROWS);
         if (v->t_tokens == WEFT_TENSOR_NONE || v->t_positions == WEFT_TENSOR_NONE ||
             v->t_logits == WEFT_TENSOR_NONE)
             s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
@@ -709,10 +672,15 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
         for (uint32_t t = 0; s == WEFT_OK && t < g->n_tensors; t++) {
             const weft_tensor *tt = &g->tensors[t];
             if (tt->kind == WEFT_TENSOR_INPUT && t != v->t_tokens && t != v->t_positions &&
-                e->graph_svc.tensor_uses(g, t))
+                t != v->t_kv_slots && t != v->t_logit_rows && e->graph_svc.tensor_uses(g, t))
                 s = weft_error_set(err, WEFT_ERR_UNSUPPORTED, "engine",
-                                   "graph input %s is not one the engine fills (%s, %s)",
-                                   tt->name, WEFT_INPUT_TOKENS, WEFT_INPUT_POSITIONS);
+                                   "graph input %s is not one the engine fills (%s, %s, %s, %s)",
+                                   tt->name, WEFT_INPUT_TOKENS, WEFT_INPUT_POSITIONS,
+                                   WEFT_INPUT_KV_SLOTS, WEFT_INPUT_LOGIT_ROWS);
+            else if (tt->kind == WEFT_TENSOR_INPUT && tt->dtype != WEFT_DTYPE_I32)
+                s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                                   "graph input %s: expected i32, got dtype %u", tt->name,
+                                   tt->dtype);
         }
         if (s == WEFT_OK && (g->tensors[v->t_logits].dtype != WEFT_DTYPE_F32 ||
                              g->tensors[v->t_logits].rank != 2 ||
@@ -756,7 +724,7 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
         ctx.kv = e->kv->view(e->kv_st);
         ctx.backend = e->be_st;
         ctx.stream = e->stream;
-        ctx.host = &e->hs;
+        ctx.host = e->hs;
         e->current = v;
         s = e->exec->prepare(e->exec_st, g, v->impls, &ctx, &v->prepared, err);
         if (s != WEFT_OK) weft_error_prefix(err, "executor prepare");
@@ -907,13 +875,14 @@ static weft_status alloc_scratch(weft_engine *e, weft_error *err) {
     e->b_positions = calloc(T, sizeof(int32_t));
     e->b_seq_of_row = calloc(T, sizeof(int32_t));
     e->b_logit_rows = calloc(T, sizeof(int32_t));
+    e->b_kv_slots = calloc(T, sizeof(int32_t));
     e->b_seqs = calloc(S, sizeof(weft_seq));
     e->b_req = calloc(S, sizeof(request *));
     e->b_logit_seq = calloc(S, sizeof(uint32_t));
     e->logits_cap = (size_t)S * e->cfg.vocab_size;
     e->logits = malloc(e->logits_cap * sizeof(float));
     e->sample_scratch = malloc(weft_sample_scratch_bytes(e->cfg.vocab_size));
-    if (!e->b_tokens || !e->b_positions || !e->b_seq_of_row || !e->b_logit_rows || !e->b_seqs ||
+    if (!e->b_tokens || !e->b_positions || !e->b_seq_of_row || !e->b_logit_rows || !e->b_kv_slots || !e->b_seqs ||
         !e->b_req || !e->b_logit_seq || !e->logits || !e->sample_scratch)
         return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
     return WEFT_OK;
@@ -928,17 +897,17 @@ weft_status weft_engine_open(const weft_engine_options *o, weft_engine **out, we
                               o->lock_path ? "both" : "neither");
     weft_engine *e = calloc(1, sizeof(*e));
     if (!e) return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
-    services_init(e);
     e->profile = o->profile;
     e->next_id = 1;
     e->n_threads = o->threads;
     e->ops = weft_op_registry_new();
     weft_status s = e->ops ? WEFT_OK : weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    if (s == WEFT_OK) s = services_init(e, err);
     if (s == WEFT_OK) {
         if (o->lock_path)
-            s = weft_candidate_load_lock(o->lock_path, &e->hs, &e->cand, err);
+            s = weft_candidate_load_lock(o->lock_path, e->hs, &e->cand, err);
         else
-            s = weft_candidate_load_manifest(o->manifest_path, o->model_dir, &e->hs, &e->cand,
+            s = weft_candidate_load_manifest(o->manifest_path, o->model_dir, e->hs, &e->cand,
                                              err);
     }
     if (s == WEFT_OK) {
@@ -965,8 +934,10 @@ weft_status weft_engine_open(const weft_engine_options *o, weft_engine **out, we
             e->stream = e->be->stream ? e->be->stream(e->be_st) : NULL;
         e->zero_copy = !strcmp(e->backend, "cpu");
     }
+    if (s == WEFT_OK) s = register_late(e, WEFT_SERVICE_DEVICE, &e->device_svc, err);
     if (s == WEFT_OK) s = register_ops(e, err);
     if (s == WEFT_OK) s = open_model(e, err);
+    if (s == WEFT_OK) s = register_late(e, WEFT_SERVICE_WEIGHTS, &e->weights_svc, err);
     if (s == WEFT_OK) {
         uint32_t model_max = e->cfg.max_position ? e->cfg.max_position : DEFAULT_MAX_MODEL_LEN;
         e->max_model_len = o->max_model_len     ? o->max_model_len
@@ -1034,6 +1005,7 @@ void weft_engine_close(weft_engine *e) {
     free(e->b_positions);
     free(e->b_seq_of_row);
     free(e->b_logit_rows);
+    free(e->b_kv_slots);
     free(e->b_seqs);
     free(e->b_req);
     free(e->b_logit_seq);
@@ -1048,6 +1020,7 @@ void weft_engine_close(weft_engine *e) {
     weft_candidate_unload(e->cand);
     weft_op_registry_free(e->ops);
     weft_pool_free(e->pool);
+    weft_host_free(e->host);
     free(e);
 }
 
@@ -1369,6 +1342,14 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
     if (used) *used = v;
     s = upload_i32(e, &v->data[v->t_tokens], e->b_tokens, n_rows, err);
     if (s == WEFT_OK) s = upload_i32(e, &v->data[v->t_positions], e->b_positions, n_rows, err);
+    if (s == WEFT_OK && v->t_kv_slots != WEFT_TENSOR_NONE && v->data[v->t_kv_slots].ptr) {
+        for (uint32_t r = 0; r < n_rows; r++)
+            e->b_kv_slots[r] = e->b_seqs[e->b_seq_of_row[r]].kv_slot;
+        s = upload_i32(e, &v->data[v->t_kv_slots], e->b_kv_slots, n_rows, err);
+    }
+    if (s == WEFT_OK && n_logits && v->t_logit_rows != WEFT_TENSOR_NONE &&
+        v->data[v->t_logit_rows].ptr)
+        s = upload_i32(e, &v->data[v->t_logit_rows], e->b_logit_rows, n_logits, err);
     if (s != WEFT_OK) {
         weft_error_prefix(err, "step inputs");
         return s;
@@ -1394,7 +1375,7 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
     ctx.kv = e->kv->view(e->kv_st);
     ctx.backend = e->be_st;
     ctx.stream = e->stream;
-    ctx.host = &e->hs;
+    ctx.host = e->hs;
     e->current = v;
     s = e->exec->run(e->exec_st, v->prepared, &ctx, err);
     if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;

@@ -162,7 +162,7 @@ void weft_op_key(const weft_graph *g, const weft_node *n, uint32_t kv_dtype,
         *layout = kv_layout ? kv_layout : "";
         return;
     }
-    if (n->op == WEFT_OP_LINEAR || n->op == WEFT_OP_LM_HEAD)
+    if (n->op == WEFT_OP_LINEAR || n->op == WEFT_OP_LM_HEAD || n->op == WEFT_OP_EMBED)
         key = n->n_in > 1 ? n->in[1] : WEFT_TENSOR_NONE;
     else
         key = n->n_in > 0 ? n->in[0] : WEFT_TENSOR_NONE;

@@ -18,7 +18,8 @@ void weft_op_registry_set_provider(weft_op_registry *r, const char *plugin_name)
 size_t weft_op_registry_count(const weft_op_registry *r);
 
 /* The key a node is looked up by: the dtype and layout of its key input: the weight (in[1])
- * for linear and lm_head, the kv cache (kv_dtype, kv_layout) for attention, in[0] otherwise. */
+ * for linear and lm_head, the table (in[1]) for embed, the kv cache (kv_dtype, kv_layout) for
+ * attention, in[0] otherwise. */
 void weft_op_key(const weft_graph *g, const weft_node *n, uint32_t kv_dtype,
                  const char *kv_layout, uint32_t *dtype, const char **layout);
 
