@@ -9,20 +9,19 @@
 #include "util/error.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: weft pull ID [--revision R] [--dir DIR] [--force] [--quiet]\n"
-            "\n"
-            "Downloads a model and prints the folder it is in.\n"
-            "  ID            a hub id (org/name) or an alias: stories260k\n"
-            "  --revision R  branch, tag or commit on the hub (default main)\n"
-            "  --dir DIR     put the files in DIR instead of the model cache\n"
-            "  --force       fetch every file again, even if present and verified\n"
-            "  --quiet       no progress bar (it is shown only when stderr is a terminal)\n"
-            "\n"
-            "Cache: ${WEFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft}/models/<name>, where\n"
-            "org/name becomes org--name. WEFT_MODEL_MIRROR = a folder or an http(s) URL used\n"
-            "instead of huggingface.co; HF_ENDPOINT changes the hub address; HF_TOKEN is sent\n"
-            "to the hub for gated models. Layouts: docs/PULL.md.\n");
+    fprintf(f, "usage: weft pull ID [--revision R] [--dir DIR] [--force] [--quiet]\n"
+               "\n"
+               "Downloads a model and prints the folder it is in.\n"
+               "  ID            a hub id (org/name) or an alias: stories260k\n"
+               "  --revision R  branch, tag or commit on the hub (default main)\n"
+               "  --dir DIR     put the files in DIR instead of the model cache\n"
+               "  --force       fetch every file again, even if present and verified\n"
+               "  --quiet       no progress bar (it is shown only when stderr is a terminal)\n"
+               "\n"
+               "Cache: ${WEFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft}/models/<name>, where\n"
+               "org/name becomes org--name. WEFT_MODEL_MIRROR = a folder or an http(s) URL used\n"
+               "instead of huggingface.co; HF_ENDPOINT changes the hub address; HF_TOKEN is sent\n"
+               "to the hub for gated models. Layouts: docs/PULL.md.\n");
 }
 
 int weft_cmd_pull(int argc, char **argv) {
@@ -35,8 +34,10 @@ int weft_cmd_pull(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if ((!strcmp(a, "--revision") || !strcmp(a, "--dir")) && i + 1 < argc) {
-            if (!strcmp(a, "--revision")) o.revision = argv[++i];
-            else o.dir = argv[++i];
+            if (!strcmp(a, "--revision"))
+                o.revision = argv[++i];
+            else
+                o.dir = argv[++i];
         } else if (!strncmp(a, "--revision=", 11)) {
             o.revision = a + 11;
         } else if (!strncmp(a, "--dir=", 6)) {
@@ -64,8 +65,9 @@ int weft_cmd_pull(int argc, char **argv) {
     weft_error err;
     weft_error_clear(&err);
     if (weft_pull_model(&o, &stats, &err) != WEFT_OK) return weft_cli_fail("pull", &err);
-    fprintf(stderr, "weft pull: %s: %u files (%u fetched, %u resumed, %u already present), "
-                    "%.1f MB transferred\n",
+    fprintf(stderr,
+            "weft pull: %s: %u files (%u fetched, %u resumed, %u already present), "
+            "%.1f MB transferred\n",
             o.id, stats.files, stats.fetched, stats.resumed, stats.skipped, stats.bytes / 1e6);
     printf("%s\n", stats.dir);
     return 0;

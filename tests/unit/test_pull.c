@@ -109,7 +109,8 @@ static void sha256_file(const char *path, char out[65]) {
     unsigned char md[32];
     unsigned int l = 0;
     assert_true(EVP_Digest(b, n, md, &l, EVP_sha256(), NULL));
-    for (int i = 0; i < 32; i++) sprintf(out + 2 * i, "%02x", md[i]);
+    for (int i = 0; i < 32; i++)
+        sprintf(out + 2 * i, "%02x", md[i]);
     free(b);
 }
 
@@ -141,8 +142,8 @@ static json_t *record_of(const char *dir) {
 }
 
 static const char *rec_str(json_t *rec, const char *file, const char *key) {
-    return json_string_value(json_object_get(json_object_get(json_object_get(rec, "files"), file),
-                                             key));
+    return json_string_value(
+        json_object_get(json_object_get(json_object_get(rec, "files"), file), key));
 }
 
 static weft_status pull(const char *id, const char *mirror, const char *endpoint, int force,
@@ -189,8 +190,7 @@ static int have_python(void) {
 
 static void server_start(server *s, const char *root, const char *tmp) {
     char script[4200], portf[4200];
-    snprintf(script, sizeof(script), "%s/tests/data/sampling/pull_http_server.py",
-             WEFT_SOURCE_DIR);
+    snprintf(script, sizeof(script), "%s/tests/data/sampling/pull_http_server.py", WEFT_SOURCE_DIR);
     snprintf(portf, sizeof(portf), "%s/port", tmp);
     snprintf(s->log, sizeof(s->log), "%s/requests.log", tmp);
     s->pid = fork();
@@ -433,6 +433,32 @@ static void test_corrupt_mirror(void **state) {
     strcat(path, ".part");
     assert_false(exists(path));
 
+    /* The alias in the hub layout, without SHA256SUMS: the pinned hashes still decide. */
+    char mirror2[4200];
+    snprintf(mirror2, sizeof(mirror2), "%s/mirror2", tmp);
+    snprintf(path, sizeof(path), "%s/karpathy/tinyllamas/stories260K", mirror2);
+    mkdirs(path);
+    for (int i = 0; i < 2; i++) {
+        snprintf(src, sizeof(src), "%s/stories260K/%s", shared_models, names[i]);
+        snprintf(path, sizeof(path), "%s/karpathy/tinyllamas/stories260K/%s", mirror2, names[i]);
+        copy_file(src, path);
+    }
+    if (pull("stories260k", mirror2, NULL, 0, &st, &err) != WEFT_OK) fail_msg("%s", err.message);
+    snprintf(path, sizeof(path), "%s/models/stories260k", cache);
+    check_stories(path);
+    json_t *rec2 = record_of(path);
+    assert_non_null(strstr(rec_str(rec2, "tok512.bin", "verified_by"), "pinned"));
+    assert_null(strstr(rec_str(rec2, "tok512.bin", "verified_by"), "SHA256SUMS"));
+    json_decref(rec2);
+    snprintf(path, sizeof(path), "%s/karpathy/tinyllamas/stories260K/tok512.bin", mirror2);
+    b = read_all(path, &n);
+    b[0] ^= 0x01;
+    write_all(path, b, n);
+    free(b);
+    assert_int_equal(pull("stories260k", mirror2, NULL, 1, &st, &err), WEFT_ERR_MISMATCH);
+    assert_non_null(strstr(err.message, "tok512.bin"));
+    assert_non_null(strstr(err.message, "pinned"));
+
     /* A hub-id model in a mirror folder whose only check is its SHA256SUMS. */
     snprintf(path, sizeof(path), "%s/acme--tiny", mirror);
     make_model(path, 0);
@@ -630,8 +656,7 @@ static void test_unreachable(void **state) {
     assert_int_equal(pull("acme/tiny", "", "http://127.0.0.1:1", 0, &st, &err), WEFT_ERR_IO);
     assert_non_null(strstr(err.message, "cannot reach 127.0.0.1: "));
     assert_non_null(strstr(err.message, "set WEFT_MODEL_MIRROR to a folder or URL"));
-    assert_int_equal(pull("stories260k", "http://127.0.0.1:1/m", NULL, 0, &st, &err),
-                     WEFT_ERR_IO);
+    assert_int_equal(pull("stories260k", "http://127.0.0.1:1/m", NULL, 0, &st, &err), WEFT_ERR_IO);
     assert_non_null(strstr(err.message, "cannot reach the mirror 127.0.0.1"));
     assert_int_equal(pull("stories260k", "/nonexistent/folder", NULL, 0, &st, &err),
                      WEFT_ERR_NOT_FOUND);
@@ -645,9 +670,9 @@ int main(void) {
     unsetenv("WEFT_MODEL_MIRROR");
     unsetenv("HF_ENDPOINT");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cache_rule),     cmocka_unit_test(test_folder_mirror),
-        cmocka_unit_test(test_folder_resume),  cmocka_unit_test(test_corrupt_mirror),
-        cmocka_unit_test(test_url_mirror),     cmocka_unit_test(test_hub_layout),
+        cmocka_unit_test(test_cache_rule),    cmocka_unit_test(test_folder_mirror),
+        cmocka_unit_test(test_folder_resume), cmocka_unit_test(test_corrupt_mirror),
+        cmocka_unit_test(test_url_mirror),    cmocka_unit_test(test_hub_layout),
         cmocka_unit_test(test_unreachable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

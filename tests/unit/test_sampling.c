@@ -43,8 +43,8 @@ static uint32_t survivors(const float *logits, uint32_t vocab, const weft_sample
     weft_error err;
     weft_error_clear(&err);
     uint32_t n = 0;
-    weft_status st = weft_sample_distribution(logits, vocab, p, NULL, 0, NULL, 0, s, ids, probs,
-                                              &n, &err);
+    weft_status st =
+        weft_sample_distribution(logits, vocab, p, NULL, 0, NULL, 0, s, ids, probs, &n, &err);
     if (st != WEFT_OK) fail_msg("weft_sample_distribution: %s", err.message);
     free(s);
     return n;
@@ -69,10 +69,12 @@ static void assert_survivors(const float *logits, uint32_t vocab, const weft_sam
 
 /* log(p) logits for a probability table, so filters can be reasoned about in probabilities. */
 static void logits_from_probs(const double *pr, uint32_t n, float *out) {
-    for (uint32_t i = 0; i < n; i++) out[i] = (float)log(pr[i]);
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = (float)log(pr[i]);
 }
 
-/* ---- Philox ----------------------------------------------------------------------------------- */
+/* ---- Philox -----------------------------------------------------------------------------------
+ */
 
 static void test_philox_known_answers(void **state) {
     (void)state;
@@ -91,7 +93,8 @@ static void test_philox_known_answers(void **state) {
     for (size_t i = 0; i < sizeof(kat) / sizeof(kat[0]); i++) {
         uint32_t out[4];
         weft_philox4x32_raw(kat[i].ctr, kat[i].key, out);
-        for (int j = 0; j < 4; j++) assert_int_equal(out[j], kat[i].out[j]);
+        for (int j = 0; j < 4; j++)
+            assert_int_equal(out[j], kat[i].out[j]);
     }
     /* The 64-bit wrapper maps seed -> key words (lo, hi), counters -> words (lo, hi, lo, hi). */
     uint32_t out[4];
@@ -126,11 +129,13 @@ static void test_philox_uniform_mapping(void **state) {
     mean /= N;
     assert_true(fabs(mean - 0.5) < 0.005);
     double chi = 0, e = (double)N / BINS;
-    for (int b = 0; b < BINS; b++) chi += (hist[b] - e) * (hist[b] - e) / e;
+    for (int b = 0; b < BINS; b++)
+        chi += (hist[b] - e) * (hist[b] - e) / e;
     assert_true(chi < 103.4); /* chi-square(63) 0.999 quantile */
 }
 
-/* ---- single rules ------------------------------------------------------------------------------ */
+/* ---- single rules ------------------------------------------------------------------------------
+ */
 
 static void test_greedy(void **state) {
     (void)state;
@@ -264,7 +269,8 @@ static void test_penalties_exact(void **state) {
     weft_error_clear(&err);
     assert_int_equal(weft_sample(l, 6, &p, prompt, 3, gen, 6, 0, s, &r, &err), WEFT_OK);
     double m = 1.0, sum = 0;
-    for (int i = 0; i < 6; i++) sum += exp(want[i] - m);
+    for (int i = 0; i < 6; i++)
+        sum += exp(want[i] - m);
     assert_int_equal(r.token, 0);
     assert_int_equal(r.n_top, 6);
     for (uint32_t i = 0; i < r.n_top; i++) {
@@ -273,7 +279,8 @@ static void test_penalties_exact(void **state) {
     }
     /* sorted best-first; -1.0 tie between 2 and 4 keeps id 2 first */
     const int32_t order[6] = {0, 5, 3, 2, 4, 1};
-    for (int i = 0; i < 6; i++) assert_int_equal(r.top[i].id, order[i]);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(r.top[i].id, order[i]);
 
     /* Repetition alone over the prompt only: presence/frequency never see the prompt. */
     weft_sampler_params_default(&p);
@@ -311,7 +318,8 @@ static void test_logit_bias_and_min_tokens(void **state) {
     weft_error_clear(&err);
     assert_int_equal(weft_sample(l, 5, &p, NULL, 0, NULL, 0, 0, s, &r, &err), WEFT_OK);
     double z[5] = {1.0, -INFINITY, 3.5, 3.4, 2.0}, sum = 0;
-    for (int i = 0; i < 5; i++) sum += exp(z[i] - 3.5);
+    for (int i = 0; i < 5; i++)
+        sum += exp(z[i] - 3.5);
     assert_true(fabs(r.logprob - (0.0 - log(sum))) < 1e-6);
     assert_int_equal(r.top[1].id, 3);
     assert_true(fabs(r.top[1].logprob - (-0.1 - log(sum))) < 1e-6);
@@ -363,20 +371,19 @@ static void test_errors(void **state) {
     weft_sampler_params_default(&p);
     p.repetition_penalty = 1.5f;
     int32_t prompt[2] = {0, -4};
-    assert_int_equal(weft_sample(l, 3, &p, prompt, 2, NULL, 0, 0, s, &r, &err),
-                     WEFT_ERR_INVALID);
+    assert_int_equal(weft_sample(l, 3, &p, prompt, 2, NULL, 0, 0, s, &r, &err), WEFT_ERR_INVALID);
     assert_non_null(strstr(err.message, "prompt[1]"));
     weft_sampler_params_default(&p);
     l[1] = NAN;
     assert_int_equal(weft_sample(l, 3, &p, NULL, 0, NULL, 0, 0, s, &r, &err), WEFT_ERR_INVALID);
     assert_non_null(strstr(err.message, "logits[1]"));
     float none[2] = {-INFINITY, -INFINITY};
-    assert_int_equal(weft_sample(none, 2, &p, NULL, 0, NULL, 0, 0, s, &r, &err),
-                     WEFT_ERR_INVALID);
+    assert_int_equal(weft_sample(none, 2, &p, NULL, 0, NULL, 0, 0, s, &r, &err), WEFT_ERR_INVALID);
     free(s);
 }
 
-/* ---- reproducibility and log-probabilities ---------------------------------------------------- */
+/* ---- reproducibility and log-probabilities ----------------------------------------------------
+ */
 
 static uint64_t lcg(uint64_t *x) {
     *x = *x * 6364136223846793005ull + 1442695040888963407ull;
@@ -393,7 +400,8 @@ static void test_seeded_reproducible(void **state) {
     enum { V = 1000 };
     static float l[V];
     uint64_t x = 7;
-    for (int i = 0; i < V; i++) l[i] = (float)(2.0 * gauss(&x));
+    for (int i = 0; i < V; i++)
+        l[i] = (float)(2.0 * gauss(&x));
     weft_sampler_params p;
     weft_sampler_params_default(&p);
     p.temperature = 0.9f;
@@ -436,11 +444,14 @@ static void test_logprobs_against_double(void **state) {
     enum { V = 5000 };
     static float l[V];
     uint64_t x = 11;
-    for (int i = 0; i < V; i++) l[i] = (float)(3.0 * gauss(&x));
+    for (int i = 0; i < V; i++)
+        l[i] = (float)(3.0 * gauss(&x));
     l[17] = l[18] = 12.0f; /* a tie at the top */
     double m = -INFINITY, s = 0;
-    for (int i = 0; i < V; i++) m = l[i] > m ? l[i] : m;
-    for (int i = 0; i < V; i++) s += exp((double)l[i] - m);
+    for (int i = 0; i < V; i++)
+        m = l[i] > m ? l[i] : m;
+    for (int i = 0; i < V; i++)
+        s += exp((double)l[i] - m);
     double lse = m + log(s);
     weft_sampler_params p;
     weft_sampler_params_default(&p);
@@ -464,7 +475,8 @@ static void test_logprobs_against_double(void **state) {
         /* No token outside the reported top-20 beats the last reported one. */
         for (int i = 0; i < V; i++) {
             int listed = 0;
-            for (uint32_t j = 0; j < r.n_top; j++) listed |= r.top[j].id == i;
+            for (uint32_t j = 0; j < r.n_top; j++)
+                listed |= r.top[j].id == i;
             if (!listed) assert_true(l[i] <= l[r.top[r.n_top - 1].id]);
         }
     }
@@ -477,7 +489,8 @@ static void test_logprobs_against_double(void **state) {
     free(sc);
 }
 
-/* ---- large vocabulary: partial selection against a full sort ----------------------------------- */
+/* ---- large vocabulary: partial selection against a full sort -----------------------------------
+ */
 
 typedef struct ref_item {
     double w;
@@ -495,17 +508,20 @@ static uint32_t ref_survivors(const float *l, uint32_t V, double T, int k, doubl
                               double min_p, unsigned char *keep) {
     ref_item *it = malloc(sizeof(ref_item) * V);
     double m = -INFINITY;
-    for (uint32_t i = 0; i < V; i++) m = l[i] > m ? l[i] : m;
+    for (uint32_t i = 0; i < V; i++)
+        m = l[i] > m ? l[i] : m;
     for (uint32_t i = 0; i < V; i++) {
         it[i].w = exp(((double)l[i] - m) / T);
         it[i].id = (int32_t)i;
     }
     qsort(it, V, sizeof(ref_item), ref_cmp);
     uint32_t n = V;
-    while (n > 0 && it[n - 1].w == 0.0) n--;
+    while (n > 0 && it[n - 1].w == 0.0)
+        n--;
     if (k > 0 && (uint32_t)k < n) n = (uint32_t)k;
     double tot = 0;
-    for (uint32_t i = 0; i < n; i++) tot += it[i].w;
+    for (uint32_t i = 0; i < n; i++)
+        tot += it[i].w;
     if (top_p < 1.0) {
         double acc = 0;
         for (uint32_t i = 0; i < n; i++) {
@@ -517,10 +533,12 @@ static uint32_t ref_survivors(const float *l, uint32_t V, double T, int k, doubl
         }
     }
     uint32_t j = 0;
-    while (j < n && it[j].w >= min_p) j++;
+    while (j < n && it[j].w >= min_p)
+        j++;
     n = j ? j : 1;
     memset(keep, 0, V);
-    for (uint32_t i = 0; i < n; i++) keep[it[i].id] = 1;
+    for (uint32_t i = 0; i < n; i++)
+        keep[it[i].id] = 1;
     free(it);
     return n;
 }
@@ -533,8 +551,10 @@ static void test_large_vocab_filters(void **state) {
     double *pr = malloc(sizeof(double) * V);
     unsigned char *keep = malloc(V);
     uint64_t x = 5;
-    for (int i = 0; i < V; i++) l[i] = (float)(2.5 * gauss(&x));
-    for (int i = 100; i < 110; i++) l[i] = 11.0f; /* ties that straddle cut points */
+    for (int i = 0; i < V; i++)
+        l[i] = (float)(2.5 * gauss(&x));
+    for (int i = 100; i < 110; i++)
+        l[i] = 11.0f; /* ties that straddle cut points */
     const struct {
         float T;
         int k;
@@ -567,7 +587,8 @@ static void test_large_vocab_filters(void **state) {
     free(keep);
 }
 
-/* ---- chi-square goodness of fit --------------------------------------------------------------- */
+/* ---- chi-square goodness of fit ---------------------------------------------------------------
+ */
 
 /* Upper 0.999 quantile of chi-square(df), Wilson-Hilferty. */
 static double chi2_crit(int df) {
@@ -581,8 +602,10 @@ static void expected_probs(const float *l, int V, double T, const int *alive, do
     double m = -INFINITY, s = 0;
     for (int i = 0; i < V; i++)
         if (alive[i] && l[i] > m) m = l[i];
-    for (int i = 0; i < V; i++) s += alive[i] ? exp(((double)l[i] - m) / T) : 0.0;
-    for (int i = 0; i < V; i++) e[i] = alive[i] ? exp(((double)l[i] - m) / T) / s : 0.0;
+    for (int i = 0; i < V; i++)
+        s += alive[i] ? exp(((double)l[i] - m) / T) : 0.0;
+    for (int i = 0; i < V; i++)
+        e[i] = alive[i] ? exp(((double)l[i] - m) / T) / s : 0.0;
 }
 
 /* Pearson statistic of counts against probabilities e; a token with e == 0 that was drawn
@@ -611,8 +634,7 @@ static void draw_counts(const float *l, int V, const weft_sampler_params *p, uin
     memset(counts, 0, sizeof(uint32_t) * (size_t)V);
     for (uint32_t i = 0; i < N; i++) {
         weft_sample_result r;
-        assert_int_equal(weft_sample(l, (uint32_t)V, p, NULL, 0, NULL, 0, i, s, &r, &err),
-                         WEFT_OK);
+        assert_int_equal(weft_sample(l, (uint32_t)V, p, NULL, 0, NULL, 0, i, s, &r, &err), WEFT_OK);
         counts[r.token]++;
     }
     free(s);
@@ -632,7 +654,8 @@ static void test_chi_square(void **state) {
     weft_sampler_params_default(&p);
     p.seed = 20240601;
     int all[V];
-    for (int i = 0; i < V; i++) all[i] = 1;
+    for (int i = 0; i < V; i++)
+        all[i] = 1;
     draw_counts(l, V, &p, N, counts);
     expected_probs(l, V, 1.0, all, e);
     double chi = chi2_stat(counts, e, V, N, &df);
@@ -652,7 +675,8 @@ static void test_chi_square(void **state) {
     int alive[V] = {0};
     {
         double w[6], tot = 0;
-        for (int i = 0; i < 6; i++) tot += (w[i] = exp(((double)l[order[i]] - 2.5) / 0.7));
+        for (int i = 0; i < 6; i++)
+            tot += (w[i] = exp(((double)l[order[i]] - 2.5) / 0.7));
         double acc = 0;
         for (int i = 0; i < 6; i++) {
             alive[order[i]] = 1;
@@ -661,7 +685,8 @@ static void test_chi_square(void **state) {
         }
     }
     int n_alive = 0;
-    for (int i = 0; i < V; i++) n_alive += alive[i];
+    for (int i = 0; i < V; i++)
+        n_alive += alive[i];
     assert_int_equal(n_alive, 4);
     draw_counts(l, V, &p, N, counts);
     expected_probs(l, V, 0.7, alive, e);
@@ -701,7 +726,8 @@ static void test_chi_square(void **state) {
     p.seed = 31337;
     p.temperature = 1.5f;
     p.min_p = 0.3f;
-    for (int i = 0; i < V; i++) alive[i] = exp(((double)l[i] - 2.5) / 1.5) >= 0.3;
+    for (int i = 0; i < V; i++)
+        alive[i] = exp(((double)l[i] - 2.5) / 1.5) >= 0.3;
     draw_counts(l, V, &p, N, counts);
     expected_probs(l, V, 1.5, alive, e);
     chi = chi2_stat(counts, e, V, N, &df);

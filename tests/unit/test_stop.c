@@ -134,8 +134,7 @@ static uint32_t rnd(uint32_t n) {
 
 /* Whole-text rule: smallest end offset; at equal ends the smallest start. Returns the length of
  * the output and sets *which (caller index) or -1. */
-static size_t whole_text(const char *t, size_t n, const char *const *stops, size_t ns,
-                         int *which) {
+static size_t whole_text(const char *t, size_t n, const char *const *stops, size_t ns, int *which) {
     for (size_t end = 1; end <= n; end++) {
         size_t best_len = 0;
         int best = -1;
@@ -167,7 +166,8 @@ static size_t expected_hold(const char *t, size_t n, const char *const *stops, s
     size_t e = n - hold;
     /* find the lead byte of the last character of t[0..e) */
     size_t b = e;
-    while (b > 0 && e - b < 4 && ((unsigned char)t[b - 1] & 0xC0) == 0x80) b--;
+    while (b > 0 && e - b < 4 && ((unsigned char)t[b - 1] & 0xC0) == 0x80)
+        b--;
     if (b > 0 && e - b < 4) {
         unsigned char c = (unsigned char)t[b - 1];
         size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
@@ -178,10 +178,26 @@ static size_t expected_hold(const char *t, size_t n, const char *const *stops, s
 
 static void test_random_splits(void **state) {
     (void)state;
-    static const char *alphabet[] = {"a", "b", "c", "x", " ", "\n", "\xc3\xa9", "\xe6\x97\xa5",
-                                     "\xe6\x9c\xac", "\xf0\x9f\x98\x80"};
-    static const char *pool[] = {"abc", "ab", "bca", "aaa", "\n\n", "\xe6\x97\xa5\xe6\x9c\xac",
-                                 "\xf0\x9f\x98\x80x", "c\xc3\xa9", "xx b", "abcabcab"};
+    static const char *alphabet[] = {"a",
+                                     "b",
+                                     "c",
+                                     "x",
+                                     " ",
+                                     "\n",
+                                     "\xc3\xa9",
+                                     "\xe6\x97\xa5",
+                                     "\xe6\x9c\xac",
+                                     "\xf0\x9f\x98\x80"};
+    static const char *pool[] = {"abc",
+                                 "ab",
+                                 "bca",
+                                 "aaa",
+                                 "\n\n",
+                                 "\xe6\x97\xa5\xe6\x9c\xac",
+                                 "\xf0\x9f\x98\x80x",
+                                 "c\xc3\xa9",
+                                 "xx b",
+                                 "abcabcab"};
     rng_state = 20240601;
     int matched = 0;
     for (int iter = 0; iter < 3000; iter++) {
@@ -197,7 +213,8 @@ static void test_random_splits(void **state) {
         text[n] = '\0';
         size_t ns = rnd(4); /* 0..3 stop strings */
         const char *stops[3];
-        for (size_t i = 0; i < ns; i++) stops[i] = pool[rnd(10)];
+        for (size_t i = 0; i < ns; i++)
+            stops[i] = pool[rnd(10)];
         int want_which;
         size_t want_len = whole_text(text, n, stops, ns, &want_which);
         matched += want_which >= 0;

@@ -112,8 +112,7 @@ static weft_status check_params(const weft_sampler_params *p, uint32_t vocab, we
                                   (int)p->bias_ids[i], (double)b);
     }
     if (p->n_eos && !p->eos_ids)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "eos_ids: %u entries but NULL",
-                              p->n_eos);
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "eos_ids: %u entries but NULL", p->n_eos);
     for (uint32_t i = 0; i < p->n_eos; i++)
         if (p->eos_ids[i] < 0 || (uint32_t)p->eos_ids[i] >= vocab)
             return weft_error_set(err, WEFT_ERR_INVALID, SRC,
@@ -133,8 +132,9 @@ typedef struct cand {
 } cand;
 
 size_t weft_sample_scratch_bytes(uint32_t vocab) {
-    /* cand[vocab] | float z[vocab] | uint32 counts[vocab] */
-    return (size_t)vocab * (sizeof(cand) + sizeof(float) + sizeof(uint32_t));
+    /* cand c[vocab] (id order) | cand d[vocab] (selection work) | float z[vocab] |
+     * uint32 counts[vocab] */
+    return (size_t)vocab * (2 * sizeof(cand) + sizeof(float) + sizeof(uint32_t));
 }
 
 #define SEEN_IN_PROMPT 0x80000000u
@@ -146,16 +146,10 @@ static int better(const cand *a, const cand *b) {
     return a->id < b->id;
 }
 
-static int cmp_desc(const void *x, const void *y) {
-    const cand *a = x, *b = y;
-    if (better(a, b)) return -1;
-    if (better(b, a)) return 1;
-    return 0;
-}
-
-static int cmp_id(const void *x, const void *y) {
-    const cand *a = x, *b = y;
-    return (a->id > b->id) - (a->id < b->id);
+static void swap_cand(cand *a, cand *b) {
+    cand t = *a;
+    *a = *b;
+    *b = t;
 }
 
 /* Min-heap on `better` (the worst of the kept candidates at the root). */
@@ -165,40 +159,63 @@ static void heap_sift_down(cand *h, size_t n, size_t i) {
         if (l < n && better(&h[m], &h[l])) m = l;
         if (r < n && better(&h[m], &h[r])) m = r;
         if (m == i) return;
-        cand t = h[i];
-        h[i] = h[m];
-        h[m] = t;
+        swap_cand(&h[i], &h[m]);
         i = m;
     }
 }
 
-/* Moves the k best of c[0..n) to c[0..k), sorted best first. k <= n. */
-static void select_top(cand *c, size_t n, size_t k) {
-    if (k == 0) return;
-    if (k < n) {
-        for (size_t i = k / 2; i-- > 0;) heap_sift_down(c, k, i);
-        for (size_t i = k; i < n; i++) {
-            if (better(&c[i], &c[0])) {
-                c[0] = c[i];
-                heap_sift_down(c, k, 0);
-            }
+/* Moves the k best of d[0..n) to d[0..k) (unordered) and returns the worst of them: the top-k
+ * boundary. 0 < k < n. A bounded heap: O(n log k), no full sort. */
+static cand select_top(cand *d, size_t n, size_t k) {
+    for (size_t i = k / 2; i-- > 0;)
+        heap_sift_down(d, k, i);
+    for (size_t i = k; i < n; i++) {
+        if (better(&d[i], &d[0])) {
+            d[0] = d[i];
+            heap_sift_down(d, k, 0);
         }
     }
-    qsort(c, k, sizeof(cand), cmp_desc);
+    return d[0];
 }
 
-/* Moves the candidates with w >= cut to the front (order not kept); returns their count. */
-static size_t partition_at_least(cand *c, size_t n, double cut) {
-    size_t j = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (c[i].w >= cut) {
-            cand t = c[j];
-            c[j] = c[i];
-            c[i] = t;
-            j++;
-        }
+static const cand *median3(const cand *a, const cand *b, const cand *c) {
+    if (better(a, b)) {
+        if (better(b, c)) return b;
+        return better(a, c) ? c : a;
     }
-    return j;
+    if (better(a, c)) return a;
+    return better(b, c) ? c : b;
+}
+
+/* The top-p boundary of d[0..n) (reordered): the element b such that the candidates better
+ * than or equal to b are the shortest best-first prefix whose mass reaches target. A
+ * quickselect on mass instead of rank: expected O(n), no sort. If rounding keeps the target
+ * out of reach, the boundary is the worst element (everything stays). */
+static cand select_mass(cand *d, size_t n, double target) {
+    size_t lo = 0, hi = n;
+    double acc = 0.0;
+    for (;;) {
+        cand piv = *median3(&d[lo], &d[lo + (hi - lo) / 2], &d[hi - 1]);
+        size_t i = lo;
+        double m = 0.0;
+        for (size_t j = lo; j < hi; j++)
+            if (better(&d[j], &piv)) {
+                m += d[j].w;
+                swap_cand(&d[i++], &d[j]);
+            }
+        for (size_t j = i; j < hi; j++)
+            if (d[j].id == piv.id) {
+                swap_cand(&d[i], &d[j]);
+                break;
+            }
+        if (i > lo && acc + m >= target) {
+            hi = i; /* the boundary is among the better ones */
+            continue;
+        }
+        if (acc + m + piv.w >= target || i + 1 >= hi) return piv;
+        acc += m + piv.w;
+        lo = i + 1;
+    }
 }
 
 /* Top alternatives of a row: the k largest values (ties: smaller id), written best first. */
@@ -256,8 +273,8 @@ static weft_status prepare(const float *logits, uint32_t vocab, const weft_sampl
                               "vocab must be > 0 (got vocab %u)",
                               vocab);
     if ((uintptr_t)scratch % sizeof(double))
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC,
-                              "scratch: expected %zu-byte alignment", sizeof(double));
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "scratch: expected %zu-byte alignment",
+                              sizeof(double));
     if ((n_prompt && !prompt) || (n_generated && !generated))
         return weft_error_set(err, WEFT_ERR_INVALID, SRC,
                               "token history: %zu prompt / %zu generated tokens but NULL array",
@@ -266,7 +283,7 @@ static weft_status prepare(const float *logits, uint32_t vocab, const weft_sampl
     if (st != WEFT_OK) return st;
 
     cand *c = scratch;
-    float *z = (float *)(c + vocab);
+    float *z = (float *)(c + 2 * (size_t)vocab); /* after c and d */
     uint32_t *counts = (uint32_t *)(z + vocab);
     pr->c = c;
     pr->z = z;
@@ -282,11 +299,13 @@ static weft_status prepare(const float *logits, uint32_t vocab, const weft_sampl
     }
 
     /* 1. logit bias (additive, as OpenAI's logit_bias). */
-    for (uint32_t i = 0; i < p->n_bias; i++) z[p->bias_ids[i]] += p->bias_values[i];
+    for (uint32_t i = 0; i < p->n_bias; i++)
+        z[p->bias_ids[i]] += p->bias_values[i];
 
     /* 2. min_tokens: EOS cannot end the output before it has min_tokens tokens. */
     if ((uint64_t)n_generated < p->min_tokens)
-        for (uint32_t i = 0; i < p->n_eos; i++) z[p->eos_ids[i]] = -INFINITY;
+        for (uint32_t i = 0; i < p->n_eos; i++)
+            z[p->eos_ids[i]] = -INFINITY;
 
     /* 3-4. penalties. counts[t]: occurrences in the output, plus a flag for "in the prompt". */
     int rep = p->repetition_penalty != 1.0f;
@@ -363,57 +382,36 @@ static weft_status prepare(const float *logits, uint32_t vocab, const weft_sampl
         int use_k = p->top_k > 0 && (size_t)p->top_k < n;
         int use_p = p->top_p < 1.0f;
         int use_min = p->min_p > 0.0f;
-        size_t keep = n;   /* survivors: c[0..keep) */
+        size_t keep = n; /* survivors: c[0..keep), ascending id */
         if (use_k || use_p || use_min) {
-            /* Survivors are always a prefix of the candidates in `better` order: top-k keeps
-             * the k best, top-p the shortest prefix reaching p, min-p those with
-             * w >= min_p (w is already relative to the best token). */
-            size_t sorted;  /* c[0..sorted) is the exact best-first prefix */
-            double total;   /* mass top-p is relative to: the top-k survivors, or all */
+            /* Every filter keeps a best-first prefix of the candidates, so each is summed up
+             * by its boundary element and a survivor is a candidate at least as good as every
+             * boundary. The boundaries are found on a copy (d) so c keeps id order for the
+             * draw; nothing is sorted. */
+            cand *d = c + vocab;
+            memcpy(d, c, n * sizeof(cand));
+            cand bk = {0}, bp = {0};
+            size_t m = n; /* d[0..m): what top-p works on */
             if (use_k) {
-                select_top(c, n, (size_t)p->top_k);
-                sorted = keep = (size_t)p->top_k;
-                total = 0.0;
-                for (size_t i = 0; i < keep; i++) total += c[i].w;
-            } else {
-                total = 0.0;
-                for (size_t i = 0; i < n; i++) total += c[i].w;
-                /* Sort only the candidates above a cut, lowering it until the prefix top-p
-                 * needs lies inside (or until min-p's own cut is reached). */
-                double cut = use_min ? (double)p->min_p : 1.0 / 256.0;
-                if (use_p && cut < 1.0 / 256.0) cut = 1.0 / 256.0;
-                for (;;) {
-                    size_t m = partition_at_least(c, n, cut);
-                    if (use_p) qsort(c, m, sizeof(cand), cmp_desc);
-                    sorted = keep = m;
-                    if (m == n || (use_min && cut <= (double)p->min_p)) break;
-                    if (use_p) {
-                        double acc = 0.0;
-                        for (size_t i = 0; i < m; i++) acc += c[i].w;
-                        if (acc >= (double)p->top_p * total) break;
-                    }
-                    cut /= 4096.0;
-                    if (use_min && cut < (double)p->min_p) cut = (double)p->min_p;
-                    if (cut < 1e-300) cut = 0.0;
-                }
+                bk = select_top(d, n, (size_t)p->top_k);
+                m = (size_t)p->top_k;
             }
             if (use_p) {
-                double target = (double)p->top_p * total, acc = 0.0;
-                size_t i = 0;
-                while (i < sorted) {
-                    acc += c[i].w;
-                    i++;
-                    if (acc >= target) break;
-                }
-                if (i < keep) keep = i;
+                /* top-p is relative to the mass that top-k left. */
+                double total = 0.0;
+                for (size_t i = 0; i < m; i++)
+                    total += d[i].w;
+                bp = select_mass(d, m, (double)p->top_p * total);
             }
-            if (use_min) {
-                size_t i = 0;
-                while (i < keep && c[i].w >= (double)p->min_p) i++;
-                keep = i;
+            keep = 0;
+            for (size_t i = 0; i < n; i++) {
+                const cand *x = &c[i];
+                if (use_k && better(&bk, x)) continue;
+                if (use_p && better(&bp, x)) continue;
+                if (use_min && x->w < (double)p->min_p) continue;
+                c[keep++] = *x;
             }
-            if (keep == 0) keep = 1;
-            qsort(c, keep, sizeof(cand), cmp_id);
+            /* keep >= 1: the best token (w == 1) passes every test. */
         }
         pr->keep = keep;
     }
@@ -424,11 +422,10 @@ weft_status weft_sample(const float *logits, uint32_t vocab, const weft_sampler_
                         const int32_t *prompt, size_t n_prompt, const int32_t *generated,
                         size_t n_generated, uint64_t counter, void *scratch,
                         weft_sample_result *out, weft_error *err) {
-    if (!out)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "weft_sample: out is required");
+    if (!out) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "weft_sample: out is required");
     prepared pr;
-    weft_status st = prepare(logits, vocab, p, prompt, n_prompt, generated, n_generated, scratch,
-                             &pr, err);
+    weft_status st =
+        prepare(logits, vocab, p, prompt, n_prompt, generated, n_generated, scratch, &pr, err);
     if (st != WEFT_OK) return st;
     int32_t token = pr.greedy;
     if (token < 0) {
@@ -436,7 +433,8 @@ weft_status weft_sample(const float *logits, uint32_t vocab, const weft_sampler_
          * the last survivor covers a rounding shortfall of the running sum. */
         const cand *c = pr.c;
         double total = 0.0;
-        for (size_t i = 0; i < pr.keep; i++) total += c[i].w;
+        for (size_t i = 0; i < pr.keep; i++)
+            total += c[i].w;
         double target = (double)weft_philox_uniform(p->seed, counter, 0) * total;
         double acc = 0.0;
         token = c[pr.keep - 1].id;
@@ -450,23 +448,23 @@ weft_status weft_sample(const float *logits, uint32_t vocab, const weft_sampler_
     }
     out->token = token;
     out->logprob = (float)((double)pr.z[token] - pr.m0 - pr.lse0);
-    out->n_top = p->n_logprobs > 0 ? top_of_row(pr.z, vocab, (uint32_t)p->n_logprobs, pr.m0,
-                                                 pr.lse0, out->top)
-                                   : 0;
+    out->n_top = p->n_logprobs > 0
+                     ? top_of_row(pr.z, vocab, (uint32_t)p->n_logprobs, pr.m0, pr.lse0, out->top)
+                     : 0;
     return WEFT_OK;
 }
 
 weft_status weft_sample_distribution(const float *logits, uint32_t vocab,
                                      const weft_sampler_params *p, const int32_t *prompt,
-                                     size_t n_prompt, const int32_t *generated,
-                                     size_t n_generated, void *scratch, int32_t *ids,
-                                     double *probs, uint32_t *n_out, weft_error *err) {
+                                     size_t n_prompt, const int32_t *generated, size_t n_generated,
+                                     void *scratch, int32_t *ids, double *probs, uint32_t *n_out,
+                                     weft_error *err) {
     if (!ids || !probs || !n_out)
         return weft_error_set(err, WEFT_ERR_INVALID, SRC,
                               "weft_sample_distribution: ids, probs and n_out are required");
     prepared pr;
-    weft_status st = prepare(logits, vocab, p, prompt, n_prompt, generated, n_generated, scratch,
-                             &pr, err);
+    weft_status st =
+        prepare(logits, vocab, p, prompt, n_prompt, generated, n_generated, scratch, &pr, err);
     if (st != WEFT_OK) return st;
     if (pr.greedy >= 0) {
         ids[0] = pr.greedy;
@@ -475,7 +473,8 @@ weft_status weft_sample_distribution(const float *logits, uint32_t vocab,
         return WEFT_OK;
     }
     double total = 0.0;
-    for (size_t i = 0; i < pr.keep; i++) total += pr.c[i].w;
+    for (size_t i = 0; i < pr.keep; i++)
+        total += pr.c[i].w;
     for (size_t i = 0; i < pr.keep; i++) {
         ids[i] = pr.c[i].id;
         probs[i] = pr.c[i].w / total;

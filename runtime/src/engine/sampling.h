@@ -29,10 +29,10 @@ void weft_philox4x32_raw(const uint32_t ctr[4], const uint32_t key[2], uint32_t 
 #define WEFT_MAX_TOP_LOGPROBS 20
 
 typedef struct weft_sampler_params {
-    float temperature; /* 0 = greedy */
-    float top_p;       /* 1 = off */
-    float min_p;       /* 0 = off */
-    int32_t top_k;     /* 0 = off */
+    float temperature;        /* 0 = greedy */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    int32_t top_k;            /* 0 = off */
     float repetition_penalty; /* 1 = off (HF semantics, over prompt and output) */
     float presence_penalty;   /* 0 = off (OpenAI semantics, over output) */
     float frequency_penalty;  /* 0 = off */
@@ -74,9 +74,9 @@ weft_status weft_sample(const float *logits, uint32_t vocab, const weft_sampler_
  * greedy gives one token with probability 1. For tests and for checking a device sampler. */
 weft_status weft_sample_distribution(const float *logits, uint32_t vocab,
                                      const weft_sampler_params *p, const int32_t *prompt,
-                                     size_t n_prompt, const int32_t *generated,
-                                     size_t n_generated, void *scratch, int32_t *ids,
-                                     double *probs, uint32_t *n_out, weft_error *err);
+                                     size_t n_prompt, const int32_t *generated, size_t n_generated,
+                                     void *scratch, int32_t *ids, double *probs, uint32_t *n_out,
+                                     weft_error *err);
 
 /* log-softmax helpers for scoring: logprob of `id` and the top-k alternatives of a row. */
 float weft_logprob_of(const float *logits, uint32_t vocab, int32_t id);

@@ -94,15 +94,19 @@ void weft_pull_options_default(weft_pull_options *o) {
 weft_status weft_pull_cache_root(char *out, size_t cap, weft_error *err) {
     const char *w = getenv("WEFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     int n;
-    if (w && *w) n = snprintf(out, cap, "%s", w);
-    else if (x && *x) n = snprintf(out, cap, "%s/weft", x);
-    else if (h && *h) n = snprintf(out, cap, "%s/.cache/weft", h);
+    if (w && *w)
+        n = snprintf(out, cap, "%s", w);
+    else if (x && *x)
+        n = snprintf(out, cap, "%s/weft", x);
+    else if (h && *h)
+        n = snprintf(out, cap, "%s/.cache/weft", h);
     else
         return weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC,
                               "model cache: none of WEFT_CACHE, XDG_CACHE_HOME and HOME is set");
     if (n < 0 || (size_t)n >= cap)
         return weft_error_set(err, WEFT_ERR_INVALID, SRC, "model cache path is too long");
-    while (n > 1 && out[n - 1] == '/') out[--n] = '\0';
+    while (n > 1 && out[n - 1] == '/')
+        out[--n] = '\0';
     return WEFT_OK;
 }
 
@@ -242,8 +246,8 @@ typedef struct want {
     int64_t size;     /* -1 unknown */
     expect ex[MAX_EXPECT];
     int n_ex;
-    char blob[41];    /* expected git blob id, "" unknown */
-    int optional;     /* URL-mirror probe: absence is not an error */
+    char blob[41]; /* expected git blob id, "" unknown */
+    int optional;  /* URL-mirror probe: absence is not an error */
     /* outcome */
     char sha256[65];
     int64_t got_size;
@@ -257,19 +261,19 @@ typedef struct puller {
     const weft_pull_options *o;
     const alias *al;
     source_kind kind;
-    char base[4096];     /* hub endpoint, mirror URL or mirror folder, without trailing '/' */
-    char host[256];      /* for "cannot reach" */
-    char repo[256];      /* hub repository */
+    char base[4096]; /* hub endpoint, mirror URL or mirror folder, without trailing '/' */
+    char host[256];  /* for "cannot reach" */
+    char repo[256];  /* hub repository */
     char revision[256];
     char rev_escaped[768];
-    char commit[64];     /* the hub's resolved commit, when it says */
+    char commit[64]; /* the hub's resolved commit, when it says */
     char dir[4096];
-    char sub[512];       /* model folder under a mirror */
+    char sub[512]; /* model folder under a mirror */
     want *w;
     size_t n;
     int progress;
     weft_pull_stats *stats;
-    json_t *record;      /* previous .weft-pull.json files object, or NULL */
+    json_t *record; /* previous .weft-pull.json files object, or NULL */
 } puller;
 
 static int wanted_name(const char *n) {
@@ -297,8 +301,8 @@ static weft_status add_want(puller *p, const char *name, const char *remote, int
     want *w = find_want(p, name);
     if (!w) {
         if (p->n == MAX_FILES)
-            return weft_error_set(err, WEFT_ERR_UNSUPPORTED, SRC,
-                                  "%s: more than %d files to fetch", p->o->id, MAX_FILES);
+            return weft_error_set(err, WEFT_ERR_UNSUPPORTED, SRC, "%s: more than %d files to fetch",
+                                  p->o->id, MAX_FILES);
         w = &p->w[p->n++];
         memset(w, 0, sizeof(*w));
         snprintf(w->name, sizeof(w->name), "%s", name);
@@ -319,7 +323,8 @@ static void add_expect(want *w, const char *sha, const char *by) {
             snprintf(w->ex[i].by + l, sizeof(w->ex[i].by) - l, " and %s", by);
             return;
         }
-    for (int i = 0; i < 64; i++) w->ex[w->n_ex].sha256[i] = (char)tolower((unsigned char)sha[i]);
+    for (int i = 0; i < 64; i++)
+        w->ex[w->n_ex].sha256[i] = (char)tolower((unsigned char)sha[i]);
     w->ex[w->n_ex].sha256[64] = '\0';
     snprintf(w->ex[w->n_ex].by, sizeof(w->ex[w->n_ex].by), "%s", by);
     w->n_ex++;
@@ -340,7 +345,8 @@ static weft_status apply_sums(puller *p, const char *text, size_t len, const cha
         if (ll >= sizeof(line)) ll = sizeof(line) - 1;
         memcpy(line, s, ll);
         line[ll] = '\0';
-        while (ll && (line[ll - 1] == '\r' || line[ll - 1] == ' ')) line[--ll] = '\0';
+        while (ll && (line[ll - 1] == '\r' || line[ll - 1] == ' '))
+            line[--ll] = '\0';
         s = nl ? nl + 1 : end;
         if (ll < 66 || line[0] == '#') continue;
         char sha[65];
@@ -376,8 +382,8 @@ static void curl_init(void) {
 typedef struct http {
     /* body to a file ... */
     FILE *f;
-    uint64_t off;      /* bytes already in f when the request was made */
-    int restarted;     /* the server ignored Range: f was emptied */
+    uint64_t off;  /* bytes already in f when the request was made */
+    int restarted; /* the server ignored Range: f was emptied */
     /* ... or to memory */
     char *mem;
     size_t mem_len, mem_cap;
@@ -388,7 +394,7 @@ typedef struct http {
     int64_t linked_size;
     char errbody[256];
     size_t errbody_len;
-    int bad;          /* why the write callback stopped the transfer */
+    int bad; /* why the write callback stopped the transfer */
     uint64_t written;
     /* progress */
     int progress;
@@ -403,7 +409,8 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
     size_t l = len < sizeof(line) - 1 ? len : sizeof(line) - 1;
     memcpy(line, data, l);
     line[l] = '\0';
-    while (l && (line[l - 1] == '\r' || line[l - 1] == '\n')) line[--l] = '\0';
+    while (l && (line[l - 1] == '\r' || line[l - 1] == '\n'))
+        line[--l] = '\0';
     if (!strncmp(line, "HTTP/", 5)) {
         const char *sp = strchr(line, ' ');
         h->status = sp ? strtol(sp + 1, NULL, 10) : 0;
@@ -414,7 +421,8 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
     if (!colon) return len;
     *colon = '\0';
     char *v = colon + 1;
-    while (*v == ' ' || *v == '\t') v++;
+    while (*v == ' ' || *v == '\t')
+        v++;
     if (!strcasecmp(line, "content-range")) {
         long long a;
         if (sscanf(v, "bytes %lld-", &a) == 1) h->cr_start = a;
@@ -422,7 +430,8 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
         if (!strncmp(v, "W/", 2)) v += 2;
         if (*v == '"') v++;
         size_t k = 0;
-        while (v[k] && v[k] != '"' && k < sizeof(h->linked_etag) - 1) k++;
+        while (v[k] && v[k] != '"' && k < sizeof(h->linked_etag) - 1)
+            k++;
         memcpy(h->linked_etag, v, k);
         h->linked_etag[k] = '\0';
     } else if (!strcasecmp(line, "x-linked-size")) {
@@ -490,7 +499,8 @@ static void show_progress(const char *label, uint64_t done, uint64_t total, int 
     *last_pct = pct;
     char bar[31];
     int fill = pct < 0 ? 0 : pct * 30 / 100;
-    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
     bar[30] = '\0';
     if (pct >= 0)
         fprintf(stderr, "\r%-32.32s [%s] %3d%% %8.1f/%.1f MB", label, bar, pct, done / 1e6,
@@ -504,8 +514,7 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
                        curl_off_t ulnow) {
     http *h = ud;
     if (h->progress && dltotal > 0)
-        show_progress(h->label, h->off + (uint64_t)dlnow, h->off + (uint64_t)dltotal,
-                      &h->last_pct);
+        show_progress(h->label, h->off + (uint64_t)dlnow, h->off + (uint64_t)dltotal, &h->last_pct);
     return 0;
 }
 
@@ -565,10 +574,12 @@ static weft_status http_get(puller *p, const char *url, const char *what, http *
     curl_slist_free_all(hdr);
     if (h->progress && h->last_pct != -2) fputc('\n', stderr);
     if (rc == CURLE_WRITE_ERROR && h->bad) {
-        static const char *why[] = {"", "cannot restart the .part file",
+        static const char *why[] = {"",
+                                    "cannot restart the .part file",
                                     "the server answered a Range request at another offset",
                                     "cannot write the .part file (disk full?)",
-                                    "the answer is larger than 64 MiB", "out of memory"};
+                                    "the answer is larger than 64 MiB",
+                                    "out of memory"};
         return weft_error_set(err, h->bad == 5 ? WEFT_ERR_NOMEM : WEFT_ERR_IO, SRC,
                               "%s from %s: %s", what, url, why[h->bad]);
     }
@@ -594,20 +605,20 @@ static weft_status http_status_error(puller *p, const char *what, const char *ur
                                      weft_error *err) {
     const char *body = h->errbody_len ? h->errbody : "";
     if (h->status == 401 || h->status == 403)
-        return weft_error_set(err, WEFT_ERR_IO, SRC,
-                              "HTTP %ld for %s at %s: %s%s%s", h->status, what, url,
-                              p->kind == KIND_HUB
-                                  ? "the repository is private or gated, or the id is wrong; "
-                                    "set HF_TOKEN to a token with access"
-                                  : "the mirror refused access",
-                              *body ? "; server said: " : "", body);
+        return weft_error_set(
+            err, WEFT_ERR_IO, SRC, "HTTP %ld for %s at %s: %s%s%s", h->status, what, url,
+            p->kind == KIND_HUB ? "the repository is private or gated, or the id is wrong; "
+                                  "set HF_TOKEN to a token with access"
+                                : "the mirror refused access",
+            *body ? "; server said: " : "", body);
     if (h->status == 404)
         return weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC,
                               "HTTP 404 for %s at %s: not found; check the model id%s", what, url,
-                              p->kind == KIND_HUB ? " and --revision" : " and the mirror layout "
-                                                                        "(docs/PULL.md)");
-    return weft_error_set(err, WEFT_ERR_IO, SRC, "HTTP %ld for %s at %s%s%s", h->status, what,
-                          url, *body ? ": " : "", body);
+                              p->kind == KIND_HUB ? " and --revision"
+                                                  : " and the mirror layout "
+                                                    "(docs/PULL.md)");
+    return weft_error_set(err, WEFT_ERR_IO, SRC, "HTTP %ld for %s at %s%s%s", h->status, what, url,
+                          *body ? ": " : "", body);
 }
 
 /* A small document into memory. *found = 0 on HTTP 404 when optional. */
@@ -710,8 +721,10 @@ static weft_status list_alias(puller *p, weft_error *err) {
     for (size_t i = 0; i < p->al->n_files; i++) {
         const alias_file *f = &p->al->files[i];
         char remote[768];
-        if (p->kind == KIND_HUB) snprintf(remote, sizeof(remote), "%s", f->remote);
-        else snprintf(remote, sizeof(remote), "%s/%s", p->sub, f->name);
+        if (p->kind == KIND_HUB)
+            snprintf(remote, sizeof(remote), "%s", f->remote);
+        else
+            snprintf(remote, sizeof(remote), "%s/%s", p->sub, f->name);
         want *w;
         weft_status st = add_want(p, f->name, remote, f->size, &w, err);
         if (st != WEFT_OK) return st;
@@ -733,13 +746,13 @@ static weft_status list_hub(puller *p, weft_error *err) {
     json_t *root = json_loadb(text, len, 0, &je);
     free(text);
     if (!root)
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: not JSON (%s, line %d)", url,
-                              je.text, je.line);
+        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: not JSON (%s, line %d)", url, je.text,
+                              je.line);
     json_t *sib = json_object_get(root, "siblings");
     if (!json_is_array(sib)) {
         json_decref(root);
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
-                              "%s: expected a 'siblings' array of files", url);
+        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: expected a 'siblings' array of files",
+                              url);
     }
     const char *sha = json_string_value(json_object_get(root, "sha"));
     if (sha) snprintf(p->commit, sizeof(p->commit), "%s", sha);
@@ -770,7 +783,20 @@ static weft_status list_hub(puller *p, weft_error *err) {
 static weft_status list_folder(puller *p, weft_error *err) {
     char model[8192];
     if (p->al) {
-        snprintf(p->sub, sizeof(p->sub), "%s", p->al->mirror_sub);
+        /* The hub folder name (stories260K), the alias itself, or the hub layout
+         * karpathy/tinyllamas/stories260K: the first that exists. */
+        char cands[3][512];
+        snprintf(cands[0], sizeof(cands[0]), "%s", p->al->mirror_sub);
+        snprintf(cands[1], sizeof(cands[1]), "%s", p->al->alias);
+        snprintf(cands[2], sizeof(cands[2]), "%s/%s", p->al->repo, p->al->mirror_sub);
+        snprintf(p->sub, sizeof(p->sub), "%s", cands[0]);
+        for (int i = 0; i < 3; i++) {
+            snprintf(model, sizeof(model), "%s/%s", p->base, cands[i]);
+            if (is_dir(model)) {
+                snprintf(p->sub, sizeof(p->sub), "%s", cands[i]);
+                break;
+            }
+        }
     } else {
         /* <mirror>/<org>/<name>, <mirror>/<org>--<name>, <mirror>/<name>: the first folder. */
         char cands[3][512];
@@ -799,8 +825,7 @@ static weft_status list_folder(puller *p, weft_error *err) {
         st = list_alias(p, err);
     } else {
         DIR *d = opendir(model);
-        if (!d)
-            return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: %s", model, strerror(errno));
+        if (!d) return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: %s", model, strerror(errno));
         struct dirent *de;
         while (st == WEFT_OK && (de = readdir(d))) {
             if (!wanted_name(de->d_name)) continue;
@@ -861,9 +886,9 @@ static weft_status list_url(puller *p, weft_error *err) {
         if (st != WEFT_OK) return st;
     }
     if (p->al || p->n) return WEFT_OK;
-    static const char *probe[] = {"config.json", "generation_config.json", "tokenizer.json",
-                                  "tokenizer_config.json", "model.safetensors.index.json",
-                                  "model.safetensors"};
+    static const char *probe[] = {
+        "config.json",           "generation_config.json",       "tokenizer.json",
+        "tokenizer_config.json", "model.safetensors.index.json", "model.safetensors"};
     for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++) {
         char remote[768];
         snprintf(remote, sizeof(remote), "%s/%s", p->sub, probe[i]);
@@ -880,7 +905,8 @@ static weft_status list_url(puller *p, weft_error *err) {
 static void source_location(puller *p, const want *w, char *out, size_t cap) {
     if (p->kind == KIND_HUB)
         snprintf(out, cap, "%s/%s/resolve/%s/%s", p->base, p->repo, p->rev_escaped, w->remote);
-    else snprintf(out, cap, "%s/%s", p->base, w->remote);
+    else
+        snprintf(out, cap, "%s/%s", p->base, w->remote);
 }
 
 static int64_t file_size(const char *path) {
@@ -889,17 +915,15 @@ static int64_t file_size(const char *path) {
 }
 
 /* Checks a finished file against every expectation; fills w->verified. */
-static weft_status verify(puller *p, want *w, const char *path, const char *loc,
-                          weft_error *err) {
+static weft_status verify(puller *p, want *w, const char *path, const char *loc, weft_error *err) {
     char blob[41] = "";
     int64_t size = -1;
     weft_status st = hash_file(path, w->sha256, w->blob[0] ? blob : NULL, &size, err);
     if (st != WEFT_OK) return st;
     w->got_size = size;
     if (w->size >= 0 && size != w->size)
-        return weft_error_set(err, WEFT_ERR_MISMATCH, SRC,
-                              "%s from %s: %lld bytes, expected %lld", w->name, loc,
-                              (long long)size, (long long)w->size);
+        return weft_error_set(err, WEFT_ERR_MISMATCH, SRC, "%s from %s: %lld bytes, expected %lld",
+                              w->name, loc, (long long)size, (long long)w->size);
     /* Every source is checked, and every one that disagrees is named. */
     char bad[512] = "";
     w->verified[0] = '\0';
@@ -907,9 +931,10 @@ static weft_status verify(puller *p, want *w, const char *path, const char *loc,
         int same = !strcmp(w->sha256, w->ex[i].sha256);
         char *dst = same ? w->verified : bad;
         size_t cap = same ? sizeof(w->verified) : sizeof(bad), l = strlen(dst);
-        if (same) snprintf(dst + l, cap - l, "%s%s", l ? "; " : "", w->ex[i].by);
-        else snprintf(dst + l, cap - l, "%s%s says %s", l ? "; " : "", w->ex[i].by,
-                      w->ex[i].sha256);
+        if (same)
+            snprintf(dst + l, cap - l, "%s%s", l ? "; " : "", w->ex[i].by);
+        else
+            snprintf(dst + l, cap - l, "%s%s says %s", l ? "; " : "", w->ex[i].by, w->ex[i].sha256);
     }
     if (bad[0])
         return weft_error_set(err, WEFT_ERR_MISMATCH, SRC,
@@ -918,8 +943,8 @@ static weft_status verify(puller *p, want *w, const char *path, const char *loc,
     if (w->blob[0]) {
         if (strcasecmp(blob, w->blob))
             return weft_error_set(err, WEFT_ERR_MISMATCH, SRC,
-                                  "%s from %s: git blob id is %s but the hub says %s", w->name,
-                                  loc, blob, w->blob);
+                                  "%s from %s: git blob id is %s but the hub says %s", w->name, loc,
+                                  blob, w->blob);
         size_t l = strlen(w->verified);
         snprintf(w->verified + l, sizeof(w->verified) - l, "%sthe hub's git blob id",
                  l ? "; " : "");
@@ -1038,8 +1063,10 @@ static weft_status fetch_one(puller *p, want *w, weft_error *err) {
         }
         unlink(part);
         if (!resumed || st != WEFT_ERR_MISMATCH) return st;
-        weft_log(WEFT_LOG_WARN, SRC, "%s: the resumed file did not verify (%s); fetching it "
-                                     "again from the start", w->name, err->message);
+        weft_log(WEFT_LOG_WARN, SRC,
+                 "%s: the resumed file did not verify (%s); fetching it "
+                 "again from the start",
+                 w->name, err->message);
     }
     return weft_error_set(err, WEFT_ERR_MISMATCH, SRC, "%s: did not verify after a full retry",
                           w->name);
@@ -1105,8 +1132,7 @@ static weft_status check_index(puller *p, weft_error *err) {
     json_t *map = json_object_get(root, "weight_map");
     weft_status st = WEFT_OK;
     if (!json_is_object(map)) {
-        st = weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: expected a 'weight_map' object",
-                            path);
+        st = weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: expected a 'weight_map' object", path);
     } else {
         const char *k;
         json_t *v;
@@ -1172,7 +1198,7 @@ weft_status weft_pull_model(const weft_pull_options *o, weft_pull_stats *stats, 
     p->w = w;
     p->stats = stats;
     p->al = find_alias(o->id);
-    int lock_fd = -1;
+    int lock_fd = -1, created = 0;
     weft_status st;
 
     char name[512];
@@ -1218,7 +1244,8 @@ weft_status weft_pull_model(const weft_pull_options *o, weft_pull_stats *stats, 
         snprintf(p->base, sizeof(p->base), "%s", ep && *ep ? ep : DEFAULT_ENDPOINT);
     }
     size_t bl = strlen(p->base);
-    while (bl > 1 && p->base[bl - 1] == '/') p->base[--bl] = '\0';
+    while (bl > 1 && p->base[bl - 1] == '/')
+        p->base[--bl] = '\0';
     if (p->kind != KIND_FOLDER) {
         const char *h = strstr(p->base, "://");
         h = h ? h + 3 : p->base;
@@ -1226,15 +1253,17 @@ weft_status weft_pull_model(const weft_pull_options *o, weft_pull_stats *stats, 
         snprintf(p->host, sizeof(p->host), "%.*s", (int)hl, h);
     } else if (!is_dir(p->base)) {
         st = weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC,
-                            "WEFT_MODEL_MIRROR %s: not a folder (and not an http(s) URL)",
-                            p->base);
+                            "WEFT_MODEL_MIRROR %s: not a folder (and not an http(s) URL)", p->base);
         goto out;
     }
     p->progress = o->progress < 0 ? isatty(STDERR_FILENO) : o->progress;
 
     /* The destination, locked against a second pull into it. */
-    if (o->dir && *o->dir) snprintf(p->dir, sizeof(p->dir), "%s", o->dir);
-    else if ((st = weft_pull_model_dir(o->id, p->dir, sizeof(p->dir), err)) != WEFT_OK) goto out;
+    if (o->dir && *o->dir)
+        snprintf(p->dir, sizeof(p->dir), "%s", o->dir);
+    else if ((st = weft_pull_model_dir(o->id, p->dir, sizeof(p->dir), err)) != WEFT_OK)
+        goto out;
+    created = !is_dir(p->dir);
     if ((st = mkdir_p(p->dir, err)) != WEFT_OK) goto out;
     {
         char lock[8300];
@@ -1257,16 +1286,20 @@ weft_status weft_pull_model(const weft_pull_options *o, weft_pull_stats *stats, 
     }
 
     /* The file list. */
-    if (p->kind == KIND_FOLDER) st = list_folder(p, err);
-    else if (p->kind == KIND_URL) st = list_url(p, err);
-    else if (p->al) st = list_alias(p, err);
-    else st = list_hub(p, err);
+    if (p->kind == KIND_FOLDER)
+        st = list_folder(p, err);
+    else if (p->kind == KIND_URL)
+        st = list_url(p, err);
+    else if (p->al)
+        st = list_alias(p, err);
+    else
+        st = list_hub(p, err);
     if (st != WEFT_OK) goto out;
 
     for (size_t i = 0; i < p->n && st == WEFT_OK; i++) {
         st = fetch_one(p, &p->w[i], err);
-        if (st == WEFT_OK && p->kind == KIND_URL && !strcmp(p->w[i].name,
-                                                          "model.safetensors.index.json"))
+        if (st == WEFT_OK && p->kind == KIND_URL &&
+            !strcmp(p->w[i].name, "model.safetensors.index.json"))
             st = add_shards_from_index(p, err);
     }
     if (st != WEFT_OK) goto out;
@@ -1290,11 +1323,19 @@ weft_status weft_pull_model(const weft_pull_options *o, weft_pull_stats *stats, 
         if ((st = check_index(p, err)) != WEFT_OK) goto out;
     }
     st = write_record(p, err);
-    for (size_t i = 0; i < p->n; i++) stats->files += p->w[i].present;
+    for (size_t i = 0; i < p->n; i++)
+        stats->files += p->w[i].present;
     snprintf(stats->dir, sizeof(stats->dir), "%s", p->dir);
 
 out:
     if (lock_fd >= 0) close(lock_fd);
+    if (st != WEFT_OK && created) {
+        /* A failed first pull leaves no empty model folder behind (a .part keeps it). */
+        char lock[8300];
+        snprintf(lock, sizeof(lock), "%s/.weft-pull.lock", p->dir);
+        unlink(lock);
+        rmdir(p->dir);
+    }
     json_decref(p->record);
     free(p->w);
     free(p);

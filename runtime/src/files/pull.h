@@ -27,12 +27,12 @@ typedef struct weft_pull_options {
 } weft_pull_options;
 
 typedef struct weft_pull_stats {
-    uint32_t files;         /* files in the model */
-    uint32_t fetched;       /* files transferred (fully or the rest of a .part) */
-    uint32_t resumed;       /* of those, continued from an existing .part */
-    uint32_t skipped;       /* already present and verified */
-    uint64_t bytes;         /* bytes transferred in this call */
-    char dir[4096];         /* where the model now is */
+    uint32_t files;   /* files in the model */
+    uint32_t fetched; /* files transferred (fully or the rest of a .part) */
+    uint32_t resumed; /* of those, continued from an existing .part */
+    uint32_t skipped; /* already present and verified */
+    uint64_t bytes;   /* bytes transferred in this call */
+    char dir[4096];   /* where the model now is */
 } weft_pull_stats;
 
 void weft_pull_options_default(weft_pull_options *o);

@@ -23,7 +23,7 @@ struct weft_stopper {
     char *held; /* bytes not yet released, held_len of them */
     size_t held_len;
     int stopped;
-    int which; /* index into the caller's list of the stop string that matched, or -1 */
+    int which;      /* index into the caller's list of the stop string that matched, or -1 */
     size_t *origin; /* caller index of each kept stop string */
 };
 
@@ -57,7 +57,8 @@ fail:
 
 void weft_stopper_free(weft_stopper *s) {
     if (!s) return;
-    for (size_t i = 0; i < s->n; i++) free(s->stops[i]);
+    for (size_t i = 0; i < s->n; i++)
+        free(s->stops[i]);
     free(s->stops);
     free(s->lens);
     free(s->origin);
