@@ -43,11 +43,10 @@ out3=$("$weft" run --candidate "$tmp/cpu1.yaml" --temperature 0 --max-tokens 40 
 [ "$out3" = "Once upon a time, there was a little girl named " ] ||
     { echo "with --stop: '$out3'"; exit 1; }
 
-graph=$("$weft" candidate graph "$tmp/cpu1.yaml" 2>&1) || true
-if ! grep -q '^hash [0-9a-f]\{32\}$' <<<"$graph"; then
-    # `weft candidate` may not dispatch to graph in this build: call the engine path via bench.
-    echo "note: weft candidate graph unavailable: $(head -1 <<<"$graph")"
-fi
+graph=$("$weft" candidate graph "$tmp/cpu1.yaml")
+grep -q '^hash [0-9a-f]\{32\}$' <<<"$graph" || { echo "graph printed: $graph"; exit 1; }
+grep -q '^  77 lm_head: lm_head(norm.y:f32\[1,64\], lm_head:f32\[512,64\]) -> out.logits:f32\[1,512\]  \[cpu\]$' \
+    <<<"$graph" || { echo "graph printed: $graph"; exit 1; }
 
 bench=$("$weft" bench decode --candidate "$tmp/cpu1.yaml" --gen 32 --repeats 2)
 grep -q 'tokens/s   median [0-9.]\+' <<<"$bench" || { echo "bench printed: $bench"; exit 1; }

@@ -18,14 +18,17 @@
 
 typedef struct graph_impl {
     weft_graph g; /* first: a weft_graph * is a graph_impl * */
-    uint64_t magic;
     uint32_t cap_tensors;
     uint32_t cap_nodes;
 } graph_impl;
 
+/* A host graph is recognised from inside the public struct (reading past a foreign one would
+ * be out of bounds): reserved[0] holds a magic and reserved[1] the graph's own address, so a
+ * plugin's copy of a host graph is not mistaken for one. */
 static graph_impl *impl_of(weft_graph *g) {
-    graph_impl *gi = (graph_impl *)g;
-    return gi && gi->magic == GRAPH_MAGIC ? gi : NULL;
+    if (!g || g->reserved[0] != GRAPH_MAGIC || g->reserved[1] != (uint64_t)(uintptr_t)g)
+        return NULL;
+    return (graph_impl *)g;
 }
 
 int weft_graph_is_host(const weft_graph *g) {
@@ -35,8 +38,9 @@ int weft_graph_is_host(const weft_graph *g) {
 weft_graph *weft_graph_new(const weft_bucket *bucket) {
     graph_impl *gi = calloc(1, sizeof(*gi));
     if (!gi) return NULL;
-    gi->magic = GRAPH_MAGIC;
     gi->g.size = sizeof(weft_graph);
+    gi->g.reserved[0] = GRAPH_MAGIC;
+    gi->g.reserved[1] = (uint64_t)(uintptr_t)&gi->g;
     if (bucket) gi->g.bucket = *bucket;
     gi->g.bucket.size = sizeof(weft_bucket);
     return &gi->g;
@@ -47,7 +51,7 @@ void weft_graph_free(weft_graph *g) {
     if (!gi) return;
     free(gi->g.tensors);
     free(gi->g.nodes);
-    gi->magic = 0;
+    gi->g.reserved[0] = 0;
     free(gi);
 }
 
