@@ -527,17 +527,17 @@ static int decode_step(const tok_decoder *d, const tok_list *in, tok_list *out) 
         }
         break;
     case TOK_DEC_METASPACE:
+        /* As HF: in the first piece every replacement char is dropped (not only a leading
+         * one) unless the scheme is "never"; elsewhere each becomes a space. */
         for (size_t k = 0; k < in->n && !rc; k++) {
             const char *s = in->text.p + in->off[k];
             size_t n = in->len[k], i = 0, rl = d->replacement_len;
+            int drop = k == 0 && d->prepend_scheme != TOK_PREPEND_NEVER;
             b.len = 0;
-            if (k == 0 && d->prepend_scheme != TOK_PREPEND_NEVER && n >= rl &&
-                !memcmp(s, d->replacement, rl))
-                i = rl;
             rc = tok_buf_reserve(&b, 0);
             while (i < n && !rc) {
                 if (n - i >= rl && !memcmp(s + i, d->replacement, rl)) {
-                    rc = tok_buf_putc(&b, ' ');
+                    if (!drop) rc = tok_buf_putc(&b, ' ');
                     i += rl;
                 } else {
                     rc = tok_buf_putc(&b, s[i]);
