@@ -15,8 +15,11 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "weft/plugin.h"
+/* The stories260K step-graph driver shared with the plugin's benchmark. */
+#include "../../plugins/backends/cpu/bench/cpu_stories.h"
 
 #define MAX_IMPLS 128
 #define MAX_T 16
@@ -1264,6 +1267,96 @@ static void test_options(void **state) {
     f->desc->destroy(st);
 }
 
+/* ---- stories260K end to end against Hugging Face transformers ----------------------------- */
+/* One tensor of reference.safetensors, read with its dtype and element count checked. */
+static void *read_reference(const char *path, const char *name, const char *dtype, size_t count) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    uint64_t hlen = 0;
+    void *out = NULL;
+    char *hdr = NULL;
+    if (fread(&hlen, 8, 1, fp) != 1 || hlen > (1u << 20)) goto done;
+    hdr = calloc(1, (size_t)hlen + 1);
+    if (!hdr || fread(hdr, 1, (size_t)hlen, fp) != hlen) goto done;
+    json_error_t jerr;
+    json_t *root = json_loads(hdr, 0, &jerr);
+    json_t *t = root ? json_object_get(root, name) : NULL;
+    json_t *off = t ? json_object_get(t, "data_offsets") : NULL;
+    const char *dt = t ? json_string_value(json_object_get(t, "dtype")) : NULL;
+    if (off && dt && strcmp(dt, dtype) == 0) {
+        uint64_t a = (uint64_t)json_integer_value(json_array_get(off, 0));
+        uint64_t b = (uint64_t)json_integer_value(json_array_get(off, 1));
+        if (b - a == count * 4 && fseek(fp, (long)(8 + hlen + a), SEEK_SET) == 0) {
+            out = malloc(count * 4);
+            if (out && fread(out, 4, count, fp) != count) free(out), out = NULL;
+        }
+    }
+    json_decref(root);
+done:
+    free(hdr);
+    fclose(fp);
+    return out;
+}
+
+static const char *shared_dir(void) {
+    const char *s = getenv("WEFT_SHARED_DIR");
+    return s && *s ? s : WEFT_SHARED_DIR;
+}
+
+/* Prefill of the reference's 256 tokens in chunks of 16 (logits of every row against HF's
+ * no-cache forward pass), then greedy decoding from BOS one token per step (tokens against
+ * HF's greedy continuation). This runs the real checkpoint through every f32 kernel and the
+ * kv cache across steps. */
+static void test_stories260k(void **state) {
+    fixture *f = *state;
+    char path[1024], msg[600];
+    snprintf(path, sizeof(path), "%s/models/stories260K/stories260K.bin", shared_dir());
+    stories_model m;
+    if (stories_load(path, &m, msg, sizeof(msg))) fprintf(stderr, "%s\n", msg);
+    assert_non_null(m.data);
+    snprintf(path, sizeof(path), "%s/reference/stories260K/reference.safetensors", shared_dir());
+    const int T = 256;
+    int32_t *ids = read_reference(path, "input_ids", "I32", (size_t)T);
+    int32_t *greedy = read_reference(path, "greedy_ids", "I32", (size_t)T);
+    float *ref = read_reference(path, "logits", "F32", (size_t)T * m.vocab);
+    assert_non_null(ids);
+    assert_non_null(greedy);
+    assert_non_null(ref);
+    stories_engine *e = calloc(1, sizeof(*e));
+    assert_non_null(e);
+    const uint32_t chunk = 16;
+    if (stories_build(e, &m, f->desc->backend, f->st, &f->ops, chunk, (uint32_t)T, msg, sizeof(msg)))
+        fprintf(stderr, "%s\n", msg);
+    assert_int_equal(e->g.n_nodes, 1 + 15 * m.n_layers + 2);
+    double max_diff = 0;
+    for (int p0 = 0; p0 < T; p0 += (int)chunk) {
+        const float *lg = NULL;
+        if (stories_step(e, ids + p0, chunk, p0, 1, &lg, msg, sizeof(msg))) fprintf(stderr, "%s\n", msg);
+        assert_non_null(lg);
+        for (uint32_t r = 0; r < chunk; r++)
+            for (int v = 0; v < m.vocab; v++) {
+                double d = fabs((double)lg[r * m.vocab + v] - ref[(p0 + (int)r) * m.vocab + v]);
+                if (d > max_diff) max_diff = d;
+            }
+    }
+    /* Logits are O(10); f32 sums in a different order differ by ~2e-5 here. */
+    fprintf(stderr, "stories260K: max |logit - reference| = %g\n", max_diff);
+    assert_true(max_diff <= 2e-4);
+    int32_t tok = greedy[0];
+    for (int pos = 0; pos + 1 < T; pos++) {
+        const float *lg = NULL;
+        if (stories_step(e, &tok, 1, pos, 0, &lg, msg, sizeof(msg))) fprintf(stderr, "%s\n", msg);
+        assert_non_null(lg);
+        tok = stories_argmax(lg, (uint32_t)m.vocab);
+        if (tok != greedy[pos + 1])
+            fprintf(stderr, "greedy token %d: got %d, reference %d\n", pos + 1, tok, greedy[pos + 1]);
+        assert_int_equal(tok, greedy[pos + 1]);
+    }
+    stories_free(e);
+    free(e);
+    free(ids), free(greedy), free(ref), free(m.data);
+}
+
 #define CPU_TESTS                                                                                  \
     cmocka_unit_test(test_negotiate), cmocka_unit_test(test_memory),                              \
         cmocka_unit_test(test_registered), cmocka_unit_test(test_options),                        \
@@ -1273,7 +1366,8 @@ static void test_options(void **state) {
         cmocka_unit_test(test_rope), cmocka_unit_test(test_rope_closed_form),                     \
         cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_long),                  \
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_copy),                          \
-        cmocka_unit_test(test_split), cmocka_unit_test(test_bad_shapes)
+        cmocka_unit_test(test_split), cmocka_unit_test(test_bad_shapes),                          \
+        cmocka_unit_test(test_stories260k)
 
 int main(void) {
     const struct CMUnitTest tests[] = {CPU_TESTS};

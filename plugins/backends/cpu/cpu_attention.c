@@ -15,6 +15,7 @@
 #include "cpu_simd.h"
 
 #define CPU_ATTN_CHUNK 64
+#define CPU_ATTN_INLINE_WORK 32768.0 /* below this many multiply-adds a step runs inline */
 
 typedef struct cpu_attn_job {
     const float *q;
@@ -41,15 +42,8 @@ CPU_INLINE float cpu_attn_dot(const float *q, const void *k, int64_t hd, uint32_
     return s;
 }
 
-CPU_INLINE void cpu_attn_axpy(float *o, float p, const void *v, int64_t hd, uint32_t dt) {
-    int64_t h8 = hd & ~(int64_t)7;
-    cpu_v8f pv = cpu_v8_set1(p);
-    for (int64_t d = 0; d < h8; d += 8) cpu_v8_st(o + d, cpu_v8_ld(o + d) + pv * cpu_v8_load(v, d, dt));
-    for (int64_t d = h8; d < hd; d++) o[d] += p * cpu_load(v, d, dt);
-}
-
 CPU_INLINE void cpu_attn_head(const cpu_attn_job *j, int64_t r, int64_t h, uint32_t dt) {
-    const int64_t hd = j->hd, Hkv = j->Hkv;
+    const int64_t hd = j->hd, Hkv = j->Hkv, h8 = hd & ~(int64_t)7;
     const size_t es = dt == WEFT_DTYPE_F32 ? 4 : 2;
     const int64_t p = j->pos[r];
     const int64_t kvh = h / j->group;
@@ -62,24 +56,70 @@ CPU_INLINE void cpu_attn_head(const cpu_attn_job *j, int64_t r, int64_t h, uint3
     if (j->window > 0 && p - j->window + 1 > 0) lo = p - j->window + 1;
     for (int64_t d = 0; d < hd; d++) o[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    float sc[CPU_ATTN_CHUNK];
+    float sc[CPU_ATTN_CHUNK] __attribute__((aligned(32)));
     for (int64_t s0 = lo; s0 <= p; s0 += CPU_ATTN_CHUNK) {
-        int64_t n = p + 1 - s0 < CPU_ATTN_CHUNK ? p + 1 - s0 : CPU_ATTN_CHUNK;
-        float cmax = -INFINITY;
-        for (int64_t i = 0; i < n; i++) {
-            sc[i] = cpu_attn_dot(q, kb + (size_t)(s0 + i) * stride, hd, dt) * j->scale;
-            cmax = sc[i] > cmax ? sc[i] : cmax;
+        const int64_t n = p + 1 - s0 < CPU_ATTN_CHUNK ? p + 1 - s0 : CPU_ATTN_CHUNK;
+        const char *kc = kb + (size_t)s0 * stride, *vc = vb + (size_t)s0 * stride;
+        /* Scores four keys at a time: each key's products stay in lanes until one shared
+         * reduction; head_dim % 8 leftovers are added per key. */
+        int64_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            const char *k0 = kc + (size_t)i * stride;
+            cpu_v8f a0 = cpu_v8_zero(), a1 = cpu_v8_zero(), a2 = cpu_v8_zero(), a3 = cpu_v8_zero();
+            for (int64_t d = 0; d < h8; d += 8) {
+                cpu_v8f qv = cpu_v8_ld(q + d);
+                a0 += qv * cpu_v8_load(k0, d, dt);
+                a1 += qv * cpu_v8_load(k0 + stride, d, dt);
+                a2 += qv * cpu_v8_load(k0 + 2 * stride, d, dt);
+                a3 += qv * cpu_v8_load(k0 + 3 * stride, d, dt);
+            }
+            cpu_v8f s4 = cpu_v8_sum4(a0, a1, a2, a3);
+            for (int t = 0; t < 4; t++) {
+                float dot = s4[t];
+                for (int64_t d = h8; d < hd; d++) dot += q[d] * cpu_load(k0 + t * stride, d, dt);
+                sc[i + t] = dot * j->scale;
+            }
         }
+        for (; i < n; i++) sc[i] = cpu_attn_dot(q, kc + (size_t)i * stride, hd, dt) * j->scale;
+        /* The chunk's maximum, eight lanes at a time (a scalar running max would chain). */
+        const int64_t n8 = (n + 7) & ~(int64_t)7;
+        for (int64_t k = n; k < n8; k++) sc[k] = -INFINITY;
+        cpu_v8f vmax = cpu_v8_ld(sc);
+        for (int64_t k = 8; k < n8; k += 8) vmax = cpu_v8_max(vmax, cpu_v8_ld(sc + k));
+        const float cmax = cpu_v8_hmax(vmax);
         if (cmax > m) {
             float corr = expf(m - cmax); /* 0 on the first chunk: m is -inf */
             l *= corr;
             for (int64_t d = 0; d < hd; d++) o[d] *= corr;
             m = cmax;
         }
-        for (int64_t i = 0; i < n; i++) {
-            float e = expf(sc[i] - m);
-            l += e;
-            cpu_attn_axpy(o, e, vb + (size_t)(s0 + i) * stride, hd, dt);
+        /* Weights e^(s - m) eight at a time; padding lanes are -inf and come out 0. */
+        cpu_v8f sum = cpu_v8_zero();
+        for (int64_t k = 0; k < n8; k += 8) {
+            cpu_v8f e = cpu_v8_exp(cpu_v8_ld(sc + k) - m);
+            cpu_v8_st(sc + k, e);
+            sum += e;
+        }
+        l += cpu_v8_sum(sum);
+        /* o += sum_i w_i v_i, one eight-lane slice of o at a time so it stays in a register. */
+        for (int64_t d = 0; d < h8; d += 8) {
+            /* Four chains over the keys so the FMA latency overlaps. */
+            cpu_v8f c0 = cpu_v8_ld(o + d), c1 = cpu_v8_zero(), c2 = cpu_v8_zero(), c3 = cpu_v8_zero();
+            const char *v0 = vc;
+            int64_t i4 = 0;
+            for (; i4 + 4 <= n; i4 += 4, v0 += 4 * stride) {
+                c0 += cpu_v8_load(v0, d, dt) * sc[i4];
+                c1 += cpu_v8_load(v0 + stride, d, dt) * sc[i4 + 1];
+                c2 += cpu_v8_load(v0 + 2 * stride, d, dt) * sc[i4 + 2];
+                c3 += cpu_v8_load(v0 + 3 * stride, d, dt) * sc[i4 + 3];
+            }
+            for (; i4 < n; i4++, v0 += stride) c0 += cpu_v8_load(v0, d, dt) * sc[i4];
+            cpu_v8_st(o + d, (c0 + c1) + (c2 + c3));
+        }
+        for (int64_t d = h8; d < hd; d++) {
+            float acc = o[d];
+            for (int64_t k = 0; k < n; k++) acc += sc[k] * cpu_load(vc + (size_t)k * stride, d, dt);
+            o[d] = acc;
         }
     }
     float inv = l > 0.0f ? 1.0f / l : 0.0f;
@@ -245,7 +285,16 @@ static weft_status cpu_attention_run(void *st, const weft_exec_ctx *ctx, const w
                                   "%u)", (long long)r, j.pos[r], c->max_seq);
     }
     j.batch = batch;
-    for (int64_t r = 0; r < T; r++) cpu_attn_write(&j, r);
+    double work = 0; /* multiply-adds of the scores and the weighted sum */
+    for (int64_t r = 0; r < T; r++) {
+        cpu_attn_write(&j, r);
+        int64_t keys = j.window > 0 && j.window < j.pos[r] + 1 ? j.window : j.pos[r] + 1;
+        work += 2.0 * (double)keys * (double)(j.Hq * j.hd);
+    }
+    if (work < CPU_ATTN_INLINE_WORK) {
+        for (uint32_t t = 0; t < (uint32_t)(T * j.Hq); t++) cpu_attn_task(&j, t, 0);
+        return WEFT_OK;
+    }
     cpu_pool_run(b->pool, cpu_attn_task, &j, (uint32_t)(T * j.Hq));
     return WEFT_OK;
 }

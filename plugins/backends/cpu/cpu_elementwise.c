@@ -317,14 +317,26 @@ CPU_INLINE float cpu_silu(float x) {
     return x / (1.0f + expf(-x));
 }
 
-static void cpu_ew_rows(const void *arg, int64_t r0, int64_t r1) {
+/* y = silu(a) (* b when b is not NULL), eight lanes at a time with the vector exp. */
+CPU_INLINE void cpu_silu_rows(const float *a, const float *b, float *y, int64_t n) {
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t i = 0; i < n8; i += 8) {
+        cpu_v8f v = cpu_v8_ld(a + i);
+        cpu_v8f s = v / (cpu_v8_exp(-v) + 1.0f);
+        if (b) s *= cpu_v8_ld(b + i);
+        cpu_v8_st(y + i, s);
+    }
+    for (int64_t i = n8; i < n; i++) y[i] = cpu_silu(a[i]) * (b ? b[i] : 1.0f);
+}
+
+CPU_HOT static void cpu_ew_rows(const void *arg, int64_t r0, int64_t r1) {
     const cpu_ew_job *j = arg;
     const int64_t i0 = r0 * j->N, i1 = r1 * j->N;
     const float *a = j->a, *b = j->b;
     float *y = j->y;
     switch (j->op) {
     case WEFT_OP_SWIGLU:
-        for (int64_t i = i0; i < i1; i++) y[i] = cpu_silu(a[i]) * b[i];
+        cpu_silu_rows(a + i0, b + i0, y + i0, i1 - i0);
         break;
     case WEFT_OP_ADD:
         for (int64_t i = i0; i < i1; i++) y[i] = a[i] + b[i];
@@ -334,7 +346,7 @@ static void cpu_ew_rows(const void *arg, int64_t r0, int64_t r1) {
         break;
     default: /* ACTIVATION */
         if (j->kind == 0)
-            for (int64_t i = i0; i < i1; i++) y[i] = cpu_silu(a[i]);
+            cpu_silu_rows(a + i0, NULL, y + i0, i1 - i0);
         else if (j->kind == 1)
             for (int64_t i = i0; i < i1; i++)
                 y[i] = 0.5f * a[i] * (1.0f + erff(a[i] * (float)M_SQRT1_2));

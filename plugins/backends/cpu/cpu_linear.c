@@ -13,7 +13,7 @@
 #include "cpu_simd.h"
 
 #define CPU_KBLOCK 512            /* K elements per block in the multi-row path */
-#define CPU_INLINE_MACS 32768     /* below this many multiply-adds a product runs inline */
+#define CPU_INLINE_MACS 65536     /* below this many multiply-adds a product runs inline */
 #define CPU_TASKS_PER_THREAD 4
 
 typedef struct cpu_lin_job {
@@ -47,6 +47,22 @@ CPU_INLINE void cpu_lin_row(const cpu_lin_job *j, const float *x, float *y, int6
     const size_t es = dt == WEFT_DTYPE_F32 ? 4 : 2;
     const char *w = j->w;
     int64_t n = n0;
+    /* Eight weight rows at a time: eight independent FMA chains cover the FMA latency. */
+    for (; n + 8 <= n1; n += 8) {
+        const char *wr = w + (size_t)n * K * es;
+        const size_t rs = (size_t)K * es;
+        cpu_v8f a[8];
+        for (int i = 0; i < 8; i++) a[i] = cpu_v8_zero();
+        for (int64_t k = 0; k < K8; k += 8) {
+            cpu_v8f xv = cpu_v8_ld(x + k);
+            for (int i = 0; i < 8; i++) a[i] += xv * cpu_v8_load(wr + i * rs, k, dt);
+        }
+        for (int i = 0; i < 8; i++) {
+            float s = cpu_v8_sum(a[i]);
+            for (int64_t k = K8; k < K; k++) s += x[k] * cpu_load(wr + i * rs, k, dt);
+            y[n + i] = s + cpu_lin_bias(j, n + i);
+        }
+    }
     for (; n + 4 <= n1; n += 4) {
         const void *w0 = w + (size_t)n * K * es, *w1 = w + (size_t)(n + 1) * K * es;
         const void *w2 = w + (size_t)(n + 2) * K * es, *w3 = w + (size_t)(n + 3) * K * es;

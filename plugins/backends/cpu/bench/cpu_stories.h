@@ -220,7 +220,7 @@ static int stories_build(stories_engine *e, const stories_model *m, const weft_b
         stories_node(e, WEFT_OP_LINEAR, "mlp.down", 2, a2, 1, &tmp);
         a2[0] = x, a2[1] = tmp;
         stories_node(e, WEFT_OP_ADD, "mlp_residual", 2, a2, 1, &x);
-        for (uint32_t i = e->g.n_nodes - 14; i < e->g.n_nodes; i++) e->nodes[i].layer = l;
+        for (uint32_t i = e->g.n_nodes - 15; i < e->g.n_nodes; i++) e->nodes[i].layer = l;
     }
     uint32_t w_norm = stories_tensor(e, WEFT_TENSOR_WEIGHT, WEFT_DTYPE_F32, D, 0, "norm", m->rms_final);
     a2[0] = x, a2[1] = w_norm;
