@@ -200,8 +200,8 @@ static int bench_decode(int argc, char **argv) {
                    "\"tokens_per_s\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f},"
                    "\"ms_per_token\":{\"median\":%.5f,\"min\":%.5f,\"max\":%.5f},"
                    "\"prefill_tokens_per_s\":%.2f,\"tokens_per_cpu_s\":%.2f}\n",
-                   c->id, c->model_dir, c->backend, weft_engine_threads(e), n_prompt, gen,
-                   repeats, t_med, t_min, t_max, m_med, m_min, m_max, p_med, c_med);
+                   c->id, c->model_dir, c->backend, weft_engine_threads(e), n_prompt, gen, repeats,
+                   t_med, t_min, t_max, m_med, m_min, m_max, p_med, c_med);
         } else {
             printf("decode: %s (%s, %u thread%s), prompt %u, gen %u, %u repeats after warm-up\n",
                    c->model_dir, c->backend, weft_engine_threads(e),
@@ -218,7 +218,8 @@ static int bench_decode(int argc, char **argv) {
             uint64_t calls[64];
             uint32_t n = weft_engine_profile(e, names, secs, calls, 64);
             if (n > 64) n = 64;
-            for (uint32_t i = 0; i < n; i++) total += secs[i];
+            for (uint32_t i = 0; i < n; i++)
+                total += secs[i];
             printf("  time per op class (all timed repeats, prefill included):\n");
             for (uint32_t i = 0; i < n; i++)
                 printf("    %-14s %8.3f ms  %5.1f%%  %llu calls\n", names[i], secs[i] * 1e3,

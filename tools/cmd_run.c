@@ -120,13 +120,13 @@ int weft_cmd_run(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VALUE()                                                                           \
-    do {                                                                                       \
-        if (!val) {                                                                            \
-            fprintf(stderr, "weft run: %s needs a value\n", a);                               \
-            return 2;                                                                          \
-        }                                                                                      \
-        i++;                                                                                   \
+#define NEED_VALUE()                                                                               \
+    do {                                                                                           \
+        if (!val) {                                                                                \
+            fprintf(stderr, "weft run: %s needs a value\n", a);                                    \
+            return 2;                                                                              \
+        }                                                                                          \
+        i++;                                                                                       \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -191,8 +191,8 @@ int weft_cmd_run(int argc, char **argv) {
         } else if (!prompt) {
             prompt = a;
         } else {
-            fprintf(stderr, "weft run: one PROMPT expected; quote it (got '%s' and '%s')\n",
-                    prompt, a);
+            fprintf(stderr, "weft run: one PROMPT expected; quote it (got '%s' and '%s')\n", prompt,
+                    a);
             return 2;
         }
 #undef NEED_VALUE
@@ -251,8 +251,9 @@ int weft_cmd_run(int argc, char **argv) {
     rp.callback = on_event;
     rp.user = &rs;
     if (verbose)
-        fprintf(stderr, "weft run: %zu prompt tokens, seed %llu, temperature %g, top-p %g, "
-                        "top-k %u, %u threads\n",
+        fprintf(stderr,
+                "weft run: %zu prompt tokens, seed %llu, temperature %g, top-p %g, "
+                "top-k %u, %u threads\n",
                 n_ids, (unsigned long long)seed, (double)temperature, (double)top_p, top_k,
                 weft_engine_threads(e));
     /* Show the prompt as typed (not for chat: the template's text is not the user's). */
@@ -279,9 +280,8 @@ int weft_cmd_run(int argc, char **argv) {
         rc = 1;
     }
     if (verbose && rc == 0)
-        fprintf(stderr, "weft run: %u tokens in %.3f s (%.1f tok/s), finish: %s\n",
-                rs.n_generated, dt, dt > 0 ? rs.n_generated / dt : 0.0,
-                weft_finish_name(rs.finish));
+        fprintf(stderr, "weft run: %u tokens in %.3f s (%.1f tok/s), finish: %s\n", rs.n_generated,
+                dt, dt > 0 ? rs.n_generated / dt : 0.0, weft_finish_name(rs.finish));
     weft_engine_close(e);
     return rc;
 }

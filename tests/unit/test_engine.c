@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <stdio.h>
@@ -68,7 +69,8 @@ static weft_engine *open_with(uint32_t max_batch_tokens, uint32_t max_requests, 
     weft_error err;
     weft_error_clear(&err);
     weft_engine *e = NULL;
-    if (weft_engine_open(&o, &e, &err) != WEFT_OK) fail_msg("open: %s: %s", err.source, err.message);
+    if (weft_engine_open(&o, &e, &err) != WEFT_OK)
+        fail_msg("open: %s: %s", err.source, err.message);
     return e;
 }
 
@@ -180,8 +182,7 @@ static void test_submit_validation(void **state) {
     assert_int_equal(weft_request_submit(e, ids, 0, &rp, NULL, &err), WEFT_ERR_INVALID);
     assert_string_equal(err.message, "prompt: expected at least one token, got none");
     assert_int_equal(weft_request_submit(e, ids, 2, &rp, NULL, &err), WEFT_ERR_INVALID);
-    assert_string_equal(err.message,
-                        "prompt token 1: id 600 is outside the vocabulary (0..511)");
+    assert_string_equal(err.message, "prompt token 1: id 600 is outside the vocabulary (0..511)");
     uint32_t max = weft_engine_max_model_len(e);
     assert_int_equal(max, 512); /* the baseline's serving.max_model_len */
     int32_t *longp = calloc(max, sizeof(int32_t));
@@ -217,14 +218,15 @@ static void test_greedy_text_and_length(void **state) {
     size_t len = 0;
     weft_error err;
     weft_error_clear(&err);
-    assert_int_equal(weft_tokenizer_decode(weft_engine_tokenizer(e), r.ids, r.n_ids, 1, &text,
-                                           &len, &err),
-                     WEFT_OK);
+    assert_int_equal(
+        weft_tokenizer_decode(weft_engine_tokenizer(e), r.ids, r.n_ids, 1, &text, &len, &err),
+        WEFT_OK);
     assert_int_equal(len, r.text_len);
     assert_memory_equal(text, r.text, len);
     /* llama2.c's run.c gives this continuation for the same checkpoint. */
     assert_non_null(strstr(r.text, ", there was a little girl named Lily."));
-    for (size_t i = 0; i < r.n_ids; i++) assert_true(r.logprobs[i] <= 0.0f);
+    for (size_t i = 0; i < r.n_ids; i++)
+        assert_true(r.logprobs[i] <= 0.0f);
     free(text);
     weft_engine_stats st;
     weft_engine_get_stats(e, &st);
@@ -270,7 +272,8 @@ static void test_stop_string_and_ids(void **state) {
     drain(e);
     assert_int_equal(r.finish, WEFT_FINISH_STOP);
     size_t first = 0;
-    while (base.ids[first] != stop_id) first++;
+    while (base.ids[first] != stop_id)
+        first++;
     assert_int_equal(r.n_ids, first + 1);
     free(ids);
     weft_engine_close(e);
@@ -302,8 +305,10 @@ static void test_chunked_prefill_and_queue(void **state) {
     weft_engine *e = open_with(0, 0, 0);
     int32_t *ids;
     size_t n;
-    encode(e, "Once upon a time, there was a big dog named Max. Max liked to run in the park "
-              "with his friend, a little cat.", &ids, &n);
+    encode(e,
+           "Once upon a time, there was a big dog named Max. Max liked to run in the park "
+           "with his friend, a little cat.",
+           &ids, &n);
     assert_true(n > 20);
     static result ref, r1, r2;
     greedy(e, ids, n, 50, &ref);

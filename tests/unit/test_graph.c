@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <stdio.h>
@@ -35,13 +36,15 @@ static uint32_t act(weft_graph *g, const char *name, int64_t rows, int64_t cols)
     return id;
 }
 
-static weft_node mk(uint32_t op, const char *name, uint32_t n_in, const uint32_t *in, uint32_t out) {
+static weft_node mk(uint32_t op, const char *name, uint32_t n_in, const uint32_t *in,
+                    uint32_t out) {
     weft_node n;
     memset(&n, 0, sizeof(n));
     n.op = op;
     n.layer = -1;
     n.n_in = n_in;
-    for (uint32_t i = 0; i < n_in; i++) n.in[i] = in[i];
+    for (uint32_t i = 0; i < n_in; i++)
+        n.in[i] = in[i];
     n.n_out = 1;
     n.out[0] = out;
     snprintf(n.name, sizeof(n.name), "%s", name);
@@ -62,12 +65,12 @@ static small build_small(void) {
     int64_t t_shape[1] = {2};
     s.tok = gs->tensor_add(s.g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, t_shape, "in.tokens", &err);
     int64_t e_shape[2] = {10, 4};
-    uint32_t table = gs->weight_add(s.g, "embed", "model.embed_tokens.weight", WEFT_DTYPE_F32, 2,
-                                    e_shape, &err);
+    uint32_t table =
+        gs->weight_add(s.g, "embed", "model.embed_tokens.weight", WEFT_DTYPE_F32, 2, e_shape, &err);
     s.x = act(s.g, "x", 2, 4);
     int64_t w_shape[2] = {3, 4};
-    s.w = gs->weight_add(s.g, "layers.0.attn.q", "model.q.weight", WEFT_DTYPE_BF16, 2, w_shape,
-                         &err);
+    s.w =
+        gs->weight_add(s.g, "layers.0.attn.q", "model.q.weight", WEFT_DTYPE_BF16, 2, w_shape, &err);
     assert_int_not_equal(s.w, WEFT_TENSOR_NONE);
     s.y = act(s.g, "y", 2, 3);
     s.z = act(s.g, "z", 2, 3);
@@ -96,7 +99,8 @@ static void test_tensor_add_checks(void **state) {
     weft_error err;
     weft_error_clear(&err);
     int64_t shape[2] = {4, 8}, bad[2] = {4, 0};
-    assert_int_equal(gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, 2, shape, "a", &err), 0);
+    assert_int_equal(gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, 2, shape, "a", &err),
+                     0);
     assert_int_equal(gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, 2, shape, "a", &err),
                      WEFT_TENSOR_NONE);
     assert_non_null(strstr(err.message, "tensor a: the name is already used"));
@@ -115,9 +119,9 @@ static void test_tensor_add_checks(void **state) {
     for (int i = 0; i < 300; i++) {
         char name[32];
         snprintf(name, sizeof(name), "t%d", i);
-        assert_int_equal(gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, 2, shape, name,
-                                        &err),
-                         (uint32_t)i + 1);
+        assert_int_equal(
+            gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, 2, shape, name, &err),
+            (uint32_t)i + 1);
     }
     assert_int_equal(gs->tensor_find(g, "t299"), 300);
     assert_int_equal(gs->tensor_find(g, "a"), 0);
@@ -175,7 +179,8 @@ static void test_validate_messages(void **state) {
     s.g->nodes[2].out[0] = s.w;
     weft_error_clear(&err);
     assert_int_equal(weft_graph_validate(s.g, &err), WEFT_ERR_INVALID);
-    assert_string_equal(err.message, "node double writes layers.0.attn.q, which is a weight tensor");
+    assert_string_equal(err.message,
+                        "node double writes layers.0.attn.q, which is a weight tensor");
     weft_graph_free(s.g);
     /* Producing a tensor twice (not in place). */
     s = build_small();
@@ -314,8 +319,8 @@ static void test_op_registry(void **state) {
     assert_int_equal(ops->add(ops->self, &bf16, &err), WEFT_OK);
     assert_int_equal(ops->add(ops->self, &f32, &err), WEFT_OK);
     /* The exact dtype beats "any" at equal priority. */
-    const weft_op_impl *got = ops->find(ops->self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_BF16, "",
-                                        s.g, lin);
+    const weft_op_impl *got =
+        ops->find(ops->self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_BF16, "", s.g, lin);
     assert_non_null(got);
     assert_int_equal(got->dtype, WEFT_DTYPE_BF16);
     assert_string_equal(got->provider, "cpu");
@@ -345,10 +350,10 @@ static void test_op_registry(void **state) {
     /* The kv's "contiguous" layout is dense: an impl with layout "" takes it. */
     weft_op_impl att = impl(WEFT_OP_ATTENTION, WEFT_DTYPE_F32, "", 0, NULL);
     assert_int_equal(ops->add(ops->self, &att, &err), WEFT_OK);
-    assert_non_null(ops->find(ops->self, WEFT_OP_ATTENTION, "cpu", WEFT_DTYPE_F32, "contiguous",
-                              NULL, NULL));
-    assert_null(ops->find(ops->self, WEFT_OP_ATTENTION, "cpu", WEFT_DTYPE_F32, "paged", NULL,
-                          NULL));
+    assert_non_null(
+        ops->find(ops->self, WEFT_OP_ATTENTION, "cpu", WEFT_DTYPE_F32, "contiguous", NULL, NULL));
+    assert_null(
+        ops->find(ops->self, WEFT_OP_ATTENTION, "cpu", WEFT_DTYPE_F32, "paged", NULL, NULL));
     /* Bad registrations. */
     weft_op_impl norun = impl(WEFT_OP_ADD, 0, "", 0, NULL);
     norun.run = NULL;
@@ -359,9 +364,9 @@ static void test_op_registry(void **state) {
     assert_int_equal(ops->add(ops->self, &small_struct, &err), WEFT_ERR_ABI);
     /* Resolving the small graph: embed and add have no implementation. */
     const weft_op_impl *impls[3];
-    assert_int_equal(weft_op_registry_resolve(r, s.g, "cpu", WEFT_DTYPE_F32, "contiguous", impls,
-                                              &err),
-                     WEFT_ERR_UNSUPPORTED);
+    assert_int_equal(
+        weft_op_registry_resolve(r, s.g, "cpu", WEFT_DTYPE_F32, "contiguous", impls, &err),
+        WEFT_ERR_UNSUPPORTED);
     assert_string_equal(err.message,
                         "node embed (embed, cpu, f32, layout dense) has no implementation in "
                         "this candidate");
@@ -369,9 +374,9 @@ static void test_op_registry(void **state) {
     weft_op_impl add = impl(WEFT_OP_ADD, WEFT_DTYPE_F32, "", 0, NULL);
     assert_int_equal(ops->add(ops->self, &emb, &err), WEFT_OK);
     assert_int_equal(ops->add(ops->self, &add, &err), WEFT_OK);
-    assert_int_equal(weft_op_registry_resolve(r, s.g, "cpu", WEFT_DTYPE_F32, "contiguous", impls,
-                                              &err),
-                     WEFT_OK);
+    assert_int_equal(
+        weft_op_registry_resolve(r, s.g, "cpu", WEFT_DTYPE_F32, "contiguous", impls, &err),
+        WEFT_OK);
     assert_int_equal(impls[0]->op, WEFT_OP_EMBED);
     assert_string_equal(impls[1]->provider, "fuse.later");
     weft_graph_free(s.g);
@@ -389,8 +394,8 @@ static void test_resolve_names_attention(void **state) {
     uint32_t pos =
         gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, t_shape, "in.positions", &err);
     /* q, k, v made by nodes that read the input */
-    uint32_t x = gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_F32, 2, (int64_t[2]){1, 8}, "x",
-                                &err);
+    uint32_t x =
+        gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_F32, 2, (int64_t[2]){1, 8}, "x", &err);
     uint32_t srcs[3] = {q, k, v};
     for (int i = 0; i < 3; i++) {
         uint32_t in[1] = {x};
@@ -406,9 +411,9 @@ static void test_resolve_names_attention(void **state) {
     weft_op_impl scale = impl(WEFT_OP_SCALE, WEFT_DTYPE_F32, "", 0, NULL);
     assert_int_equal(ops->add(ops->self, &scale, &err), WEFT_OK);
     const weft_op_impl *impls[4];
-    assert_int_equal(weft_op_registry_resolve(r, g, "cpu", WEFT_DTYPE_F32, "contiguous", impls,
-                                              &err),
-                     WEFT_ERR_UNSUPPORTED);
+    assert_int_equal(
+        weft_op_registry_resolve(r, g, "cpu", WEFT_DTYPE_F32, "contiguous", impls, &err),
+        WEFT_ERR_UNSUPPORTED);
     assert_string_equal(err.message, "node layers.0.attn (attention, cpu, f32, layout contiguous) "
                                      "has no implementation in this candidate");
     weft_op_registry_free(r);
@@ -450,8 +455,8 @@ static const weft_pass_vtable vt_x = {sizeof(weft_pass_vtable), pass_break, NULL
 
 static void test_passes(void **state) {
     (void)state;
-    weft_plugin_descriptor da = {.size = sizeof(da), .name = "fuse.a", .slots = WEFT_SLOT_PASS,
-                                 .pass = &vt_a};
+    weft_plugin_descriptor da = {
+        .size = sizeof(da), .name = "fuse.a", .slots = WEFT_SLOT_PASS, .pass = &vt_a};
     weft_plugin_descriptor db = da, dx = da;
     db.name = "fuse.b";
     db.pass = &vt_b;
@@ -498,9 +503,9 @@ static void test_passes(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tensor_add_checks), cmocka_unit_test(test_nodes_and_rewrites),
-        cmocka_unit_test(test_validate_messages), cmocka_unit_test(test_user_ops),
-        cmocka_unit_test(test_canonical_and_hash), cmocka_unit_test(test_op_registry),
+        cmocka_unit_test(test_tensor_add_checks),       cmocka_unit_test(test_nodes_and_rewrites),
+        cmocka_unit_test(test_validate_messages),       cmocka_unit_test(test_user_ops),
+        cmocka_unit_test(test_canonical_and_hash),      cmocka_unit_test(test_op_registry),
         cmocka_unit_test(test_resolve_names_attention), cmocka_unit_test(test_passes),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
