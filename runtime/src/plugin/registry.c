@@ -2,9 +2,9 @@
  * order so the result, and which duplicate shadows which, does not depend on the file system.
  * Only manifests are read: a bundle whose library is missing or broken still lists, since
  * listing and resolving must work before (and without) loading anything. */
+#define _GNU_SOURCE /* dladdr */
 #include "plugin/registry.h"
 
-#define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
 #include <dirent.h>
 #include <limits.h>
