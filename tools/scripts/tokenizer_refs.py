@@ -18,6 +18,9 @@ outputs are committed under tests/data/tokenizer/ so the C tests need no Python)
    differ), and HF's decode of "ids" with and without skip_special_tokens ("d" / "ds", only when
    they differ from the text).
 
+4. Writes the seed corpus of the fuzz target (tests/fuzz/corpus/tokenizer/): the tokenizers above
+   (mode byte 0), sample strings (modes 1 and 2), a tiny vocab GGUF (mode 3) and id lists (4).
+
 Usage: /work/venv/bin/python tools/scripts/tokenizer_refs.py [--shared DIR] [--out DIR]
 """
 import argparse
@@ -337,6 +340,47 @@ def write_refs(path, header, tok, strings, with_raw=True):
     print("%s: %d strings, %d bytes" % (path, len(strings), os.path.getsize(path)))
 
 
+def tiny_gguf():
+    """A vocab-only GGUF v3 with tokenizer.ggml.model "llama" and a handful of pieces."""
+    def gstr(x):
+        b = x.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+    pieces = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)] + \
+        [SPIECE, "a", "b", "c", "ab", SPIECE + "a", SPIECE + "ab", "abc"]
+    types = [2, 3, 3] + [6] * 256 + [1] * 8
+    scores = [0.0] * 259 + [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0, -8.0]
+    kv = []
+    kv.append(gstr("tokenizer.ggml.model") + struct.pack("<I", 8) + gstr("llama"))
+    kv.append(gstr("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, len(pieces)) +
+              b"".join(gstr(p) for p in pieces))
+    kv.append(gstr("tokenizer.ggml.scores") + struct.pack("<IIQ", 9, 6, len(scores)) +
+              b"".join(struct.pack("<f", x) for x in scores))
+    kv.append(gstr("tokenizer.ggml.token_type") + struct.pack("<IIQ", 9, 5, len(types)) +
+              b"".join(struct.pack("<i", x) for x in types))
+    kv.append(gstr("tokenizer.ggml.bos_token_id") + struct.pack("<II", 4, 1))
+    kv.append(gstr("tokenizer.ggml.add_bos_token") + struct.pack("<IB", 7, 1))
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(kv)
+
+
+def fuzz_corpus(out, tokenizer_files, strings):
+    os.makedirs(out, exist_ok=True)
+    k = 0
+    def w(data):
+        nonlocal k
+        with open(os.path.join(out, "seed-%03d" % k), "wb") as f:
+            f.write(data)
+        k += 1
+    for path in tokenizer_files:
+        w(b"\x00" + open(path, "rb").read())
+    for s in strings:
+        w(b"\x01" + s.encode("utf-8"))
+        w(b"\x02" + s.encode("utf-8"))
+    w(b"\x03" + tiny_gguf())
+    rng = random.Random(5)
+    for mode in (4, 12, 20, 28):
+        w(bytes([mode]) + b"".join(struct.pack("<i", rng.randint(-5, 700)) for _ in range(40)))
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(here))
@@ -372,6 +416,9 @@ def main():
                     "tokenizers": __import__("tokenizers").__version__},
                    Tokenizer.from_file(os.path.join(args.out, name + ".json")),
                    make_strings(seed, args.small, specials))
+    fuzz_corpus(os.path.join(repo, "tests", "fuzz", "corpus", "tokenizer"),
+                [os.path.join(args.out, n + ".json") for n in ("stories260K", "spm_legacy")],
+                make_strings(6, 40, SPECIALS_QWEN + SPECIALS_LEGACY))
 
 
 if __name__ == "__main__":

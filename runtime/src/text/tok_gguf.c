@@ -215,7 +215,7 @@ weft_status tok_load_gguf(const unsigned char *data, size_t len, const char *nam
     int32_t *types = malloc(n * sizeof(*types));
     int32_t *rank_of = malloc(n * sizeof(*rank_of));
     weft_status st = WEFT_OK;
-    if (!tok || !cands || !types || !rank_of || tok_vocab_init(&tok->vocab, n) ||
+    if (!tok || !cands || !types || !rank_of || tok_vocab_init(&tok->vocab, n, n) ||
         tok_merges_init(&tok->merges, n * 4) ||
         !(tok->added = calloc(n, sizeof(*tok->added)))) {
         st = weft_error_set(err, WEFT_ERR_NOMEM, name, "out of memory for %u tokens", n);

@@ -42,14 +42,15 @@ void tok_list_free(tok_list *l);
 typedef struct tok_vocab {
     char *arena;         /* every piece, NUL-terminated */
     size_t arena_len, arena_cap;
-    int64_t *piece_off;  /* (n_ids) offset into arena, -1 for an unused id */
+    uint32_t *piece_off; /* (n_ids) offset into arena, UINT32_MAX for an unused id */
     uint32_t *piece_len; /* (n_ids) */
     uint32_t n_ids;      /* highest id + 1 */
     int32_t *slots;      /* (n_slots) id, or -1 */
     size_t n_slots, n_keys;
 } tok_vocab;
 
-int tok_vocab_init(tok_vocab *v, uint32_t n_ids);
+/* n_keys: how many pieces will be added (sizes the hash table). */
+int tok_vocab_init(tok_vocab *v, uint32_t n_ids, size_t n_keys);
 /* Adds piece as id: 0 ok, 1 when the id or the piece is already present, -1 no memory. */
 int tok_vocab_add(tok_vocab *v, int32_t id, const char *s, size_t n);
 int32_t tok_vocab_find(const tok_vocab *v, const char *s, size_t n); /* -1 when absent */
@@ -206,6 +207,9 @@ struct weft_tokenizer {
     int has_post_processor;
     uint32_t vocab_size; /* highest id + 1 over the model and the added tokens */
     pcre2_code *word_re; /* \w at a position, for added tokens' single_word */
+    /* What the decoder does with bytes, for the streaming detokenizer: 2 when a ByteLevel step
+     * maps pieces to bytes, 1 when a ByteFallback step turns <0xNN> pieces into bytes, else 0. */
+    int byte_decoding;
 };
 
 /* Finishes a tokenizer filled by a loader: the special flags, the added-token index and the
@@ -221,8 +225,10 @@ void tok_decoder_free(tok_decoder *d);
 /* Stages, implemented in tok_pipeline.c. All return 0 or -1 on out of memory. */
 int tok_normalize(const tok_normalizer *n, const char *s, size_t len, char **out, size_t *out_len);
 int tok_pretokenize(const tok_pretok *p, tok_list *pieces);
-/* Runs the decoder chain over the pieces; writes the joined text to out. */
-int tok_decode_pieces(const tok_decoder *d, tok_list *pieces, tok_buf *out);
+/* Runs the decoder chain over the pieces; writes the joined text to out. lossy: an ill-formed
+ * run of <0xNN> pieces keeps its well-formed characters and gets one U+FFFD per maximal invalid
+ * subpart (the streaming detokenizer's rule) instead of HF's one U+FFFD per byte of the run. */
+int tok_decode_pieces(const tok_decoder *d, tok_list *pieces, tok_buf *out, int lossy);
 /* BPE (tok_bpe.c): appends the ids of one pre-tokenized word. */
 int tok_bpe_word(const weft_tokenizer *tok, const char *s, size_t n, int32_t **ids, size_t *n_ids,
                  size_t *cap);

@@ -414,7 +414,7 @@ static weft_status append_ids(ctx *c, int32_t **v, size_t *n, const int32_t *ids
                               const char *path) {
     int32_t *g = realloc(*v, (*n + k + 1) * sizeof(*g));
     if (!g) return oom(c, path);
-    memcpy(g + *n, ids, k * sizeof(*ids));
+    if (k) memcpy(g + *n, ids, k * sizeof(*ids));
     *v = g;
     *n += k;
     return WEFT_OK;
@@ -684,7 +684,8 @@ static weft_status parse_model(ctx *c, weft_tokenizer *tok, const json_t *model,
         }
         if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
     }
-    if (tok_vocab_init(&tok->vocab, (uint32_t)(max_id + 1))) return oom(c, "model.vocab");
+    if (tok_vocab_init(&tok->vocab, (uint32_t)(max_id + 1), json_object_size(vocab)))
+        return oom(c, "model.vocab");
     /* jansson's iteration order is the hash order; insert through the sized key API so pieces
      * with NUL bytes keep their length. */
     void *it = json_object_iter(vocab);

@@ -435,7 +435,7 @@ static int byte_piece(const char *s, size_t n) {
     return h < 0 || l < 0 ? -1 : h * 16 + l;
 }
 
-static int decode_step(const tok_decoder *d, const tok_list *in, tok_list *out) {
+static int decode_step(const tok_decoder *d, const tok_list *in, tok_list *out, int lossy) {
     int rc = 0;
     tok_buf b = {0};
     switch (d->type) {
@@ -502,6 +502,11 @@ static int decode_step(const tok_decoder *d, const tok_list *in, tok_list *out) 
             if (rc) break;
             if (weft_tok_utf8_valid(b.p, b.len)) {
                 rc = tok_list_add(out, b.p, b.len, in->first[k]);
+            } else if (lossy) {
+                size_t fl;
+                char *fixed = weft_tok_utf8_repair(b.p, b.len, &fl);
+                rc = fixed ? tok_list_add(out, fixed, fl, in->first[k]) : -1;
+                free(fixed);
             } else {
                 for (size_t i = 0; i < b.len && !rc; i++)
                     rc = tok_list_add(out, "\xEF\xBF\xBD", 3, in->first[k] && i == 0);
@@ -552,7 +557,7 @@ static int decode_step(const tok_decoder *d, const tok_list *in, tok_list *out) 
         for (size_t k = 0; k < in->n && !rc; k++)
             rc = tok_list_add(&cur, in->text.p + in->off[k], in->len[k], in->first[k]);
         for (size_t i = 0; i < d->n_items && !rc; i++) {
-            rc = decode_step(&d->items[i], &cur, &next);
+            rc = decode_step(&d->items[i], &cur, &next, lossy);
             tok_list_free(&cur);
             cur = next;
             memset(&next, 0, sizeof(next));
@@ -572,7 +577,7 @@ static int decode_step(const tok_decoder *d, const tok_list *in, tok_list *out) 
     return rc;
 }
 
-int tok_decode_pieces(const tok_decoder *d, tok_list *pieces, tok_buf *out) {
+int tok_decode_pieces(const tok_decoder *d, tok_list *pieces, tok_buf *out, int lossy) {
     int rc = 0;
     if (!d) {
         /* No decoder: HF joins the pieces with spaces. */
@@ -583,7 +588,7 @@ int tok_decode_pieces(const tok_decoder *d, tok_list *pieces, tok_buf *out) {
         return rc ? rc : tok_buf_reserve(out, 0);
     }
     tok_list done = {0};
-    rc = decode_step(d, pieces, &done);
+    rc = decode_step(d, pieces, &done, lossy);
     for (size_t k = 0; k < done.n && !rc; k++)
         rc = tok_buf_put(out, done.text.p + done.off[k], done.len[k]);
     if (!rc) rc = tok_buf_reserve(out, 0);

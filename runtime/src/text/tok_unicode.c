@@ -121,6 +121,14 @@ static size_t maximal_subpart(const unsigned char *s, size_t n) {
     return k;
 }
 
+int weft_tok_utf8_partial(const char *s, size_t n) {
+    if (n == 0 || n > 3) return 0;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t need = u[0] >= 0xC2 && u[0] <= 0xDF ? 2 : u[0] >= 0xE0 && u[0] <= 0xEF ? 3
+                  : u[0] >= 0xF0 && u[0] <= 0xF4 ? 4 : 0;
+    return need > n && maximal_subpart(u, n) == n;
+}
+
 char *weft_tok_utf8_repair(const char *s, size_t n, size_t *out_len) {
     /* Each invalid byte grows to at most 3 bytes. */
     if (n > (SIZE_MAX - 1) / 3) return NULL;

@@ -54,7 +54,19 @@ static int cmp_added(const void *a, const void *b) {
     return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
+static int decoder_bytes(const tok_decoder *d) {
+    if (!d) return 0;
+    if (d->type == TOK_DEC_BYTELEVEL) return 2;
+    int best = d->type == TOK_DEC_BYTEFALLBACK ? 1 : 0;
+    for (size_t i = 0; i < d->n_items; i++) {
+        int b = decoder_bytes(&d->items[i]);
+        if (b > best) best = b;
+    }
+    return best;
+}
+
 weft_status tok_finish(weft_tokenizer *tok, weft_error *err) {
+    tok->byte_decoding = decoder_bytes(tok->decoder);
     uint32_t size = tok->vocab.n_ids;
     for (size_t i = 0; i < tok->n_added; i++)
         if ((uint32_t)tok->added[i].id + 1 > size) size = (uint32_t)tok->added[i].id + 1;
@@ -339,7 +351,7 @@ static const char *piece_of(const weft_tokenizer *tok, int32_t id, size_t *n) {
 
 /* Decodes into buf (appending); every id must have a piece. */
 static weft_status decode_into(const weft_tokenizer *tok, const int32_t *ids, size_t n,
-                               int skip_special, tok_buf *buf, weft_error *err) {
+                               int skip_special, int lossy, tok_buf *buf, weft_error *err) {
     tok_list pieces = {0};
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
@@ -356,7 +368,7 @@ static weft_status decode_into(const weft_tokenizer *tok, const int32_t *ids, si
         rc = tok_list_add(&pieces, p, len, i == 0);
     }
     tok_buf raw = {0};
-    if (!rc) rc = tok_decode_pieces(tok->decoder, &pieces, &raw);
+    if (!rc) rc = tok_decode_pieces(tok->decoder, &pieces, &raw, lossy);
     tok_list_free(&pieces);
     if (!rc) {
         /* Decoders keep text valid; pieces from a vocab GGUF need not be. */
@@ -378,7 +390,7 @@ weft_status weft_tokenizer_decode(const weft_tokenizer *tok, const int32_t *ids,
                               "is 0)");
     *text = NULL;
     tok_buf b = {0};
-    weft_status st = decode_into(tok, ids, n, skip_special, &b, err);
+    weft_status st = decode_into(tok, ids, n, skip_special, 0, &b, err);
     if (!st && tok_buf_reserve(&b, 0))
         st = weft_error_set(err, WEFT_ERR_NOMEM, tok->name, "decode: out of memory");
     if (st) {
@@ -423,9 +435,9 @@ int32_t weft_tokenizer_bos(const weft_tokenizer *tok) {
  * Each push decodes a short window: the ids behind the last emitted text (the context that
  * makes the decoders treat the new ids as "not first", so sentencepiece's leading-space strip
  * happens only at the very start) plus the ids not yet emitted. The new text is what the window
- * decodes to beyond the context's own text, held back while it ends in U+FFFD: that is how an
- * incomplete UTF-8 character, from byte-level pieces or <0xNN> byte-fallback pieces, looks until
- * the tokens that complete it arrive. */
+ * decodes to beyond the context's own text. It is held back while the bytes of the last pieces
+ * (byte-level chars or <0xNN> byte-fallback pieces) end inside a character that later ids could
+ * complete, so no push ever returns part of a character. */
 struct weft_detok {
     const weft_tokenizer *tok;
     int skip_special;
@@ -452,8 +464,70 @@ void weft_detok_free(weft_detok *d) {
     free(d);
 }
 
-static int ends_incomplete(const char *s, size_t n) {
-    return n >= 3 && memcmp(s + n - 3, "\xEF\xBF\xBD", 3) == 0;
+/* "<0xNN>" -> NN, else -1. */
+static int byte_piece_value(const char *p, size_t n) {
+    if (n != 6 || memcmp(p, "<0x", 3) || p[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = p[i];
+        int h = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (h < 0) return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+/* Whether the window's text may still change when more ids arrive: the bytes its last pieces
+ * stand for (ByteLevel-mapped chars, or <0xNN> byte-fallback pieces) end in a character that is
+ * incomplete but could still be completed. A real U+FFFD in the text is no reason to wait. */
+static int window_pending(const weft_detok *d) {
+    const weft_tokenizer *tok = d->tok;
+    if (!tok->byte_decoding) return 0;
+    unsigned char tail[8];
+    size_t nt = 0; /* bytes collected backwards into tail[8 - nt ..] */
+    for (size_t i = d->n; i-- > 0 && nt < 4;) {
+        if (d->skip_special && tok->is_special[d->ids[i]]) continue;
+        size_t pn;
+        const char *p = piece_of(tok, d->ids[i], &pn);
+        if (tok->byte_decoding == 1) {
+            int v = byte_piece_value(p, pn);
+            if (v < 0) break;
+            tail[sizeof(tail) - ++nt] = (unsigned char)v;
+            continue;
+        }
+        /* ByteLevel: the piece's chars back to bytes, unless one is outside the map (then the
+         * piece stands for its own, complete, UTF-8). */
+        unsigned char bytes[4];
+        size_t nb = 0, j = pn;
+        int mapped = 1;
+        while (j > 0 && nb < 4 && nt + nb < 4) {
+            size_t st = j - 1;
+            while (st > 0 && ((unsigned char)p[st] & 0xC0) == 0x80) st--;
+            uint32_t cp;
+            size_t k = weft_tok_utf8_decode(p + st, j - st, &cp);
+            int b = k == j - st ? tok_cp_to_byte(cp) : -1;
+            if (b < 0) {
+                mapped = 0;
+                break;
+            }
+            bytes[nb++] = (unsigned char)b;
+            j = st;
+        }
+        if (!mapped) break;
+        for (size_t k = 0; k < nb; k++) tail[sizeof(tail) - ++nt] = bytes[k];
+        if (j > 0) break; /* the piece has more bytes before these: the tail is complete */
+    }
+    if (nt == 0) return 0;
+    const unsigned char *t = tail + sizeof(tail) - nt;
+    size_t start = nt;
+    for (size_t k = 1; k <= 3 && k <= nt; k++) {
+        if ((t[nt - k] & 0xC0) != 0x80) {
+            start = nt - k;
+            break;
+        }
+    }
+    return start < nt && weft_tok_utf8_partial((const char *)t + start, nt - start);
 }
 
 static weft_status emit(char **out, size_t *len, const char *s, size_t n, weft_error *err) {
@@ -468,7 +542,7 @@ static weft_status emit(char **out, size_t *len, const char *s, size_t n, weft_e
 
 /* Decodes the window; *start is where its text goes beyond the context's text. */
 static weft_status window_text(weft_detok *d, tok_buf *b, size_t *start, weft_error *err) {
-    weft_status st = decode_into(d->tok, d->ids, d->n, d->skip_special, b, err);
+    weft_status st = decode_into(d->tok, d->ids, d->n, d->skip_special, 1, b, err);
     if (st) return st;
     size_t common = 0;
     while (common < d->context_len && common < b->len && b->p[common] == d->context[common])
@@ -504,7 +578,7 @@ weft_status weft_detok_push(weft_detok *d, int32_t id, char **out, size_t *len, 
         free(b.p);
         return st;
     }
-    if (b.len <= start || ends_incomplete(b.p, b.len)) {
+    if (b.len <= start || window_pending(d)) {
         free(b.p);
         return emit(out, len, "", 0, err);
     }
@@ -519,7 +593,7 @@ weft_status weft_detok_push(weft_detok *d, int32_t id, char **out, size_t *len, 
     d->n_context = d->n;
     free(b.p);
     b = (tok_buf){0};
-    st = decode_into(d->tok, d->ids, d->n, d->skip_special, &b, err);
+    st = decode_into(d->tok, d->ids, d->n, d->skip_special, 1, &b, err);
     if (st) {
         free(b.p);
         free(*out);
