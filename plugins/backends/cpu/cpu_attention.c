@@ -74,6 +74,11 @@ CPU_INLINE void cpu_attn_head(const cpu_attn_job *j, int64_t r, int64_t h, uint3
                 a3 += qv * cpu_v8_load(k0 + 3 * stride, d, dt);
             }
             cpu_v8f s4 = cpu_v8_sum4(a0, a1, a2, a3);
+            if (h8 == hd) {
+                s4 *= j->scale;
+                memcpy(sc + i, &s4, 4 * sizeof(float)); /* lanes 0..3 */
+                continue;
+            }
             for (int t = 0; t < 4; t++) {
                 float dot = s4[t];
                 for (int64_t d = h8; d < hd; d++) dot += q[d] * cpu_load(k0 + t * stride, d, dt);

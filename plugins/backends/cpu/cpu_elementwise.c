@@ -262,8 +262,12 @@ static int32_t cpu_rope_accepts(void *st, const weft_graph *g, const weft_node *
  * "linear" definitions). */
 static void cpu_rope_freqs(const weft_op_params *p, int64_t rot, double *inv) {
     const double theta = p->f[0], factor = p->f[1];
-    for (int64_t i = 0; i < rot / 2; i++) {
-        double f = pow(theta, -(double)(2 * i) / (double)rot);
+    /* theta^(-2i/rot) as powers of one ratio: one pow per call instead of one per pair; in
+     * double the accumulated rounding stays far below float precision. */
+    const double ratio = pow(theta, -2.0 / (double)rot);
+    double base = 1.0;
+    for (int64_t i = 0; i < rot / 2; i++, base *= ratio) {
+        double f = base;
         if (p->i[4] == 2) {
             f /= factor;
         } else if (p->i[4] == 1) {

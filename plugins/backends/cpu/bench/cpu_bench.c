@@ -4,7 +4,7 @@
  * docs/BACKEND_CPU.md. Speed targets are checked here, never in unit tests.
  *
  *   weft-cpu-bench [--threads N] [--tokens N] [--repeat N] [--prefill N] [--model PATH]
- *                  [--plugin PATH]                                                          */
+ *                  [--plugin PATH] [--profile]                                              */
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <time.h>
@@ -56,7 +56,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    long threads = 1, tokens = 256, repeat = 5, prefill = 0;
+    long threads = 1, tokens = 256, repeat = 5, prefill = 0, profile = 0;
     char model[1024];
     const char *shared = getenv("WEFT_SHARED_DIR");
     snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.bin",
@@ -69,9 +69,10 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && strcmp(argv[i], "--prefill") == 0) prefill = atol(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--model") == 0) snprintf(model, sizeof(model), "%s", argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--plugin") == 0) plugin = argv[++i];
+        else if (strcmp(argv[i], "--profile") == 0) profile = 1;
         else {
             fprintf(stderr, "usage: %s [--threads N] [--tokens N] [--repeat N] [--prefill N] "
-                            "[--model PATH] [--plugin PATH]\n", argv[0]);
+                            "[--model PATH] [--plugin PATH] [--profile]\n", argv[0]);
             return 2;
         }
     }
@@ -162,6 +163,29 @@ int main(int argc, char **argv) {
            "cpu-time median %.0f tok/s (%.1f us/token)\n",
            tokens, tokens / times[0], 1e6 * times[0] / tokens, tokens / times[repeat / 2],
            tokens / ctimes[repeat / 2], 1e6 * ctimes[repeat / 2] / tokens);
+    if (profile) {
+        /* One more decode pass with every node timed (the timing itself adds ~2% per node). */
+        static const char *const names[WEFT_OP_BUILTIN_COUNT] = {
+            "none", "embed", "linear", "rmsnorm", "rope", "attention", "swiglu", "add",
+            "activation", "lm_head", "sample", "moe", "all_reduce", "scale", "add_rmsnorm",
+            "copy", "split"};
+        memset(e.op_ns, 0, sizeof(e.op_ns));
+        e.profile = 1;
+        int32_t tok = 1;
+        double t0 = now_s();
+        for (long pos = 0; pos < tokens; pos++) {
+            const float *lg;
+            if (stories_step(&e, &tok, 1, (int32_t)pos, 0, &lg, msg, sizeof(msg))) return 1;
+            tok = stories_argmax(lg, (uint32_t)m.vocab);
+        }
+        double total = (now_s() - t0) * 1e9, in_ops = 0;
+        for (int o = 0; o < WEFT_OP_BUILTIN_COUNT; o++) in_ops += e.op_ns[o];
+        printf("profile (decode, us/token):");
+        for (int o = 0; o < WEFT_OP_BUILTIN_COUNT; o++)
+            if (e.op_ns[o] > 0) printf(" %s %.1f", names[o], e.op_ns[o] / 1e3 / tokens);
+        printf(" | outside ops %.1f\n", (total - in_ops) / 1e3 / tokens);
+        e.profile = 0;
+    }
     printf("first tokens:");
     for (long i = 1; i <= 12 && i <= tokens; i++) printf(" %d", seq[i]);
     printf("\n");

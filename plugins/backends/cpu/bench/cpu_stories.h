@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "weft/plugin.h"
 
@@ -95,7 +96,15 @@ typedef struct stories_engine {
     int32_t *rows_seq, *rows_logit;
     uint32_t in_tokens, in_pos, out_logits;
     uint32_t max_tokens, vocab;
+    int profile;                            /* when set, op_ns accumulates time per op */
+    double op_ns[WEFT_OP_BUILTIN_COUNT];
 } stories_engine;
+
+static double stories_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e9 * (double)ts.tv_sec + (double)ts.tv_nsec;
+}
 
 static uint32_t stories_tensor(stories_engine *e, uint32_t kind, uint32_t dtype, int64_t d0,
                                int64_t d1, const char *name, const void *bind) {
@@ -288,7 +297,10 @@ static int stories_step(stories_engine *e, const int32_t *tokens, uint32_t n, in
         weft_error err;
         err.size = sizeof(err);
         err.message[0] = '\0';
+        double t0 = e->profile ? stories_now_ns() : 0;
         weft_status s = e->impls[i]->run(e->impls[i]->state, &ctx, &e->nodes[i], &err);
+        if (e->profile && e->nodes[i].op < WEFT_OP_BUILTIN_COUNT)
+            e->op_ns[e->nodes[i].op] += stories_now_ns() - t0;
         if (s != WEFT_OK)
             return snprintf(msg, msg_size, "node %u (%s): %s", i, e->nodes[i].name, err.message), -1;
     }
