@@ -188,8 +188,10 @@ static void tg_init(tgraph *tg, fixture *f, uint32_t op, const char *name) {
     tg->node.op = op;
     tg->node.layer = 0;
     snprintf(tg->node.name, sizeof(tg->node.name), "%s", name);
-    for (int i = 0; i < WEFT_NODE_MAX_IN; i++) tg->node.in[i] = WEFT_TENSOR_NONE;
-    for (int i = 0; i < WEFT_NODE_MAX_OUT; i++) tg->node.out[i] = WEFT_TENSOR_NONE;
+    for (int i = 0; i < WEFT_NODE_MAX_IN; i++)
+        tg->node.in[i] = WEFT_TENSOR_NONE;
+    for (int i = 0; i < WEFT_NODE_MAX_OUT; i++)
+        tg->node.out[i] = WEFT_TENSOR_NONE;
 }
 
 /* A tensor of rank 1 (d1 < 0) or 2, with a buffer from the backend's allocator. */
@@ -205,9 +207,9 @@ static uint32_t tg_tensor(tgraph *tg, uint32_t dtype, int64_t d0, int64_t d1, co
     snprintf(t->name, sizeof(t->name), "%s", name);
     uint64_t bytes = (uint64_t)d0 * (d1 < 0 ? 1 : d1) * esize(dtype);
     weft_error err = new_error();
-    assert_int_equal(tg->f->desc->backend->alloc(tg->f->st, bytes, WEFT_MEMORY_DEVICE,
-                                                 &tg->buf[id], &err),
-                     WEFT_OK);
+    assert_int_equal(
+        tg->f->desc->backend->alloc(tg->f->st, bytes, WEFT_MEMORY_DEVICE, &tg->buf[id], &err),
+        WEFT_OK);
     assert_int_equal((uintptr_t)tg->buf[id].ptr % 64, 0);
     memset(tg->buf[id].ptr, 0, bytes);
     return id;
@@ -276,8 +278,8 @@ static void tg_run(tgraph *tg, uint32_t T, uint32_t key, const char *layout) {
 
 /* Runs the node and requires a refusal: accepts says no and run returns INVALID with a message
  * containing `needle`. */
-static void tg_run_bad(tgraph *tg, uint32_t T, uint32_t key, const char *layout,
-                       const char *needle, int expect_refused_by_accepts) {
+static void tg_run_bad(tgraph *tg, uint32_t T, uint32_t key, const char *layout, const char *needle,
+                       int expect_refused_by_accepts) {
     weft_error err = new_error();
     int32_t accepted = 1;
     weft_status s = tg_run_impl(tg, T, key, layout, &accepted, &err);
@@ -354,8 +356,8 @@ static double *dalloc(int64_t n) {
     return p;
 }
 
-static void expect_close(const float *got, const double *want, int64_t n, double atol,
-                         double rtol, const char *what) {
+static void expect_close(const float *got, const double *want, int64_t n, double atol, double rtol,
+                         const char *what) {
     for (int64_t i = 0; i < n; i++) {
         double d = fabs((double)got[i] - want[i]);
         if (!(d <= atol + rtol * fabs(want[i]))) {
@@ -383,7 +385,8 @@ static void test_negotiate(void **state) {
     assert_int_equal(d->size, sizeof(weft_plugin_descriptor));
     assert_non_null(d->backend);
     assert_null(d->model);
-    for (int i = 0; i < 8; i++) assert_int_equal(d->reserved[i], 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(d->reserved[i], 0);
     assert_int_equal(entry(2, 3, &chosen, &d, &err), WEFT_ERR_ABI);
     assert_null(d);
     assert_non_null(strstr(err.message, "2..3"));
@@ -409,7 +412,8 @@ static void test_memory(void **state) {
     assert_int_equal((uintptr_t)a.ptr % 64, 0);
     assert_int_equal(a.bytes, 1000);
     unsigned char src[1000], back[1000];
-    for (int i = 0; i < 1000; i++) src[i] = (unsigned char)(i * 7);
+    for (int i = 0; i < 1000; i++)
+        src[i] = (unsigned char)(i * 7);
     assert_int_equal(be->upload(f->st, &a, 0, src, 1000, &err), WEFT_OK);
     assert_int_equal(be->copy(f->st, &b, 100, &a, 0, 900, be->stream(f->st), &err), WEFT_OK);
     assert_int_equal(be->synchronize(f->st, NULL, &err), WEFT_OK);
@@ -460,7 +464,8 @@ static void linear_case(fixture *f, uint32_t wdt, int bias, uint32_t T, int64_t 
     }
     /* Rows beyond n_tokens must stay untouched. */
     float *out = tg_ptr(&tg, y);
-    for (int64_t i = 0; i < MAX_T * N; i++) out[i] = 12345.0f;
+    for (int64_t i = 0; i < MAX_T * N; i++)
+        out[i] = 12345.0f;
     tg_run(&tg, T, wdt, "");
     for (uint32_t t = 0; t < T; t++)
         for (int64_t n = 0; n < N; n++) {
@@ -471,13 +476,19 @@ static void linear_case(fixture *f, uint32_t wdt, int bias, uint32_t T, int64_t 
             }
             double d = fabs(out[t * N + n] - s);
             if (!(d <= 1e-5 * mag + 1e-6)) {
-                fprintf(stderr, "linear %s T=%u N=%lld K=%lld bias=%d: y[%u][%lld] = %.9g, want "
-                        "%.9g\n", wdt == WEFT_DTYPE_F32 ? "f32" : wdt == WEFT_DTYPE_BF16 ? "bf16" : "f16",
-                        T, (long long)N, (long long)K, bias, t, (long long)n, (double)out[t * N + n], s);
+                fprintf(stderr,
+                        "linear %s T=%u N=%lld K=%lld bias=%d: y[%u][%lld] = %.9g, want "
+                        "%.9g\n",
+                        wdt == WEFT_DTYPE_F32    ? "f32"
+                        : wdt == WEFT_DTYPE_BF16 ? "bf16"
+                                                 : "f16",
+                        T, (long long)N, (long long)K, bias, t, (long long)n,
+                        (double)out[t * N + n], s);
                 fail();
             }
         }
-    for (int64_t i = (int64_t)T * N; i < MAX_T * N; i++) assert_true(out[i] == 12345.0f);
+    for (int64_t i = (int64_t)T * N; i < MAX_T * N; i++)
+        assert_true(out[i] == 12345.0f);
     free(rx), free(rw), free(rb), free(want);
     tg_free(&tg);
 }
@@ -558,7 +569,8 @@ static void test_lm_head(void **state) {
         for (int r = 0; r < 2; r++)
             for (int64_t v = 0; v < V; v++) {
                 double s = 0;
-                for (int64_t k = 0; k < D; k++) s += rx[tg.logit_rows[r] * D + k] * rw[v * D + k];
+                for (int64_t k = 0; k < D; k++)
+                    s += rx[tg.logit_rows[r] * D + k] * rw[v * D + k];
                 want[r * V + v] = s;
             }
         expect_close(tg_ptr(&tg, y), want, 2 * V, 1e-5, 1e-5, "lm_head");
@@ -592,7 +604,8 @@ static void test_embed(void **state) {
         tg_run(&tg, 5, dts[d], "");
         double *want = dalloc(5 * D);
         for (int t = 0; t < 5; t++)
-            for (int64_t k = 0; k < D; k++) want[t * D + k] = rt[pick[t] * D + k];
+            for (int64_t k = 0; k < D; k++)
+                want[t * D + k] = rt[pick[t] * D + k];
         expect_close(tg_ptr(&tg, y), want, 5 * D, 0, 0, "embed");
         ids[2] = 50;
         tg_run_bad(&tg, 5, dts[d], "", "outside the vocabulary", 0);
@@ -606,9 +619,11 @@ static void test_embed(void **state) {
 /* ---- RMSNORM and ADD_RMSNORM -------------------------------------------------------------- */
 static void ref_rmsnorm(const double *x, const double *w, double *y, int64_t n, double eps) {
     double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
     double inv = 1.0 / sqrt(ss / n + eps);
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * inv * w[i];
 }
 
 static void rmsnorm_case(fixture *f, int64_t D, int64_t group, uint32_t wdt, uint32_t T) {
@@ -639,8 +654,8 @@ static void test_rmsnorm(void **state) {
     fixture *f = *state;
     rmsnorm_case(f, 64, 0, WEFT_DTYPE_F32, 1);
     rmsnorm_case(f, 37, 0, WEFT_DTYPE_BF16, 7);
-    rmsnorm_case(f, 64, 8, WEFT_DTYPE_F32, 3);   /* per-head q/k norm: 8 heads of 8 */
-    rmsnorm_case(f, 96, 32, WEFT_DTYPE_F16, 16); /* 3 groups */
+    rmsnorm_case(f, 64, 8, WEFT_DTYPE_F32, 3);    /* per-head q/k norm: 8 heads of 8 */
+    rmsnorm_case(f, 96, 32, WEFT_DTYPE_F16, 16);  /* 3 groups */
     rmsnorm_case(f, 4096, 0, WEFT_DTYPE_F32, 16); /* big enough for the pool */
 }
 
@@ -666,8 +681,10 @@ static void test_add_rmsnorm(void **state) {
     fill(tg_ptr(&tg, res), rr, MAX_T * D, WEFT_DTYPE_F32);
     fill(tg_ptr(&tg, w), rw, D, WEFT_DTYPE_BF16);
     tg_run(&tg, T, WEFT_DTYPE_F32, "");
-    for (int64_t i = 0; i < T * D; i++) sum[i] = rx[i] + rr[i];
-    for (uint32_t t = 0; t < T; t++) ref_rmsnorm(sum + t * D, rw, want + t * D, D, (double)1e-6f);
+    for (int64_t i = 0; i < T * D; i++)
+        sum[i] = rx[i] + rr[i];
+    for (uint32_t t = 0; t < T; t++)
+        ref_rmsnorm(sum + t * D, rw, want + t * D, D, (double)1e-6f);
     expect_close(tg_ptr(&tg, res), sum, T * D, 1e-6, 1e-6, "add_rmsnorm r");
     expect_close(tg_ptr(&tg, y), want, T * D, 1e-6, 1e-5, "add_rmsnorm y");
     free(rx), free(rr), free(rw), free(sum), free(want);
@@ -702,7 +719,8 @@ static void ref_rope(const rope_cfg *c, const double *x, double *y, int32_t pos)
     for (int64_t h = 0; h < c->H; h++) {
         const double *xh = x + h * c->hd;
         double *yh = y + h * c->hd;
-        for (int64_t d = 0; d < c->hd; d++) yh[d] = xh[d];
+        for (int64_t d = 0; d < c->hd; d++)
+            yh[d] = xh[d];
         for (int64_t i = 0; i < P; i++) {
             double a = pos * ref_inv_freq(c, i);
             int64_t i0 = c->layout ? 2 * i : i, i1 = c->layout ? 2 * i + 1 : i + P;
@@ -726,7 +744,8 @@ static void rope_setup(tgraph *tg, fixture *f, const rope_cfg *c, uint32_t *x, u
     pp->f[0] = (float)c->theta, pp->f[1] = (float)c->factor, pp->f[2] = (float)c->low;
     pp->f[3] = (float)c->high, pp->f[4] = (float)c->orig;
     int32_t *ps = tg_ptr(tg, p);
-    const int32_t pos[MAX_T] = {0, 1, 5, 17, 100, 1000, 4095, 8191, 20000, 3, 2, 1, 0, 7, 9, 131071};
+    const int32_t pos[MAX_T] = {0,     1, 5, 17, 100, 1000, 4095, 8191,
+                                20000, 3, 2, 1,  0,   7,    9,    131071};
     memcpy(ps, pos, sizeof(pos));
 }
 
@@ -740,7 +759,8 @@ static void rope_case(fixture *f, rope_cfg c, uint32_t T, int in_place) {
     fill(tg_ptr(&tg, x), rx, MAX_T * W, WEFT_DTYPE_F32);
     /* Positions are exact in float; the angle is pos * inv_freq. */
     const int32_t *pos = tg_ptr(&tg, tg.node.in[1]);
-    for (uint32_t t = 0; t < T; t++) ref_rope(&c, rx + t * W, want + t * W, pos[t]);
+    for (uint32_t t = 0; t < T; t++)
+        ref_rope(&c, rx + t * W, want + t * W, pos[t]);
     tg_run(&tg, T, WEFT_DTYPE_F32, "");
     /* f32 cos/sin of angles up to ~1e5 rad: the angle alone carries ~1e-3 relative error in
      * f32 (HF computes it so); the plugin computes the angle in double, so 2e-5 holds. */
@@ -838,7 +858,8 @@ static double round_to(double v, uint32_t dt) {
     double best = 0, bd = INFINITY;
     for (uint32_t h = 0; h < 0x7c00; h++) { /* brute force over finite positive halves */
         double d = fabs(ref_f16((uint16_t)h) - fabs(v));
-        if (d < bd || (d == bd && (h & 1) == 0)) bd = d, best = ref_f16((uint16_t)h); /* ties: even */
+        if (d < bd || (d == bd && (h & 1) == 0))
+            bd = d, best = ref_f16((uint16_t)h); /* ties: even */
     }
     return v < 0 ? -best : best;
 }
@@ -850,15 +871,22 @@ static void attn_world_init(attn_world *aw, fixture *f, int64_t Hq, int64_t Hkv,
     uint64_t bytes = (uint64_t)A_SLOTS * A_MAXSEQ * Hkv * hd * esize(dt);
     weft_error err = new_error();
     for (int l = 0; l < 2; l++) {
-        assert_int_equal(f->desc->backend->alloc(f->st, bytes, WEFT_MEMORY_DEVICE, &aw->k[l], &err), 0);
-        assert_int_equal(f->desc->backend->alloc(f->st, bytes, WEFT_MEMORY_DEVICE, &aw->v[l], &err), 0);
+        assert_int_equal(f->desc->backend->alloc(f->st, bytes, WEFT_MEMORY_DEVICE, &aw->k[l], &err),
+                         0);
+        assert_int_equal(f->desc->backend->alloc(f->st, bytes, WEFT_MEMORY_DEVICE, &aw->v[l], &err),
+                         0);
         memset(aw->k[l].ptr, 0xff, bytes); /* NaN garbage: must never be read */
         memset(aw->v[l].ptr, 0xff, bytes);
     }
-    aw->desc = (weft_kv_contiguous){.size = sizeof(weft_kv_contiguous), .n_layers = 2,
-                                    .n_slots = A_SLOTS, .max_seq = A_MAXSEQ,
-                                    .n_kv_heads = (uint32_t)Hkv, .head_dim = (uint32_t)hd,
-                                    .dtype = dt, .k = aw->k, .v = aw->v};
+    aw->desc = (weft_kv_contiguous){.size = sizeof(weft_kv_contiguous),
+                                    .n_layers = 2,
+                                    .n_slots = A_SLOTS,
+                                    .max_seq = A_MAXSEQ,
+                                    .n_kv_heads = (uint32_t)Hkv,
+                                    .head_dim = (uint32_t)hd,
+                                    .dtype = dt,
+                                    .k = aw->k,
+                                    .v = aw->v};
     for (int s = 0; s < A_SLOTS; s++) {
         aw->hk[s] = dalloc(A_MAXSEQ * Hkv * hd);
         aw->hv[s] = dalloc(A_MAXSEQ * Hkv * hd);
@@ -870,7 +898,8 @@ static void attn_world_free(attn_world *aw, fixture *f) {
         f->desc->backend->free(f->st, &aw->k[l]);
         f->desc->backend->free(f->st, &aw->v[l]);
     }
-    for (int s = 0; s < A_SLOTS; s++) free(aw->hk[s]), free(aw->hv[s]);
+    for (int s = 0; s < A_SLOTS; s++)
+        free(aw->hk[s]), free(aw->hv[s]);
 }
 
 /* One step: rows given as (slot, position) pairs; checks the output against a naive softmax
@@ -897,7 +926,8 @@ static void attn_step(attn_world *aw, fixture *f, uint32_t T, const int32_t *slo
     uint32_t n_seqs = 0;
     for (uint32_t r = 0; r < T; r++) {
         uint32_t s = 0;
-        while (s < n_seqs && tg.seqs[s].kv_slot != slot_of_row[r]) s++;
+        while (s < n_seqs && tg.seqs[s].kv_slot != slot_of_row[r])
+            s++;
         if (s == n_seqs) tg.seqs[n_seqs++].kv_slot = slot_of_row[r];
         tg.seq_of_row[r] = (int32_t)s;
         tg.positions[r] = pos[r];
@@ -924,14 +954,17 @@ static void attn_step(attn_world *aw, fixture *f, uint32_t T, const int32_t *slo
             double sc[A_MAXSEQ];
             for (int64_t s = lo; s <= pos[r]; s++) {
                 double d = 0;
-                for (int64_t e = 0; e < hd; e++) d += rq[r * QW + h * hd + e] * hk[s * KW + g * hd + e];
+                for (int64_t e = 0; e < hd; e++)
+                    d += rq[r * QW + h * hd + e] * hk[s * KW + g * hd + e];
                 sc[s] = d * scale;
                 if (sc[s] > mx) mx = sc[s];
             }
-            for (int64_t s = lo; s <= pos[r]; s++) sum += exp(sc[s] - mx);
+            for (int64_t s = lo; s <= pos[r]; s++)
+                sum += exp(sc[s] - mx);
             for (int64_t e = 0; e < hd; e++) {
                 double acc = 0;
-                for (int64_t s = lo; s <= pos[r]; s++) acc += exp(sc[s] - mx) / sum * hv[s * KW + g * hd + e];
+                for (int64_t s = lo; s <= pos[r]; s++)
+                    acc += exp(sc[s] - mx) / sum * hv[s * KW + g * hd + e];
                 want[r * QW + h * hd + e] = acc;
             }
         }
@@ -948,7 +981,8 @@ static void attn_step(attn_world *aw, fixture *f, uint32_t T, const int32_t *slo
                                                             : ref_f16(c16[off]);
                 double want_c = (kv ? aw->hv : aw->hk)[slot_of_row[r]][pos[r] * KW + i];
                 if (got != want_c) {
-                    fprintf(stderr, "cache %c slot %d pos %d [%lld]: got %.9g want %.9g (from %.9g)\n",
+                    fprintf(stderr,
+                            "cache %c slot %d pos %d [%lld]: got %.9g want %.9g (from %.9g)\n",
                             kv ? 'v' : 'k', slot_of_row[r], pos[r], (long long)i, got, want_c,
                             (kv ? rv : rk)[r * KW + i]);
                     fail();
@@ -957,7 +991,11 @@ static void attn_step(attn_world *aw, fixture *f, uint32_t T, const int32_t *slo
     }
     double tol = aw->dtype == WEFT_DTYPE_F32 ? 2e-6 : 1e-5;
     char what[64];
-    snprintf(what, sizeof(what), "attention %s hd %lld window %lld", aw->dtype == WEFT_DTYPE_F32 ? "f32" : aw->dtype == WEFT_DTYPE_BF16 ? "bf16" : "f16", (long long)hd, (long long)aw->window);
+    snprintf(what, sizeof(what), "attention %s hd %lld window %lld",
+             aw->dtype == WEFT_DTYPE_F32    ? "f32"
+             : aw->dtype == WEFT_DTYPE_BF16 ? "bf16"
+                                            : "f16",
+             (long long)hd, (long long)aw->window);
     expect_close(tg_ptr(&tg, o), want, T * QW, tol, 1e-5, what);
     free(rq), free(rk), free(rv), free(want);
     tg_free(&tg);
@@ -995,7 +1033,8 @@ static void test_attention_long(void **state) {
     int32_t slots[MAX_T], pos[MAX_T];
     for (int32_t start = 0; start < A_MAXSEQ; start += MAX_T) {
         uint32_t n = A_MAXSEQ - start < MAX_T ? (uint32_t)(A_MAXSEQ - start) : MAX_T;
-        for (uint32_t r = 0; r < n; r++) slots[r] = 1, pos[r] = start + (int32_t)r;
+        for (uint32_t r = 0; r < n; r++)
+            slots[r] = 1, pos[r] = start + (int32_t)r;
         attn_step(&aw, f, n, slots, pos, 0);
     }
     attn_world_free(&aw, f);
@@ -1017,18 +1056,26 @@ static void ew_case(fixture *f, uint32_t op, int64_t kind, float scalar, uint32_
     double *ra = dalloc(MAX_T * N), *rb = dalloc(MAX_T * N), *want = dalloc(T * N);
     fill(tg_ptr(&tg, a), ra, MAX_T * N, WEFT_DTYPE_F32);
     float *as = tg_ptr(&tg, a);
-    for (int64_t i = 0; i < MAX_T * N; i++) as[i] *= 8.0f, ra[i] *= 8.0; /* reach the tails */
+    for (int64_t i = 0; i < MAX_T * N; i++)
+        as[i] *= 8.0f, ra[i] *= 8.0; /* reach the tails */
     if (two) fill(tg_ptr(&tg, b), rb, MAX_T * N, WEFT_DTYPE_F32);
     tg_run(&tg, T, WEFT_DTYPE_F32, "");
     for (int64_t i = 0; i < T * N; i++) {
         double x = ra[i];
         switch (op) {
-        case WEFT_OP_SWIGLU: want[i] = x / (1 + exp(-x)) * rb[i]; break;
-        case WEFT_OP_ADD: want[i] = x + rb[i]; break;
-        case WEFT_OP_SCALE: want[i] = x * scalar; break;
+        case WEFT_OP_SWIGLU:
+            want[i] = x / (1 + exp(-x)) * rb[i];
+            break;
+        case WEFT_OP_ADD:
+            want[i] = x + rb[i];
+            break;
+        case WEFT_OP_SCALE:
+            want[i] = x * scalar;
+            break;
         default:
-            want[i] = kind == 0 ? x / (1 + exp(-x)) : kind == 1 ? 0.5 * x * (1 + erf(x / sqrt(2.0)))
-                                                               : (x > 0 ? x : 0);
+            want[i] = kind == 0   ? x / (1 + exp(-x))
+                      : kind == 1 ? 0.5 * x * (1 + erf(x / sqrt(2.0)))
+                                  : (x > 0 ? x : 0);
         }
     }
     expect_close(tg_ptr(&tg, y), want, T * N, 1e-6, 1e-5, "elementwise");
@@ -1064,7 +1111,8 @@ static void test_copy(void **state) {
         double *rx = dalloc(MAX_T * N);
         fill(xs, rx, MAX_T * N, WEFT_DTYPE_F32);
         /* Scale some into the f16 subnormal range, overflow and exact ties. */
-        for (int64_t i = 0; i < MAX_T * N; i += 7) xs[i] *= 1e-5f;
+        for (int64_t i = 0; i < MAX_T * N; i += 7)
+            xs[i] *= 1e-5f;
         xs[1] = 70000.0f, xs[2] = -65520.0f, xs[3] = 65519.0f, xs[4] = 1.0f + 0x1p-11f;
         xs[5] = 1.0f + 3 * 0x1p-11f, xs[6] = 1.0f + 0x1p-8f, xs[8] = 0x1p-25f;
         tg_run(&tg, 2, WEFT_DTYPE_F32, "");
@@ -1220,8 +1268,8 @@ static void test_bad_shapes(void **state) {
     tg_free(&tg);
 
     /* A NULL context is refused, not dereferenced. */
-    const weft_op_impl *impl = f->ops.find(f->ops.self, WEFT_OP_ADD, "cpu", WEFT_DTYPE_F32, "",
-                                           NULL, NULL);
+    const weft_op_impl *impl =
+        f->ops.find(f->ops.self, WEFT_OP_ADD, "cpu", WEFT_DTYPE_F32, "", NULL, NULL);
     assert_non_null(impl);
     weft_error err = new_error();
     assert_int_equal(impl->run(impl->state, NULL, NULL, &err), WEFT_ERR_INVALID);
@@ -1231,16 +1279,18 @@ static void test_bad_shapes(void **state) {
 /* Every builtin op the backend promises has an implementation for backend "cpu". */
 static void test_registered(void **state) {
     fixture *f = *state;
-    const uint32_t ops[] = {WEFT_OP_EMBED,  WEFT_OP_LINEAR,     WEFT_OP_RMSNORM, WEFT_OP_ROPE,
-                            WEFT_OP_SWIGLU, WEFT_OP_ADD,        WEFT_OP_ACTIVATION,
-                            WEFT_OP_LM_HEAD, WEFT_OP_SCALE,     WEFT_OP_ADD_RMSNORM,
-                            WEFT_OP_COPY,   WEFT_OP_SPLIT};
+    const uint32_t ops[] = {WEFT_OP_EMBED,       WEFT_OP_LINEAR,  WEFT_OP_RMSNORM,
+                            WEFT_OP_ROPE,        WEFT_OP_SWIGLU,  WEFT_OP_ADD,
+                            WEFT_OP_ACTIVATION,  WEFT_OP_LM_HEAD, WEFT_OP_SCALE,
+                            WEFT_OP_ADD_RMSNORM, WEFT_OP_COPY,    WEFT_OP_SPLIT};
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
         assert_non_null(f->ops.find(f->ops.self, ops[i], "cpu", WEFT_DTYPE_F32, "", NULL, NULL));
-    assert_non_null(f->ops.find(f->ops.self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_BF16, "", NULL, NULL));
-    assert_non_null(f->ops.find(f->ops.self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_F16, "", NULL, NULL));
-    assert_non_null(f->ops.find(f->ops.self, WEFT_OP_ATTENTION, "cpu", WEFT_DTYPE_F32,
-                                "contiguous", NULL, NULL));
+    assert_non_null(
+        f->ops.find(f->ops.self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_BF16, "", NULL, NULL));
+    assert_non_null(
+        f->ops.find(f->ops.self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_F16, "", NULL, NULL));
+    assert_non_null(f->ops.find(f->ops.self, WEFT_OP_ATTENTION, "cpu", WEFT_DTYPE_F32, "contiguous",
+                                NULL, NULL));
     for (uint32_t i = 0; i < f->n_impls; i++) {
         assert_string_equal(f->impls[i].backend, "cpu");
         assert_non_null(f->impls[i].run);
@@ -1325,13 +1375,15 @@ static void test_stories260k(void **state) {
     stories_engine *e = calloc(1, sizeof(*e));
     assert_non_null(e);
     const uint32_t chunk = 16;
-    if (stories_build(e, &m, f->desc->backend, f->st, &f->ops, chunk, (uint32_t)T, msg, sizeof(msg)))
+    if (stories_build(e, &m, f->desc->backend, f->st, &f->ops, chunk, (uint32_t)T, msg,
+                      sizeof(msg)))
         fprintf(stderr, "%s\n", msg);
     assert_int_equal(e->g.n_nodes, 1 + 15 * m.n_layers + 2);
     double max_diff = 0;
     for (int p0 = 0; p0 < T; p0 += (int)chunk) {
         const float *lg = NULL;
-        if (stories_step(e, ids + p0, chunk, p0, 1, &lg, msg, sizeof(msg))) fprintf(stderr, "%s\n", msg);
+        if (stories_step(e, ids + p0, chunk, p0, 1, &lg, msg, sizeof(msg)))
+            fprintf(stderr, "%s\n", msg);
         assert_non_null(lg);
         for (uint32_t r = 0; r < chunk; r++)
             for (int v = 0; v < m.vocab; v++) {
@@ -1349,7 +1401,8 @@ static void test_stories260k(void **state) {
         assert_non_null(lg);
         tok = stories_argmax(lg, (uint32_t)m.vocab);
         if (tok != greedy[pos + 1])
-            fprintf(stderr, "greedy token %d: got %d, reference %d\n", pos + 1, tok, greedy[pos + 1]);
+            fprintf(stderr, "greedy token %d: got %d, reference %d\n", pos + 1, tok,
+                    greedy[pos + 1]);
         assert_int_equal(tok, greedy[pos + 1]);
     }
     stories_free(e);
@@ -1358,15 +1411,15 @@ static void test_stories260k(void **state) {
 }
 
 #define CPU_TESTS                                                                                  \
-    cmocka_unit_test(test_negotiate), cmocka_unit_test(test_memory),                              \
-        cmocka_unit_test(test_registered), cmocka_unit_test(test_options),                        \
-        cmocka_unit_test(test_linear), cmocka_unit_test(test_linear_repeat),                      \
-        cmocka_unit_test(test_lm_head), cmocka_unit_test(test_embed),                             \
-        cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_add_rmsnorm),                       \
-        cmocka_unit_test(test_rope), cmocka_unit_test(test_rope_closed_form),                     \
-        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_long),                  \
-        cmocka_unit_test(test_elementwise), cmocka_unit_test(test_copy),                          \
-        cmocka_unit_test(test_split), cmocka_unit_test(test_bad_shapes),                          \
+    cmocka_unit_test(test_negotiate), cmocka_unit_test(test_memory),                               \
+        cmocka_unit_test(test_registered), cmocka_unit_test(test_options),                         \
+        cmocka_unit_test(test_linear), cmocka_unit_test(test_linear_repeat),                       \
+        cmocka_unit_test(test_lm_head), cmocka_unit_test(test_embed),                              \
+        cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_add_rmsnorm),                        \
+        cmocka_unit_test(test_rope), cmocka_unit_test(test_rope_closed_form),                      \
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_long),                   \
+        cmocka_unit_test(test_elementwise), cmocka_unit_test(test_copy),                           \
+        cmocka_unit_test(test_split), cmocka_unit_test(test_bad_shapes),                           \
         cmocka_unit_test(test_stories260k)
 
 int main(void) {

@@ -180,7 +180,8 @@ void cpu_pool_destroy(cpu_pool *pool) {
     if (pool->started > 0) {
         atomic_store(&pool->stop, 1);
         cpu_pool_publish(pool);
-        for (uint32_t i = 0; i < pool->started; i++) pthread_join(pool->workers[i].thread, NULL);
+        for (uint32_t i = 0; i < pool->started; i++)
+            pthread_join(pool->workers[i].thread, NULL);
     }
     free(pool->workers);
     pthread_cond_destroy(&pool->cv);
@@ -197,7 +198,8 @@ void cpu_pool_run(cpu_pool *pool, cpu_task_fn fn, void *arg, uint32_t n_tasks) {
     int expected = 0;
     if (!pool || pool->started == 0 || n_tasks == 1 ||
         !atomic_compare_exchange_strong(&pool->busy, &expected, 1)) {
-        for (uint32_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
+        for (uint32_t t = 0; t < n_tasks; t++)
+            fn(arg, t, 0);
         return;
     }
     atomic_store_explicit(&pool->fn, fn, memory_order_relaxed);

@@ -93,14 +93,18 @@ CPU_INLINE cpu_v8f cpu_v8_exp(cpu_v8f x) {
 /* The horizontal sums of a, b, c and d in lanes 0..3 (lanes 4..7 are junk): a transpose-and-add
  * tree that costs about a third of four separate horizontal sums. */
 CPU_INLINE cpu_v8f cpu_v8_sum4(cpu_v8f a, cpu_v8f b, cpu_v8f c, cpu_v8f d) {
-    cpu_v8f ab = CPU_SHUFFLE(a, b, 0, 8, 1, 9, 4, 12, 5, 13) + CPU_SHUFFLE(a, b, 2, 10, 3, 11, 6, 14, 7, 15);
-    cpu_v8f cd = CPU_SHUFFLE(c, d, 0, 8, 1, 9, 4, 12, 5, 13) + CPU_SHUFFLE(c, d, 2, 10, 3, 11, 6, 14, 7, 15);
-    cpu_v8f s = CPU_SHUFFLE(ab, cd, 0, 1, 8, 9, 4, 5, 12, 13) + CPU_SHUFFLE(ab, cd, 2, 3, 10, 11, 6, 7, 14, 15);
+    cpu_v8f ab =
+        CPU_SHUFFLE(a, b, 0, 8, 1, 9, 4, 12, 5, 13) + CPU_SHUFFLE(a, b, 2, 10, 3, 11, 6, 14, 7, 15);
+    cpu_v8f cd =
+        CPU_SHUFFLE(c, d, 0, 8, 1, 9, 4, 12, 5, 13) + CPU_SHUFFLE(c, d, 2, 10, 3, 11, 6, 14, 7, 15);
+    cpu_v8f s = CPU_SHUFFLE(ab, cd, 0, 1, 8, 9, 4, 5, 12, 13) +
+                CPU_SHUFFLE(ab, cd, 2, 3, 10, 11, 6, 7, 14, 15);
     return s + CPU_SHUFFLE(s, s, 4, 5, 6, 7, 0, 1, 2, 3);
 }
 CPU_INLINE float cpu_v8_hmax(cpu_v8f v) {
     float m = v[0];
-    for (int i = 1; i < 8; i++) m = v[i] > m ? v[i] : m;
+    for (int i = 1; i < 8; i++)
+        m = v[i] > m ? v[i] : m;
     return m;
 }
 CPU_INLINE float cpu_v8_sum(cpu_v8f v) {
