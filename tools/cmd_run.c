@@ -18,12 +18,6 @@
 
 #define RUN_MAX_STOPS 16
 
-/* Chat templates are their own module; a build without it says so instead of failing to link
- * (the same convention as the command table in weft.c). */
-#pragma weak weft_chat_template_load
-#pragma weak weft_chat_render
-#pragma weak weft_chat_template_free
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: weft run [options] PROMPT\n"
@@ -86,9 +80,6 @@ static weft_status encode_prompt(weft_engine *e, const char *prompt, int chat, i
         return weft_error_set(err, WEFT_ERR_NOT_FOUND, weft_engine_candidate(e)->model_dir,
                               "the model has no tokenizer.json; weft run needs one");
     if (!chat) return weft_tokenizer_encode(tok, prompt, strlen(prompt), 1, 1, ids, n, err);
-    if (!weft_chat_template_load || !weft_chat_render || !weft_chat_template_free)
-        return weft_error_set(err, WEFT_ERR_UNSUPPORTED, "run",
-                              "--chat: chat templates are not in this build");
     weft_chat_template *t = NULL;
     weft_status s = weft_chat_template_load(weft_engine_candidate(e)->model_dir, &t, err);
     if (s != WEFT_OK) return s;
