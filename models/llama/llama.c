@@ -28,6 +28,7 @@
 typedef struct llama_state {
     const weft_host_services *host;
     uint32_t act_dtype;
+    int act_auto; /* activation_dtype: auto = the checkpoint's float dtype (per graph) */
     int device_inputs; /* attention reads in.kv_slots, lm_head in.logit_rows */
 } llama_state;
 
@@ -58,7 +59,9 @@ static weft_status llama_create(const weft_host_services *host, const weft_optio
     s->act_dtype = WEFT_DTYPE_F32;
     const weft_option *o = host->option && opts ? host->option(opts, "activation_dtype") : NULL;
     if (o && o->type == WEFT_OPTION_STRING && o->s) {
-        if (!strcmp(o->s, "f32"))
+        if (!strcmp(o->s, "auto"))
+            s->act_auto = 1;
+        else if (!strcmp(o->s, "f32"))
             s->act_dtype = WEFT_DTYPE_F32;
         else if (!strcmp(o->s, "bf16"))
             s->act_dtype = WEFT_DTYPE_BF16;
@@ -66,7 +69,7 @@ static weft_status llama_create(const weft_host_services *host, const weft_optio
             s->act_dtype = WEFT_DTYPE_F16;
         else {
             host->error_set(err, WEFT_ERR_INVALID, LLAMA_NAME,
-                            "option activation_dtype: expected f32, bf16 or f16, got '%s'", o->s);
+                            "option activation_dtype: expected auto, f32, bf16 or f16, got '%s'", o->s);
             host->free(s);
             return WEFT_ERR_INVALID;
         }
@@ -402,6 +405,14 @@ static weft_status llama_build_graph(void *st, const weft_model_config *cfg,
                  .kv_slots = WEFT_TENSOR_NONE};
     if (s->host && s->host->get_service)
         b.ws = s->host->get_service(s->host, WEFT_SERVICE_WEIGHTS, 1);
+    if (s->act_auto) { /* compute in the checkpoint's float dtype (device backends) */
+        weft_weight_info info;
+        memset(&info, 0, sizeof(info));
+        s->act_dtype = WEFT_DTYPE_F32;
+        if (b.ws && b.ws->find(b.ws->self, "model.embed_tokens.weight", &info, err) == WEFT_OK &&
+            (info.dtype == WEFT_DTYPE_BF16 || info.dtype == WEFT_DTYPE_F16))
+            s->act_dtype = info.dtype;
+    }
     const int64_t D = cfg->hidden_size, V = cfg->vocab_size;
     int64_t t_shape[1] = {b.T};
     uint32_t tokens, pos, w_embed, w_norm, w_head, x, xn, logits;
