@@ -12,6 +12,7 @@
 
 #define CPU_SOURCE "cpu"
 #define CPU_ALIGN 64
+#define CPU_MAX_ELEMS ((int64_t)1 << 46) /* elements of any one tensor */
 
 /* Hot loops are compiled twice when the compiler can dispatch at load time: a baseline x86-64
  * version and an x86-64-v3 (AVX2 + FMA) one, chosen by the dynamic loader. The plugin keeps
