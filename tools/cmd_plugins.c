@@ -26,7 +26,8 @@ static void usage(FILE *f) {
             "  show   NAME [--path DIR]...       one plugin's manifest: slots, options, rules\n"
             "  check  [BUNDLE...] [--path DIR]   validate manifests (and binaries, when built)\n\n"
             "Search path: --path dirs, then WEFT_PLUGIN_PATH (colon-separated), then the build\n"
-            "tree, then the install prefix. Each dir is a bundle (holds manifest.yaml) or holds\n"
+            "tree, the install prefix, and last the bundles of the source tree. Each dir is a\n"
+            "bundle (holds manifest.yaml) or holds "
             "bundles one level down. `weft plugins <subcommand> --help` has details.\n");
 }
 
@@ -358,11 +359,12 @@ static int check_one(const char *arg) {
 }
 
 static int cmd_check(int argc, char **argv) {
+    /* the binary check, when linked, owns the whole subcommand (its --help included) */
+    if (weft_cmd_plugins_check) return weft_cmd_plugins_check(argc, argv);
     if (weft_cli_wants_help(argc, argv)) {
         usage_check(stdout);
         return 0;
     }
-    if (weft_cmd_plugins_check) return weft_cmd_plugins_check(argc, argv);
     const char *paths[MAX_PATHS], *rest[256];
     size_t n_paths;
     int n_rest;

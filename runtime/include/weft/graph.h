@@ -66,7 +66,9 @@ typedef enum weft_op {
      * p.i[4]=scaling (0 none, 1 llama3, 2 linear) p.f[0]=theta p.f[1]=factor p.f[2]=low_freq
      * p.f[3]=high_freq p.f[4]=original max positions                                            */
     WEFT_OP_ROPE = 4,
-    /* in: q (T,Hq*hd), k (T,Hkv*hd), v (T,Hkv*hd), positions (i32 T)  out: o (T,Hq*hd)  KV
+    /* in: q (T,Hq*hd), k (T,Hkv*hd), v (T,Hkv*hd), positions (i32 T) [, kv_slots (i32 T)]
+     * out: o (T,Hq*hd)  KV. Device backends read the row -> slot map from in.kv_slots; the cpu
+     * backend may use the host batch (seq_of_row, seqs[].kv_slot) instead.
      * p.i[0]=layer p.i[1]=n_heads p.i[2]=n_kv_heads p.i[3]=head_dim p.i[4]=sliding window (0 off)
      * p.i[5]=mask (0 causal, 1 tree/custom through exec ctx) p.f[0]=scale (0 = 1/sqrt(hd))
      * Writes k and v of the step's rows into the cache, then attends causally per sequence.    */
@@ -77,7 +79,8 @@ typedef enum weft_op {
     WEFT_OP_ADD = 7,
     /* in: x (T,N)                                out: y           p.i[0]: 0 silu 1 gelu 2 relu  */
     WEFT_OP_ACTIVATION = 8,
-    /* in: x (T,D), w (V,D)  out: logits (R,V) f32 for the rows listed by the step's logit rows  */
+    /* in: x (T,D), w (V,D) [, logit_rows (i32 R)]  out: logits (R,V) f32 for the rows listed
+     * by the step's logit rows (batch->logit_rows on the host, in.logit_rows on the device)     */
     WEFT_OP_LM_HEAD = 9,
     /* in: logits (R,V)                           out: tokens (i32 R)   exec.device-sampling     */
     WEFT_OP_SAMPLE = 10,
@@ -114,6 +117,8 @@ typedef enum weft_tensor_kind {
 /* Well-known step inputs and outputs, by tensor name. */
 #define WEFT_INPUT_TOKENS "in.tokens"       /* i32 (T) */
 #define WEFT_INPUT_POSITIONS "in.positions" /* i32 (T) */
+#define WEFT_INPUT_KV_SLOTS "in.kv_slots"   /* i32 (T) kv slot of each row's request */
+#define WEFT_INPUT_LOGIT_ROWS "in.logit_rows" /* i32 (R) rows whose logits are wanted */
 #define WEFT_OUTPUT_LOGITS "out.logits"     /* f32 (R,V) */
 #define WEFT_OUTPUT_TOKENS "out.tokens"     /* i32 (R) */
 

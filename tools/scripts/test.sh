@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The test suite, as CI runs it: release build + every test, the same under ASan/UBSan, each
+# fuzz target for a bounded time over its corpus, and valgrind on the loader and parsers.
+#   tools/scripts/test.sh            everything
+#   WEFT_FUZZ_SECONDS=N              seconds per fuzz target (default 20)
+#   WEFT_TEST_SKIP="asan fuzz valgrind" skips stages (for quick local runs)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+tools/scripts/deps.sh
+export WEFT_SHARED_DIR=${WEFT_SHARED_DIR:-$root/../shared}
+export WEFT_MODEL_MIRROR=${WEFT_MODEL_MIRROR:-$WEFT_SHARED_DIR/models}
+export WEFT_CACHE=${WEFT_CACHE:-$root/build/test-cache}
+jobs=$(nproc)
+skip=" ${WEFT_TEST_SKIP:-} "
+stage() { echo; echo "=== $* ==="; }
+
+# Python reference tools used by integration tests (openai SDK, ...).
+if [ -f tools/scripts/requirements.txt ]; then
+  stage "python venv"
+  [ -x build/venv/bin/python ] || python3 -m venv build/venv
+  build/venv/bin/pip install -q -r tools/scripts/requirements.txt
+  export WEFT_PYTHON=$root/build/venv/bin/python
+fi
+
+stage "release build and tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+if [[ $skip != *" asan "* ]]; then
+  stage "ASan + UBSan build and tests"
+  cmake -S . -B build-asan -DWEFT_SANITIZE=ON -DWEFT_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  cmake --build build-asan -j"$jobs"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j"$jobs"
+fi
+
+if [[ $skip != *" fuzz "* ]]; then
+  stage "fuzz targets (${WEFT_FUZZ_SECONDS:-20}s each)"
+  CC=clang cmake -S . -B build-fuzz -DWEFT_FUZZ=ON -DWEFT_BUILD_TESTS=OFF -DWEFT_CUDA=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build-fuzz -j"$jobs"
+  for f in build-fuzz/fuzz/fuzz_*; do
+    [ -x "$f" ] || continue
+    name=$(basename "$f"); corpus=tests/fuzz/corpus/${name#fuzz_}
+    mkdir -p "$corpus"
+    work=$(mktemp -d)
+    echo "fuzzing $name"
+    "$f" -max_total_time="${WEFT_FUZZ_SECONDS:-20}" -max_len=65536 -rss_limit_mb=2048 \
+      -print_final_stats=0 "$work" "$corpus" 2>&1 | tail -n 3
+    rm -rf "$work"
+  done
+fi
+
+if [[ $skip != *" valgrind "* ]]; then
+  stage "valgrind: loader and parsers"
+  for t in test_manifest test_loader test_lock test_safetensors test_config test_tokenizer; do
+    [ -x build/tests/$t ] || continue
+    echo "valgrind $t"
+    valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+      build/tests/$t >/dev/null
+  done
+fi
+echo; echo "all tests passed"
