@@ -350,6 +350,16 @@ static void fill(void *p, double *ref, int64_t n, uint32_t dt) {
     }
 }
 
+static const uint32_t dts_float[3] = {WEFT_DTYPE_F32, WEFT_DTYPE_BF16, WEFT_DTYPE_F16};
+
+static const char *cpu_op_label(uint32_t op) {
+    static const char *const names[] = {
+        "none",       "embed", "linear",      "rmsnorm", "rope",   "attention",
+        "swiglu",     "add",   "activation",  "lm_head", "sample", "moe",
+        "all_reduce", "scale", "add_rmsnorm", "copy",    "split"};
+    return op < sizeof(names) / sizeof(names[0]) ? names[op] : "user";
+}
+
 static double *dalloc(int64_t n) {
     double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
     assert_non_null(p);
@@ -1276,6 +1286,273 @@ static void test_bad_shapes(void **state) {
     assert_true(strlen(err.message) > 0);
 }
 
+/* Random nodes: for each registered implementation a well-formed node of random sizes is built
+ * (so the kernels run on odd shapes), then, in most iterations, one to three random mutations
+ * are applied (a dtype, a dimension, an id out of range or absent, a parameter, a short buffer,
+ * too many rows, a corrupt batch or kv cache). Every run must return OK or an error with a
+ * message; under ASan any out-of-bounds access fails the test. */
+static uint32_t rnd_dim(uint32_t max) {
+    return 1 + rnd_u32() % max;
+}
+
+typedef struct rnd_cache {
+    weft_buffer k[2], v[2];
+    weft_kv_contiguous desc;
+} rnd_cache;
+
+/* Builds a well-formed node for impl's op; returns the number of rows T to run with. */
+static uint32_t random_node(tgraph *tg, const weft_op_impl *impl, rnd_cache *rc) {
+    const uint32_t op = impl->op, key = impl->dtype ? impl->dtype : WEFT_DTYPE_F32;
+    const uint32_t T = rnd_u32() % (MAX_T + 1), R = MAX_T;
+    const uint32_t f32 = WEFT_DTYPE_F32, i32 = WEFT_DTYPE_I32;
+    int64_t K = rnd_dim(40), N = rnd_dim(40);
+    tg_simple_batch(tg, T);
+    switch (op) {
+    case WEFT_OP_LINEAR:
+    case WEFT_OP_LM_HEAD: {
+        tg_in(tg, 0, tg_tensor(tg, f32, R, K, "x"));
+        tg_in(tg, 1, tg_tensor(tg, key, N, K, "w"));
+        if (op == WEFT_OP_LINEAR && rnd_u32() % 2) tg_in(tg, 2, tg_tensor(tg, key, N, -1, "b"));
+        tg_out(tg, 0, tg_tensor(tg, f32, R, N, "y"));
+        if (op == WEFT_OP_LM_HEAD) {
+            tg->batch.n_logits = T ? rnd_u32() % (T + 1) : 0;
+            for (uint32_t i = 0; i < tg->batch.n_logits; i++)
+                tg->logit_rows[i] = (int32_t)(rnd_u32() % T);
+        }
+        break;
+    }
+    case WEFT_OP_EMBED: {
+        uint32_t tok = tg_tensor(tg, i32, R, -1, "tokens");
+        tg_in(tg, 0, tok);
+        tg_in(tg, 1, tg_tensor(tg, key, N, K, "table"));
+        tg_out(tg, 0, tg_tensor(tg, f32, R, K, "x"));
+        for (uint32_t r = 0; r < R; r++)
+            ((int32_t *)tg_ptr(tg, tok))[r] = (int32_t)(rnd_u32() % N);
+        break;
+    }
+    case WEFT_OP_RMSNORM:
+    case WEFT_OP_ADD_RMSNORM: {
+        int64_t g = rnd_dim(8), D = g * rnd_dim(5);
+        int grouped = op == WEFT_OP_RMSNORM && rnd_u32() % 2;
+        tg_in(tg, 0, tg_tensor(tg, f32, R, D, "x"));
+        if (op == WEFT_OP_ADD_RMSNORM) tg_in(tg, 1, tg_tensor(tg, f32, R, D, "res"));
+        tg_in(tg, op == WEFT_OP_ADD_RMSNORM ? 2 : 1,
+              tg_tensor(tg, dts_float[rnd_u32() % 3], grouped ? g : D, -1, "w"));
+        tg_out(tg, 0, tg_tensor(tg, f32, R, D, "y"));
+        if (op == WEFT_OP_ADD_RMSNORM)
+            tg_out(tg, 1, rnd_u32() % 2 ? tg->node.in[1] : tg_tensor(tg, f32, R, D, "r"));
+        tg->node.p.i[0] = grouped ? g : 0;
+        tg->node.p.f[0] = 1e-5f;
+        break;
+    }
+    case WEFT_OP_ROPE: {
+        int64_t H = rnd_dim(4), hd = 2 * rnd_dim(6), rot = 2 * rnd_dim((uint32_t)hd / 2);
+        uint32_t x = tg_tensor(tg, f32, R, H * hd, "x"), pos = tg_tensor(tg, i32, R, -1, "pos");
+        tg_in(tg, 0, x), tg_in(tg, 1, pos);
+        tg_out(tg, 0, rnd_u32() % 2 ? x : tg_tensor(tg, f32, R, H * hd, "y"));
+        weft_op_params *p = &tg->node.p;
+        p->i[0] = H, p->i[1] = hd, p->i[2] = rot == hd ? 0 : rot, p->i[3] = rnd_u32() % 2;
+        p->i[4] = rnd_u32() % 3, p->f[0] = 10000.0f, p->f[1] = 4.0f, p->f[2] = 1.0f;
+        p->f[3] = 4.0f, p->f[4] = 64.0f;
+        for (uint32_t r = 0; r < R; r++)
+            ((int32_t *)tg_ptr(tg, pos))[r] = (int32_t)(rnd_u32() % 5000);
+        break;
+    }
+    case WEFT_OP_ATTENTION: {
+        int64_t Hkv = rnd_dim(3), G = rnd_dim(3), hd = rnd_dim(12), Hq = Hkv * G;
+        uint32_t slots = rnd_dim(3), max_seq = 8 + rnd_u32() % 70, dt = key;
+        uint64_t bytes = (uint64_t)slots * max_seq * Hkv * hd * esize(dt);
+        for (int l = 0; l < 2; l++) {
+            weft_error e = new_error();
+            assert_int_equal(tg->f->desc->backend->alloc(tg->f->st, bytes, 0, &rc->k[l], &e), 0);
+            assert_int_equal(tg->f->desc->backend->alloc(tg->f->st, bytes, 0, &rc->v[l], &e), 0);
+            memset(rc->k[l].ptr, 0, bytes), memset(rc->v[l].ptr, 0, bytes);
+        }
+        rc->desc = (weft_kv_contiguous){.size = sizeof(rc->desc),
+                                        .n_layers = 2,
+                                        .n_slots = slots,
+                                        .max_seq = max_seq,
+                                        .n_kv_heads = (uint32_t)Hkv,
+                                        .head_dim = (uint32_t)hd,
+                                        .dtype = dt,
+                                        .k = rc->k,
+                                        .v = rc->v};
+        tg->kv.size = sizeof(tg->kv);
+        snprintf(tg->kv.layout, sizeof(tg->kv.layout), "contiguous");
+        tg->kv.desc = &rc->desc;
+        uint32_t pos = tg_tensor(tg, i32, R, -1, "pos");
+        tg_in(tg, 0, tg_tensor(tg, f32, R, Hq * hd, "q"));
+        tg_in(tg, 1, tg_tensor(tg, f32, R, Hkv * hd, "k"));
+        tg_in(tg, 2, tg_tensor(tg, f32, R, Hkv * hd, "v"));
+        tg_in(tg, 3, pos);
+        tg_out(tg, 0, tg_tensor(tg, f32, R, Hq * hd, "o"));
+        weft_op_params *p = &tg->node.p;
+        p->i[0] = rnd_u32() % 2, p->i[1] = Hq, p->i[2] = Hkv, p->i[3] = hd;
+        p->i[4] = rnd_u32() % 3 ? 0 : rnd_dim(6);
+        tg->batch.n_seqs = 2;
+        tg->seqs[1].kv_slot = (int32_t)(rnd_u32() % slots);
+        tg->seqs[0].kv_slot = (int32_t)(rnd_u32() % slots);
+        for (uint32_t r = 0; r < R; r++) {
+            tg->seq_of_row[r] = (int32_t)(rnd_u32() % 2);
+            ((int32_t *)tg_ptr(tg, pos))[r] = (int32_t)(rnd_u32() % max_seq);
+        }
+        break;
+    }
+    case WEFT_OP_SWIGLU:
+    case WEFT_OP_ADD:
+    case WEFT_OP_ACTIVATION:
+    case WEFT_OP_SCALE: {
+        uint32_t a = tg_tensor(tg, f32, R, N, "a");
+        tg_in(tg, 0, a);
+        if (op == WEFT_OP_SWIGLU || op == WEFT_OP_ADD) tg_in(tg, 1, tg_tensor(tg, f32, R, N, "b"));
+        tg_out(tg, 0, rnd_u32() % 2 ? a : tg_tensor(tg, f32, R, N, "y"));
+        tg->node.p.i[0] = rnd_u32() % 3;
+        tg->node.p.f[0] = 0.5f;
+        break;
+    }
+    case WEFT_OP_COPY: {
+        uint32_t to = key == i32 ? i32 : dts_float[rnd_u32() % 3];
+        tg_in(tg, 0, tg_tensor(tg, key, R, N, "x"));
+        tg_out(tg, 0, tg_tensor(tg, to, R, N, "y"));
+        tg->node.p.i[0] = rnd_u32() % 2 ? to : 0;
+        break;
+    }
+    case WEFT_OP_SPLIT: {
+        uint32_t n = rnd_dim(4);
+        int64_t total = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t w = rnd_dim(9);
+            tg->node.p.i[i] = w;
+            total += w;
+        }
+        tg_in(tg, 0, tg_tensor(tg, key, R, total, "x"));
+        for (uint32_t i = 0; i < n; i++)
+            tg_out(tg, i, tg_tensor(tg, key, R, tg->node.p.i[i], "y"));
+        break;
+    }
+    default:
+        fail_msg("op %u has no random builder", op);
+    }
+    return T;
+}
+
+/* One random corruption of a well-formed node. */
+static uint32_t random_mutation(tgraph *tg, uint32_t T) {
+    static const uint32_t any_dt[6] = {WEFT_DTYPE_F32, WEFT_DTYPE_BF16, WEFT_DTYPE_F16,
+                                       WEFT_DTYPE_I32, WEFT_DTYPE_Q8_0, 999};
+    weft_tensor *t = &tg->t[rnd_u32() % tg->g.n_tensors];
+    switch (rnd_u32() % 12) {
+    case 0:
+        t->dtype = any_dt[rnd_u32() % 6];
+        break;
+    case 1:
+        t->shape[rnd_u32() % 2] += (int64_t)(rnd_u32() % 5) - 2;
+        break;
+    case 2:
+        t->rank = rnd_u32() % 4;
+        break;
+    case 3:
+        tg->node.in[rnd_u32() % WEFT_NODE_MAX_IN] = rnd_u32() % 3 ? 99 : WEFT_TENSOR_NONE;
+        break;
+    case 4:
+        tg->node.p.i[rnd_u32() % WEFT_PARAMS_I] = (int64_t)(rnd_u32() % 9) - 3;
+        break;
+    case 5:
+        tg->node.p.f[rnd_u32() % WEFT_PARAMS_F] = rnd_u32() % 2 ? NAN : -1.0f;
+        break;
+    case 6:
+        tg->buf[t->id].bytes = tg->buf[t->id].bytes * (rnd_u32() % 4) / 4;
+        break;
+    case 7:
+        return T + 1 + rnd_u32() % 20; /* more rows than the tensors hold */
+    case 8:
+        tg->seq_of_row[rnd_u32() % MAX_T] = (int32_t)(rnd_u32() % 5) - 2;
+        break;
+    case 9:
+        tg->logit_rows[rnd_u32() % MAX_T] = (int32_t)(rnd_u32() % 40) - 2;
+        break;
+    case 10:
+        if (tg->kv.desc) {
+            weft_kv_contiguous *c = (weft_kv_contiguous *)tg->kv.desc;
+            switch (rnd_u32() % 4) {
+            case 0:
+                c->n_slots += 3;
+                break;
+            case 1:
+                c->max_seq *= 2;
+                break;
+            case 2:
+                c->k[rnd_u32() % 2].bytes /= 2;
+                break;
+            default:
+                c->dtype = any_dt[rnd_u32() % 6];
+                break;
+            }
+        } else {
+            tg->node.n_in = rnd_u32() % (WEFT_NODE_MAX_IN + 1);
+        }
+        break;
+    default:
+        tg->node.n_out = rnd_u32() % (WEFT_NODE_MAX_OUT + 1);
+        break;
+    }
+    return T;
+}
+
+static void test_random_nodes(void **state) {
+    fixture *f = *state;
+    uint32_t ok = 0, refused = 0;
+    for (int it = 0; it < 4000; it++) {
+        const weft_op_impl *impl = &f->impls[rnd_u32() % f->n_impls];
+        tgraph tg;
+        rnd_cache rc;
+        memset(&rc, 0, sizeof(rc));
+        tg_init(&tg, f, impl->op, "random");
+        uint32_t T = random_node(&tg, impl, &rc);
+        int mutated = rnd_u32() % 4 != 0;
+        for (uint32_t m = mutated ? 1 + rnd_u32() % 3 : 0; m > 0; m--)
+            T = random_mutation(&tg, T);
+        weft_error err = new_error();
+        int32_t accepted = impl->accepts ? impl->accepts(impl->state, &tg.g, &tg.node) : 1;
+        weft_exec_ctx ctx;
+        memset(&ctx, 0, sizeof(ctx));
+        ctx.size = sizeof(ctx);
+        ctx.n_tokens = T;
+        ctx.graph = &tg.g;
+        tg.g.bucket.max_tokens = 64;
+        tg.batch.size = sizeof(tg.batch);
+        tg.batch.n_tokens = T;
+        tg.batch.positions = tg.positions;
+        tg.batch.seq_of_row = tg.seq_of_row;
+        tg.batch.seqs = tg.seqs;
+        tg.batch.logit_rows = tg.logit_rows;
+        ctx.batch = &tg.batch;
+        ctx.data = tg.buf;
+        ctx.kv = tg.kv.desc ? &tg.kv : NULL;
+        weft_status s = impl->run(impl->state, &ctx, &tg.node, &err);
+        assert_true(s == WEFT_OK || s < 0);
+        if (s == WEFT_OK) {
+            ok++;
+            assert_int_equal(accepted, 1); /* run never takes a node accepts refused */
+            if (!mutated) assert_true(accepted);
+        } else {
+            refused++;
+            if (!mutated)
+                fprintf(stderr, "well-formed %s node refused: %s\n", cpu_op_label(impl->op),
+                        err.message);
+            assert_true(mutated);
+            assert_true(strlen(err.message) > 0);
+        }
+        for (int l = 0; l < 2; l++) {
+            f->desc->backend->free(f->st, &rc.k[l]);
+            f->desc->backend->free(f->st, &rc.v[l]);
+        }
+        tg_free(&tg);
+    }
+    fprintf(stderr, "random nodes: %u ran, %u refused\n", ok, refused);
+    assert_true(ok > 1000 && refused > 1000);
+}
+
 /* Every builtin op the backend promises has an implementation for backend "cpu". */
 static void test_registered(void **state) {
     fixture *f = *state;
@@ -1420,7 +1697,7 @@ static void test_stories260k(void **state) {
         cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_long),                   \
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_copy),                           \
         cmocka_unit_test(test_split), cmocka_unit_test(test_bad_shapes),                           \
-        cmocka_unit_test(test_stories260k)
+        cmocka_unit_test(test_random_nodes), cmocka_unit_test(test_stories260k)
 
 int main(void) {
     const struct CMUnitTest tests[] = {CPU_TESTS};

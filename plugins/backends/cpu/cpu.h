@@ -12,11 +12,13 @@
 
 #define CPU_SOURCE "cpu"
 #define CPU_ALIGN 64
+#define CPU_MAX_ELEMS ((int64_t)1 << 46) /* elements of any one tensor */
 
 /* Hot loops are compiled twice when the compiler can dispatch at load time: a baseline x86-64
  * version and an x86-64-v3 (AVX2 + FMA) one, chosen by the dynamic loader. The plugin keeps
  * portable baseline flags otherwise. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(WEFT_CPU_NO_CLONES)
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(WEFT_CPU_NO_CLONES) && \
+    (!defined(__clang__) || __clang_major__ >= 14)
 #define CPU_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define CPU_HOT

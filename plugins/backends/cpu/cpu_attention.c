@@ -252,8 +252,16 @@ static weft_status cpu_attention_cache(const weft_exec_ctx *ctx, const weft_node
                               "does not fit layer %lld with %lld kv heads of %lld",
                               c->n_layers, c->n_kv_heads, c->head_dim, cpu_dtype_name(c->dtype),
                               (long long)layer, (long long)j->Hkv, (long long)j->hd);
-    uint64_t need =
-        (uint64_t)c->n_slots * c->max_seq * c->n_kv_heads * c->head_dim * cpu_dtype_size(c->dtype);
+    /* Each factor is 32-bit; check the product against the tensor bound before trusting it. */
+    uint64_t elems = (uint64_t)c->n_slots * c->max_seq;
+    if (elems > (uint64_t)CPU_MAX_ELEMS ||
+        (c->n_kv_heads && (elems *= c->n_kv_heads) > (uint64_t)CPU_MAX_ELEMS) ||
+        (c->head_dim && (elems *= c->head_dim) > (uint64_t)CPU_MAX_ELEMS))
+        return cpu_node_error(err, node,
+                              "kv cache of %u slots x %u positions x %u heads x %u is "
+                              "too large",
+                              c->n_slots, c->max_seq, c->n_kv_heads, c->head_dim);
+    uint64_t need = elems * cpu_dtype_size(c->dtype);
     const weft_buffer *kb = &c->k[layer], *vb = &c->v[layer];
     if (!kb->ptr || !vb->ptr || kb->bytes < need || vb->bytes < need)
         return cpu_node_error(err, node,

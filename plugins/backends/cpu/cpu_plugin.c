@@ -168,8 +168,12 @@ weft_status cpu_check(const weft_tensor *t, const weft_node *node, const char *w
         if (t->shape[d] < 0)
             return cpu_node_error(err, node, "%s '%s': dimension %u is negative (%lld)", what,
                                   t->name, d, (long long)t->shape[d]);
-    if (cpu_row_elems(t) < 0)
-        return cpu_node_error(err, node, "%s '%s': shape too large", what, t->name);
+    /* Bounding every tensor to 2^46 elements (2^49 bytes at 8 per element) keeps every byte
+     * count the kernels derive from shapes and row counts free of overflow. */
+    int64_t row = cpu_row_elems(t);
+    if (row < 0 || (t->shape[0] > 0 && row > CPU_MAX_ELEMS / t->shape[0]))
+        return cpu_node_error(err, node, "%s '%s': shape too large (over 2^46 elements)", what,
+                              t->name);
     return WEFT_OK;
 }
 
