@@ -130,7 +130,10 @@ static void test_resolve_chain_order_and_options(void **state) {
     assert_int_equal(weft_options_find(&kv->options, "page_size")->i, 64);
     assert_string_equal(weft_options_find(&kv->options, "layout")->s, "nhd");
     assert_int_equal(weft_options_find(&rc->plugins[7].options, "strict")->i, 1);
-    assert_int_equal(rc->plugins[1].options.count, 0);
+    /* llama's schema: activation_dtype (default f32) and device_inputs (default false) */
+    assert_int_equal(rc->plugins[1].options.count, 2);
+    assert_string_equal(weft_options_find(&rc->plugins[1].options, "activation_dtype")->s, "f32");
+    assert_int_equal(weft_options_find(&rc->plugins[1].options, "device_inputs")->i, 0);
     assert_null(weft_resolved_slot(rc, WEFT_SLOT_SCHEDULER)); /* runtime default */
     assert_string_equal(weft_resolved_slot(rc, WEFT_SLOT_OPS)->name, "fuse.b");
 

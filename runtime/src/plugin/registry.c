@@ -2,8 +2,10 @@
  * order so the result, and which duplicate shadows which, does not depend on the file system.
  * Only manifests are read: a bundle whose library is missing or broken still lists, since
  * listing and resolving must work before (and without) loading anything. */
+#define _GNU_SOURCE /* dladdr */
 #include "plugin/registry.h"
 
+#include <dlfcn.h>
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -153,6 +155,26 @@ weft_status weft_registry_discover(const char *const *extra, size_t n_extra, uin
     if (!st && !(flags & WEFT_REGISTRY_NO_BUILD))
         st = scan_dir(reg, WEFT_BUILD_PLUGIN_DIR, WEFT_ORIGIN_BUILD, err);
 #endif
+    /* A relocated install (or the portable GPU bundle): <dir of libweft.so>/weft/plugins. */
+    if (!st && !(flags & WEFT_REGISTRY_NO_INSTALL)) {
+        Dl_info info;
+        char dir[PATH_MAX];
+        if (dladdr((void *)weft_registry_discover, &info) && info.dli_fname) {
+            snprintf(dir, sizeof(dir), "%s", info.dli_fname);
+            char *slash = strrchr(dir, '/');
+            if (slash) {
+                snprintf(slash, sizeof(dir) - (size_t)(slash - dir), "/weft/plugins");
+                int known = 0;
+#ifdef WEFT_BUILD_PLUGIN_DIR
+                known |= !strcmp(dir, WEFT_BUILD_PLUGIN_DIR);
+#endif
+#ifdef WEFT_INSTALL_PLUGIN_DIR
+                known |= !strcmp(dir, WEFT_INSTALL_PLUGIN_DIR);
+#endif
+                if (!known) st = scan_dir(reg, dir, WEFT_ORIGIN_INSTALL, err);
+            }
+        }
+    }
 #ifdef WEFT_INSTALL_PLUGIN_DIR
     if (!st && !(flags & WEFT_REGISTRY_NO_INSTALL))
         st = scan_dir(reg, WEFT_INSTALL_PLUGIN_DIR, WEFT_ORIGIN_INSTALL, err);
@@ -188,14 +210,18 @@ void weft_registry_free(weft_registry *reg) {
 const weft_registry_entry *weft_registry_find(const weft_registry *reg, const char *name,
                                               const weft_semver_range *range) {
     if (!reg || !name) return NULL;
+    /* Built bundles first: a source-tree manifest (library not built) is chosen only when no
+     * built bundle matches, so resolution never prefers an unbuilt library. */
     const weft_registry_entry *best = NULL;
-    for (size_t i = 0; i < reg->n; i++) {
-        const weft_registry_entry *e = &reg->entries[i];
-        if (e->status != WEFT_BUNDLE_OK || strcmp(e->manifest->name, name)) continue;
-        if (range && !weft_semver_satisfies(range, &e->manifest->version)) continue;
-        if (!best || weft_semver_compare(&e->manifest->version, &best->manifest->version) > 0)
-            best = e;
-    }
+    for (int pass = 0; pass < 2 && !best; pass++)
+        for (size_t i = 0; i < reg->n; i++) {
+            const weft_registry_entry *e = &reg->entries[i];
+            if (e->status != WEFT_BUNDLE_OK || strcmp(e->manifest->name, name)) continue;
+            if ((e->origin == WEFT_ORIGIN_SOURCE) != (pass == 1)) continue;
+            if (range && !weft_semver_satisfies(range, &e->manifest->version)) continue;
+            if (!best || weft_semver_compare(&e->manifest->version, &best->manifest->version) > 0)
+                best = e;
+        }
     return best;
 }
 
