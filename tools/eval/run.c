@@ -654,7 +654,8 @@ int weft_eval_run_main(int argc, char **argv) {
     }
     if (lock && lock->max_model_len && lock->max_model_len < x.max_model_len)
         x.max_model_len = lock->max_model_len;
-    x.vocab = x.have_config ? x.cfg.vocab_size : 0;
+    x.vocab = x.have_config ? x.cfg.vocab_size
+                            : json_u32(json_object_get(info, "weft"), "vocab_size");
 
     if (weft_eval_tokenize(&x, corpus_text, &x.corpus, &x.n_corpus, &err) == WEFT_OK &&
         x.n_corpus > 16) {
@@ -721,15 +722,12 @@ int weft_eval_run_main(int argc, char **argv) {
                                             : ""));
     json_object_set_new(cand, "plugins", plugins);
     if (!lock) {
-        /* a server that says which candidate it serves */
-        const char *keys[] = {"candidate_id", "candidate", NULL};
-        for (int i = 0; keys[i]; i++) {
-            const char *v = json_string_value(json_object_get(info, keys[i]));
-            if (v) {
-                json_object_set_new(cand, "id", json_string(v));
-                break;
-            }
-        }
+        /* weft serve says which candidate it serves (/v1/models data[0].weft) */
+        json_t *w = json_object_get(info, "weft");
+        const char *v = json_string_value(json_object_get(w, "candidate_id"));
+        if (v) json_object_set_new(cand, "id", json_string(v));
+        v = json_string_value(json_object_get(w, "backend"));
+        if (v) json_object_set_new(cand, "backend", json_string(v));
     }
     json_t *mdl = json_pack("{s:s, s:s, s:i, s:i}", "dir", model ? model : "", "served_name",
                             x.model_name, "max_model_len", (int)x.max_model_len, "vocab",

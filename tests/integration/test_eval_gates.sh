@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# weft eval run against live `weft serve` children on the CPU with stories260K (--quick):
+#  - the baseline passes every gate, its speed cases adapt to the 512-token context, the quality
+#    gate compares /v1/score with transformers' fp32 logits from ../shared/reference;
+#  - fake.perturb-logits (every logit x1.6, greedy unchanged) fails the quality gate and only it;
+#  - fake.batch-divergent (wrong only when a step holds several requests) fails
+#    batched_equals_serial and keeps the serial gates (repeatable, prompt_cache);
+# then weft eval status, weft eval report, weft plan (ranking, a refused and an accepted plan,
+# plan check) and weft runs on those results.
+set -euo pipefail
+build=${1:?usage: test_eval_gates.sh BUILD_DIR}
+weft="$build/bin/weft"
+shared=${WEFT_SHARED_DIR:-$(pwd)/../shared}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+if "$weft" serve --help 2>&1 | grep -q "not in this build"; then
+    echo "SKIPPED: weft serve is not in this build"
+    exit 0
+fi
+
+"$weft" convert llama2c "$shared/models/stories260K/stories260K.bin" \
+    "$shared/models/stories260K/tok512.bin" "$tmp/stories260k" > /dev/null
+"$weft" eval probe --backend cpu --threads 1 -o "$tmp/probe.json" > /dev/null
+ref="$shared/reference/stories260K/reference.safetensors"
+
+manifest() { # name, techniques, max_concurrency
+    cat > "$tmp/$1.yaml" <<YAML
+format: 1
+candidate: $1
+model: $tmp/stories260k
+backend: {name: cpu, options: {threads: 1}}
+model_plugin: llama
+techniques: [$2]
+serving:
+  max_model_len: 512
+  max_concurrency: $3
+  threads: 1
+YAML
+    WEFT_PLUGIN_PATH="$build/tests/fakes" "$weft" candidate freeze "$tmp/$1.yaml" \
+        -o "$tmp/$1.lock" > /dev/null
+}
+manifest base "" 1
+manifest perturb fake.perturb-logits 1
+manifest divergent fake.batch-divergent 8
+
+run() { # name, extra args...; prints the exit status
+    local name=$1
+    shift
+    set +e
+    WEFT_PLUGIN_PATH="$build/tests/fakes" "$weft" eval run --lock "$tmp/$name.lock" \
+        --probe "$tmp/probe.json" --reference "$ref" --quick -o "$tmp/$name.json" "$@" \
+        2> "$tmp/$name.err"
+    echo $?
+    set -e
+}
+gate() { # result, gate name -> status
+    "$weft" eval status "$1" | awk -v g="$2" '$1 == g { print $2; exit }'
+}
+
+# ---- the baseline: every gate passes -----------------------------------------------------------
+rc=$(run base)
+[ "$rc" = 0 ] || { cat "$tmp/base.err" "$tmp/base.json.serve.log" | tail -40; fail "baseline exit $rc"; }
+"$weft" eval status "$tmp/base.json" > "$tmp/base.status" ||
+    fail "status of the baseline: exit $?"
+for g in batched_equals_serial sampling quality prompt_cache repeatable; do
+    [ "$(gate "$tmp/base.json" $g)" = pass ] || { cat "$tmp/base.status"; fail "baseline: $g"; }
+done
+[ "$(gate "$tmp/base.json" retrieval)" = reference ] || fail "baseline: retrieval not recorded"
+[ "$(gate "$tmp/base.json" speculative)" = skip ] || fail "baseline: speculative should skip"
+grep -q "does not fit the 512-token context" "$tmp/base.status" || fail "no adaptation note"
+grep -q "^p128-g32-c1 " "$tmp/base.status" || fail "no p128-g32-c1 case"
+grep -q "every gate passed: the result counts" "$tmp/base.status" || fail "baseline does not count"
+# the quality numbers are real: transformers' fp32 logits against the cpu fp32 path
+grep -q '"exact": false' "$tmp/base.json" || fail "quality detail missing"
+# the retrieval answers and greedy set are recorded for other candidates
+grep -q '"prompt_hash"' "$tmp/base.json" || fail "no retrieval answers recorded"
+
+# ---- perturbed logits: the quality gate fails, the greedy gates do not --------------------------
+rc=$(run perturb --no-speed --baseline "$tmp/base.json")
+[ "$rc" = 1 ] || { tail -20 "$tmp/perturb.err"; fail "perturb-logits: exit $rc, expected 1"; }
+[ "$(gate "$tmp/perturb.json" quality)" = fail ] || fail "perturb-logits passed the quality gate"
+for g in batched_equals_serial repeatable prompt_cache retrieval; do
+    [ "$(gate "$tmp/perturb.json" $g)" = pass ] || fail "perturb-logits: $g should pass"
+done
+"$weft" eval status "$tmp/perturb.json" | grep -q "a gate failed" || fail "perturb counts"
+
+# ---- divergent when batched: batched_equals_serial fails --------------------------------------
+rc=$(run divergent --no-speed --baseline "$tmp/base.json")
+[ "$rc" = 1 ] || { tail -20 "$tmp/divergent.err"; fail "batch-divergent: exit $rc, expected 1"; }
+[ "$(gate "$tmp/divergent.json" batched_equals_serial)" = fail ] ||
+    fail "batch-divergent passed batched_equals_serial"
+for g in repeatable prompt_cache quality; do
+    [ "$(gate "$tmp/divergent.json" $g)" = pass ] || fail "batch-divergent: $g should pass"
+done
+
+# ---- report: one self-contained page ----------------------------------------------------------
+"$weft" eval report "$tmp/base.json" "$tmp/perturb.json" -o "$tmp/report.html" 2> /dev/null
+grep -q "<svg" "$tmp/report.html" || fail "report has no plots"
+grep -q "Candidates side by side" "$tmp/report.html" || fail "report has no comparison"
+if grep -Eo "(src|href)=['\"]?[a-z]+:" "$tmp/report.html" | grep -q .; then
+    fail "report refers to external assets"
+fi
+
+# ---- plan: the ranking, a refused plan and an accepted one ------------------------------------
+"$weft" plan --result "$tmp/base.json" > "$tmp/rank.txt" || fail "plan ranking: exit $?"
+grep -q "^decode " "$tmp/rank.txt" && grep -q "^prefill " "$tmp/rank.txt" || fail "ranking"
+cat > "$tmp/stop.yaml" <<YAML
+stop: true
+YAML
+if "$weft" plan --result "$tmp/base.json" "$tmp/stop.yaml" > "$tmp/stop.txt"; then
+    fail "a plan that stops far from the limits was accepted"
+fi
+grep -q "REFUSED stop" "$tmp/stop.txt" || fail "stop refusal not explained"
+cat > "$tmp/plan.yaml" <<YAML
+format: 1
+levers:
+  - name: batching
+    technique: sched.continuous
+    kpis: [decode, prefill]
+    forecast: {low: 1.01, expected: 1.05, high: 1.08}
+YAML
+"$weft" plan --result "$tmp/base.json" "$tmp/plan.yaml" > "$tmp/plan.txt" || true
+grep -q "^plan \(accepted\|refused\)" "$tmp/plan.txt" || fail "plan review printed nothing"
+"$weft" plan check "$tmp/plan.yaml" --before "$tmp/base.json" --after "$tmp/base.json" \
+    -o "$tmp/check.json" > "$tmp/check.txt"
+grep -q "deferred" "$tmp/check.txt" || fail "plan check: sched.continuous should be deferred"
+
+# ---- runs -------------------------------------------------------------------------------------
+"$weft" runs new search --dir "$tmp/runs" > /dev/null
+"$weft" runs add search --dir "$tmp/runs" --lock "$tmp/base.lock" --result "$tmp/base.json" \
+    --plan "$tmp/plan.yaml" > /dev/null
+"$weft" runs add search --dir "$tmp/runs" --lock "$tmp/perturb.lock" \
+    --result "$tmp/perturb.json" --check "$tmp/check.json" > /dev/null
+"$weft" runs show search --dir "$tmp/runs" > "$tmp/runs.txt"
+grep -q "^01-base .*(first)" "$tmp/runs.txt" || { cat "$tmp/runs.txt"; fail "runs show: base"; }
+grep -q "^02-perturb .*+fake.perturb-logits.*batching x1.05.*FAIL: quality" "$tmp/runs.txt" ||
+    { cat "$tmp/runs.txt"; fail "runs show: perturb"; }
+echo ok
