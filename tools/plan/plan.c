@@ -106,12 +106,14 @@ weft_status weft_plan_profile_parse(const char *text, size_t len, const char *na
                                   "expected {\"classes\": {\"op class\": seconds, ...}}");
         }
         json_object_foreach(c, k, v) {
-            if (!json_is_number(v) || json_number_value(v) < 0 || profile_add(p, k,
-                                                                              json_number_value(v))) {
+            if (!json_is_number(v) || json_number_value(v) < 0 ||
+                profile_add(p, k, json_number_value(v))) {
+                weft_status st = weft_error_set(err, WEFT_ERR_FORMAT, name,
+                                                "classes.%s: expected non-negative seconds (at "
+                                                "most 64 classes)",
+                                                k);
                 json_decref(o);
-                return weft_error_set(err, WEFT_ERR_FORMAT, name,
-                                      "classes.%s: expected non-negative seconds (at most 64 "
-                                      "classes)", k);
+                return st;
             }
         }
         json_decref(o);
