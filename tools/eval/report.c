@@ -48,29 +48,30 @@ static const char *str(json_t *o, const char *k) {
 static void svg_bars(FILE *f, const char *title, const char *const *cats, size_t ncat,
                      const char *const *series, size_t nser, const double *val,
                      const double *err) {
-    const double W = 760, H = 300, L = 50, R = 10, T = 30, B = 70;
+    const double W = 760, H = 300, L = 50, R = 10, T = 30, B = 60;
     double ymax = 1.0;
     for (size_t i = 0; i < ncat * nser; i++)
         if (isfinite(val[i]) && val[i] + (isfinite(err[i]) ? err[i] : 0) > ymax)
             ymax = val[i] + err[i];
-    ymax = ceil(ymax * 10) / 10;
+    ymax = ceil(ymax * 5 - 1e-9) / 5; /* a multiple of 0.2, so the ticks below are round */
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
                "viewBox='0 0 %.0f %.0f' role='img'><title>",
-            W, H + 20 * ((nser + 3) / 4), W, H + 20 * ((nser + 3) / 4));
+            W, H + 12 + 20 * ((nser + 3) / 4), W, H + 12 + 20 * ((nser + 3) / 4));
     esc(f, title);
-    fprintf(f, "</title><text x='%.0f' y='18' class='t'>", L);
+    fprintf(f, "</title><text x='%.0f' y='18' font-size='13' font-weight='600'>", L);
     esc(f, title);
     fprintf(f, "</text>");
     double ph = H - T - B, pw = W - L - R;
-    for (int g = 0; g <= 5; g++) {
-        double v = ymax * g / 5, y = T + ph * (1 - v / ymax);
-        fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
-                   "<text x='%.1f' y='%.1f' class='ax' text-anchor='end'>%.1f</text>",
+    int nticks = (int)lround(ymax / 0.2);
+    for (int g = 0; g <= nticks; g++) {
+        double v = 0.2 * g, y = T + ph * (1 - v / ymax);
+        fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#e3e3e3'/>"
+                   "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end'>%.1f</text>",
                 L, L + pw, y, y, L - 4, y + 4, v);
     }
     double y1 = T + ph * (1 - 1.0 / ymax);
-    fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='lim'/>"
-               "<text x='%.1f' y='%.1f' class='ax' text-anchor='end'>limit</text>",
+    fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#b00020' stroke-dasharray='4 3'/>"
+               "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end'>limit</text>",
             L, L + pw, y1, y1, L + pw, y1 - 3);
     double gw = pw / (double)(ncat ? ncat : 1), bw = gw * 0.8 / (double)(nser ? nser : 1);
     for (size_t c = 0; c < ncat; c++) {
@@ -78,7 +79,7 @@ static void svg_bars(FILE *f, const char *title, const char *const *cats, size_t
             double v = val[c * nser + s], e = err[c * nser + s];
             double x = L + gw * (double)c + gw * 0.1 + bw * (double)s;
             if (!isfinite(v)) {
-                fprintf(f, "<text x='%.1f' y='%.1f' class='ax'>n/a</text>", x, T + ph - 2);
+                fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' fill='#444'>n/a</text>", x, T + ph - 2);
                 continue;
             }
             double h = ph * v / ymax;
@@ -90,20 +91,20 @@ static void svg_bars(FILE *f, const char *title, const char *const *cats, size_t
             if (isfinite(e) && e > 0) {
                 double xm = x + bw * 0.475, ya = T + ph * (1 - (v + e) / ymax);
                 double yb = T + ph * (1 - fmax(v - e, 0) / ymax);
-                fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='eb'/>", xm, xm,
+                fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#222'/>", xm, xm,
                         ya, yb);
             }
         }
-        fprintf(f, "<text x='%.1f' y='%.1f' class='ax' text-anchor='end' "
-                   "transform='rotate(-30 %.1f %.1f)'>",
+        fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end' "
+                   "transform='rotate(-20 %.1f %.1f)'>",
                 L + gw * ((double)c + 0.5), T + ph + 14, L + gw * ((double)c + 0.5), T + ph + 14);
         esc(f, cats[c]);
         fprintf(f, "</text>");
     }
     for (size_t s = 0; s < nser; s++) {
-        double x = L + 180 * (double)(s % 4), y = H + 20 * (double)(s / 4);
+        double x = L + 180 * (double)(s % 4), y = H + 8 + 20 * (double)(s / 4);
         fprintf(f, "<rect x='%.0f' y='%.0f' width='10' height='10' fill='%s'/>"
-                   "<text x='%.0f' y='%.0f' class='ax'>",
+                   "<text x='%.0f' y='%.0f' font-size='11' fill='#444'>",
                 x, y - 10, palette[s % NPAL], x + 14, y);
         esc(f, series[s]);
         fprintf(f, "</text>");
@@ -115,7 +116,7 @@ static void svg_bars(FILE *f, const char *title, const char *const *cats, size_t
  * largest p99 so one outlier cannot flatten the rest (the title says so). */
 static void svg_ecdf(FILE *f, const char *title, const char *const *series, size_t nser,
                      double *const *samples, const size_t *ns) {
-    const double W = 760, H = 300, L = 60, R = 10, T = 30, B = 40;
+    const double W = 760, H = 300, L = 60, R = 40, T = 30, B = 40;
     double xmax = 0;
     for (size_t s = 0; s < nser; s++) {
         if (!ns[s]) continue;
@@ -131,16 +132,16 @@ static void svg_ecdf(FILE *f, const char *title, const char *const *series, size
     double ph = H - T - B, pw = W - L - R;
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
                "viewBox='0 0 %.0f %.0f' role='img'><title>",
-            W, H + 20 * ((nser + 3) / 4), W, H + 20 * ((nser + 3) / 4));
+            W, H + 12 + 20 * ((nser + 3) / 4), W, H + 12 + 20 * ((nser + 3) / 4));
     esc(f, title);
-    fprintf(f, "</title><text x='%.0f' y='18' class='t'>", L);
+    fprintf(f, "</title><text x='%.0f' y='18' font-size='13' font-weight='600'>", L);
     esc(f, title);
     fprintf(f, " (x axis to the largest p99)</text>");
     for (int g = 0; g <= 4; g++) {
         double y = T + ph * (1 - g / 4.0), x = L + pw * g / 4.0;
-        fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
-                   "<text x='%.1f' y='%.1f' class='ax' text-anchor='end'>%.2f</text>"
-                   "<text x='%.1f' y='%.1f' class='ax' text-anchor='middle'>%.3g ms</text>",
+        fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#e3e3e3'/>"
+                   "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end'>%.2f</text>"
+                   "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='middle'>%.3g ms</text>",
                 L, L + pw, y, y, L - 4, y + 4, g / 4.0, x, T + ph + 16, xmax * 1e3 * g / 4.0);
     }
     for (size_t s = 0; s < nser; s++) {
@@ -161,9 +162,9 @@ static void svg_ecdf(FILE *f, const char *title, const char *const *series, size
         esc(f, series[s]);
         fprintf(f, "</title></polyline>");
         free(c);
-        double x = L + 180 * (double)(s % 4), y = H + 20 * (double)(s / 4);
+        double x = L + 180 * (double)(s % 4), y = H + 8 + 20 * (double)(s / 4);
         fprintf(f, "<rect x='%.0f' y='%.0f' width='10' height='10' fill='%s'/>"
-                   "<text x='%.0f' y='%.0f' class='ax'>",
+                   "<text x='%.0f' y='%.0f' font-size='11' fill='#444'>",
                 x, y - 10, palette[s % NPAL], x + 14, y);
         esc(f, series[s]);
         fprintf(f, "</text>");
@@ -175,6 +176,8 @@ static void svg_ecdf(FILE *f, const char *title, const char *const *series, size
 static const char *const kpis[] = {"ttft_s", "itl_s", "e2e_s", "decode_tps_stream",
                                    "decode_tps_total", "prefill_tps"};
 #define NKPI 6
+static const char *const kpi_labels[] = {"TTFT", "ITL", "E2E", "decode/stream", "decode/all",
+                                         "prefill"};
 
 static void section(FILE *f, const char *path, json_t *r, size_t idx) {
     json_t *c = json_object_get(r, "candidate"), *m = json_object_get(r, "model");
@@ -285,8 +288,8 @@ static void section(FILE *f, const char *path, json_t *r, size_t idx) {
             if (!itl[i]) ni[i] = 0;
         }
         fprintf(f, "<h3>Fraction of limit per KPI</h3>\n");
-        svg_bars(f, "fraction of the limit (1 = at the floor); error bar: run-to-run noise", kpis,
-                 NKPI, names, nc, val, err);
+        svg_bars(f, "fraction of the limit (1 = at the floor); error bar: run-to-run noise",
+                 kpi_labels, NKPI, names, nc, val, err);
         fprintf(f, "<h3>Latency distributions</h3>\n");
         svg_ecdf(f, "time to first token, CDF per case", names, nc, ttft, nt);
         svg_ecdf(f, "inter-token latency (per request), CDF per case", names, nc, itl, ni);

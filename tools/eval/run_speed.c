@@ -174,6 +174,7 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
     dvec ttft = {0}, itl = {0}, e2e = {0}, gap = {0};
     dvec r_ttft = {0}, r_itl = {0}, r_e2e = {0}, r_dstream = {0}, r_dtotal = {0}, r_pre = {0};
     uint32_t errors = 0, short_out = 0, rep = 0;
+    double all_tokens = 0, all_events = 0;
     char first_error[512] = "";
     const char *stopped = "max repeats";
     for (rep = 0; rep < max_rep; rep++) {
@@ -215,6 +216,8 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
             if (j->t_start < t0) t0 = j->t_start;
             if (j->t_end > t1) t1 = j->t_end;
             tokens += ntok;
+            all_tokens += ntok;
+            all_events += j->n_chunks;
         }
         free_jobs(jobs, n_req);
         double m_ttft = median_of(&q_ttft);
@@ -241,9 +244,11 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
         }
     }
     if (!st) {
-        /* limits for this case: decode at batch `conc` with the cache half way through the
-         * generation, prefill of the prompt at batch 1 */
-        weft_limits L;
+        /* limits for this case. A stream cannot go faster than a step of batch 1, whatever the
+         * scheduler does, so the per-stream floors (TTFT, ITL, E2E, per-stream rate) are batch 1's
+         * with the cache half way through the generation; the aggregate rate's floor is batch C's
+         * (all C streams sharing each step). The prefill floor is the prompt's at batch 1. */
+        weft_limits L, LC;
         int have = x->have_config && x->have_probe;
         if (have) {
             double rate = x->probe.r.gemm_bf16_flops > 0 ? x->probe.r.gemm_bf16_flops
@@ -252,7 +257,10 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
                 rate = x->probe.r.gemm_f32_flops;
             weft_limits_compute(&x->cfg, x->weight_bytes, x->dtype_bytes, x->dtype_bytes,
                                 x->probe.r.copy_bytes_per_s, rate, c->prompt + c->gen / 2,
-                                c->prompt, c->conc, &L);
+                                c->prompt, 1, &L);
+            weft_limits_compute(&x->cfg, x->weight_bytes, x->dtype_bytes, x->dtype_bytes,
+                                x->probe.r.copy_bytes_per_s, rate, c->prompt + c->gen / 2,
+                                c->prompt, c->conc, &LC);
         }
         char name[64];
         snprintf(name, sizeof(name), "p%u-g%u-c%u", c->prompt, c->gen, c->conc);
@@ -265,7 +273,7 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
         json_object_set_new(k, "decode_tps_stream",
                             kpi(&r_dstream, NULL, have ? 1.0 / L.decode_s : 0, 0, "tokens/s"));
         json_object_set_new(k, "decode_tps_total",
-                            kpi(&r_dtotal, NULL, have ? L.decode_tokens_per_s : 0, 0,
+                            kpi(&r_dtotal, NULL, have ? LC.decode_tokens_per_s : 0, 0,
                                 "tokens/s"));
         json_object_set_new(k, "prefill_tps",
                             kpi(&r_pre, NULL, have ? L.prefill_tokens_per_s : 0, 0, "tokens/s"));
@@ -292,6 +300,10 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
         json_object_set_new(o, "errors", json_integer(errors));
         if (first_error[0]) json_object_set_new(o, "first_error", json_string(first_error));
         json_object_set_new(o, "short_outputs", json_integer(short_out));
+        /* more than one token per event: the server coalesces, and event times (all a client
+         * can see) understate the spread of token times */
+        json_object_set_new(o, "tokens_per_event",
+                            jnum(all_events > 0 ? all_tokens / all_events : NAN));
         json_object_set_new(o, "kpis", k);
         json_object_set_new(o, "token_gap_s", g);
         json_object_set_new(o, "samples", json_pack("{s:o, s:o, s:o}", "ttft_s", jarray(&ttft),
@@ -300,11 +312,11 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
         if (have)
             json_object_set_new(o, "limits",
                                 json_pack("{s:f, s:f, s:f, s:f, s:i, s:i, s:i}", "decode_s",
-                                          L.decode_s, "decode_tokens_per_s",
-                                          L.decode_tokens_per_s, "prefill_tokens_per_s",
+                                          L.decode_s, "decode_tokens_per_s_batch",
+                                          LC.decode_tokens_per_s, "prefill_tokens_per_s",
                                           L.prefill_tokens_per_s, "ttft_s", L.ttft_s, "context",
                                           (int)L.context, "prompt", (int)L.prompt, "batch",
-                                          (int)L.batch));
+                                          (int)LC.batch));
         json_array_append_new(out, o);
         fprintf(stderr, "weft eval run: case %-16s %u x %u requests: ttft p50 %.4f s, itl p50 "
                         "%.5f s, %u errors\n",
