@@ -447,6 +447,8 @@ static void usage(FILE *f) {
             "  --no-speed         gates only;  --no-gates: speed cases only (the result does "
             "not count)\n"
             "  --serve-arg ARG    passed to weft serve (repeat for each word)\n"
+            "  --case P,G,C       run only this speed case (repeatable; for cross-checks)\n"
+            "  --requests N       requests per repeat of each case\n"
             "Exit status: 0 the result counts, 1 a gate failed or the run failed, 2 usage.\n");
 }
 
@@ -461,6 +463,7 @@ int weft_eval_run_main(int argc, char **argv) {
         {"serve-arg", required_argument, 0, 'a'},    {"startup-timeout", required_argument, 0, 't'},
         {"weft", required_argument, 0, 'w'},         {"output", required_argument, 0, 'o'},
         {"verbose", no_argument, 0, 'v'},            {"help", no_argument, 0, 'h'},
+        {"case", required_argument, 0, 'C'},         {"requests", required_argument, 0, 'R'},
         {0, 0, 0, 0}};
     const char *url = NULL, *lock_path = NULL, *model = NULL, *probe = NULL, *ref = NULL;
     const char *baseline = NULL, *api_key = NULL, *served = NULL, *out = NULL, *weft = NULL;
@@ -469,8 +472,9 @@ int weft_eval_run_main(int argc, char **argv) {
     double startup = 300;
     char *extra[64];
     int n_extra = 0;
+    uint32_t custom[8][3] = {{0}}, n_custom = 0, requests = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "u:l:m:p:r:b:qSGk:n:s:a:t:w:o:vh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "u:l:m:p:r:b:qSGk:n:s:a:t:w:o:vhC:R:", opts, NULL)) != -1) {
         switch (c) {
         case 'u': url = optarg; break;
         case 'l': lock_path = optarg; break;
@@ -505,6 +509,30 @@ int weft_eval_run_main(int argc, char **argv) {
             }
             extra[n_extra++] = optarg;
             break;
+        case 'C': {
+            unsigned a = 0, b = 0, k = 0;
+            char tail = 0;
+            if (n_custom == 8 || sscanf(optarg, "%u,%u,%u%c", &a, &b, &k, &tail) != 3 || !a ||
+                !b || !k || a > (1u << 20) || b > (1u << 20) || k > 1024) {
+                fprintf(stderr, "weft eval run: --case: expected PROMPT,GEN,CONCURRENCY (at most "
+                                "8 cases), got '%s'\n", optarg);
+                return 2;
+            }
+            custom[n_custom][0] = a, custom[n_custom][1] = b, custom[n_custom][2] = k;
+            n_custom++;
+            break;
+        }
+        case 'R': {
+            char *end = NULL;
+            long v = strtol(optarg, &end, 10);
+            if (!end || *end || v < 1 || v > 100000) {
+                fprintf(stderr, "weft eval run: --requests: expected 1..100000, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            requests = (uint32_t)v;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -528,6 +556,9 @@ int weft_eval_run_main(int argc, char **argv) {
     weft_eval_ctx x;
     memset(&x, 0, sizeof(x));
     x.quick = quick;
+    memcpy(x.custom, custom, sizeof(custom));
+    x.n_custom = n_custom;
+    x.requests = requests;
     x.verbose = verbose;
     x.seed = (uint32_t)seed;
     x.notes = json_array();

@@ -26,6 +26,10 @@ typedef struct weft_eval_ctx {
     uint32_t max_model_len;
     uint32_t vocab;
     int quick;
+    /* --case P,G,C (replaces the fixed list; for cross-checks) and --requests N per repeat */
+    uint32_t custom[8][3];
+    uint32_t n_custom;
+    uint32_t requests;
     /* token ids of the built-in corpus (from the server's /tokenize) */
     int32_t *corpus;
     size_t n_corpus;

@@ -96,6 +96,19 @@ static void make_cases(weft_eval_ctx *x, speed_case *cs, size_t *n) {
     size_t np = x->quick ? 2 : 3, nc = x->quick ? 2 : 3;
     uint32_t room = x->max_model_len;
     *n = 0;
+    if (x->n_custom) {
+        for (uint32_t i = 0; i < x->n_custom; i++) {
+            const uint32_t *q = x->custom[i];
+            if (q[0] + q[1] > room) {
+                weft_eval_note(x, "--case %u,%u,%u does not fit the %u-token context: skipped",
+                               q[0], q[1], q[2], room);
+                continue;
+            }
+            cs[(*n)++] = (speed_case){q[0], q[1], q[2], q[0], q[1]};
+        }
+        weft_eval_note(x, "custom case list (--case): not the fixed suite");
+        return;
+    }
     for (size_t i = 0; i < np; i++) {
         uint32_t p = P[i], g = G[i];
         if (p + g > room) {
@@ -155,6 +168,7 @@ static void free_jobs(weft_http_job *jobs, uint32_t n) {
 static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, json_t *out,
                             weft_error *err) {
     uint32_t n_req = c->conc > (x->quick ? 2u : 4u) ? c->conc : (x->quick ? 2u : 4u);
+    if (x->requests) n_req = x->requests;
     uint32_t min_rep = x->quick ? 2 : 3, max_rep = x->quick ? 3 : 10;
     int32_t *ids = malloc((size_t)c->prompt * sizeof(int32_t));
     if (!ids) return weft_error_set(err, WEFT_ERR_NOMEM, "eval run", "out of memory");
