@@ -112,7 +112,7 @@ static void make_cases(weft_eval_ctx *x, speed_case *cs, size_t *n) {
     for (size_t i = 0; i < np; i++) {
         uint32_t p = P[i], g = G[i];
         if (p + g > room) {
-            if (g < room / 2) p = room - g;
+            if (g <= room / 2) p = room - g;
             else {
                 g = room / 4 ? room / 4 : 1;
                 p = room - g;
