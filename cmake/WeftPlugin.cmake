@@ -1,10 +1,15 @@
 # weft_add_plugin(NAME <bundle-name> MANIFEST <manifest.yaml> SOURCES <c files...>
-#                 [LIBRARY <output name without lib/.so>] [LINK <libs...>] [INCLUDES <dirs...>])
+#                 [LIBRARY <output name without lib/.so>] [LINK <libs...>] [INCLUDES <dirs...>]
+#                 [OUTPUT_DIR <dir>] [NO_INSTALL])
 # Builds one plugin bundle: a shared object plus a copy of its manifest, placed in
 # <build>/lib/weft/plugins/<bundle-name>/ (and installed to <libdir>/weft/plugins/<bundle-name>/).
 # Used by the in-tree bundles and, through the installed CMake package, by out-of-tree bundles.
+# OUTPUT_DIR puts the bundle in <dir>/<bundle-name>/ instead, outside the registry's search path
+# (test-only plugins: fakes, the template); NO_INSTALL leaves it out of `cmake --install`.
+# The library name defaults to libweft-<name with dots as dashes>.so; the manifest's `library`
+# field must name that file.
 function(weft_add_plugin)
-  cmake_parse_arguments(P "" "NAME;MANIFEST;LIBRARY" "SOURCES;LINK;INCLUDES" ${ARGN})
+  cmake_parse_arguments(P "NO_INSTALL" "NAME;MANIFEST;LIBRARY;OUTPUT_DIR" "SOURCES;LINK;INCLUDES" ${ARGN})
   if(NOT P_NAME OR NOT P_MANIFEST OR NOT P_SOURCES)
     message(FATAL_ERROR "weft_add_plugin needs NAME, MANIFEST and SOURCES")
   endif()
@@ -35,12 +40,22 @@ function(weft_add_plugin)
   if(NOT DEFINED WEFT_PLUGIN_SUBDIR)
     set(WEFT_PLUGIN_SUBDIR lib/weft/plugins)
   endif()
-  set(outdir ${WEFT_BUILD_PLUGIN_DIR}/${P_NAME})
+  if(P_OUTPUT_DIR)
+    set(outdir ${P_OUTPUT_DIR}/${P_NAME})
+  else()
+    set(outdir ${WEFT_BUILD_PLUGIN_DIR}/${P_NAME})
+  endif()
   set_target_properties(${target} PROPERTIES PREFIX "lib" OUTPUT_NAME ${P_LIBRARY}
     LIBRARY_OUTPUT_DIRECTORY ${outdir} C_VISIBILITY_PRESET hidden)
   get_filename_component(manifest_abs ${P_MANIFEST} ABSOLUTE)
-  add_custom_command(TARGET ${target} POST_BUILD
-    COMMAND ${CMAKE_COMMAND} -E copy_if_different ${manifest_abs} ${outdir}/manifest.yaml)
-  install(TARGETS ${target} LIBRARY DESTINATION ${WEFT_PLUGIN_SUBDIR}/${P_NAME})
-  install(FILES ${manifest_abs} DESTINATION ${WEFT_PLUGIN_SUBDIR}/${P_NAME})
+  # The copy is a build output of the target (not a post-build step), so editing the manifest
+  # alone refreshes the bundle.
+  add_custom_command(OUTPUT ${outdir}/manifest.yaml DEPENDS ${manifest_abs}
+    COMMAND ${CMAKE_COMMAND} -E copy ${manifest_abs} ${outdir}/manifest.yaml
+    COMMENT "Bundle manifest ${P_NAME}")
+  target_sources(${target} PRIVATE ${outdir}/manifest.yaml)
+  if(NOT P_NO_INSTALL)
+    install(TARGETS ${target} LIBRARY DESTINATION ${WEFT_PLUGIN_SUBDIR}/${P_NAME})
+    install(FILES ${manifest_abs} DESTINATION ${WEFT_PLUGIN_SUBDIR}/${P_NAME} RENAME manifest.yaml)
+  endif()
 endfunction()

@@ -61,4 +61,22 @@ uint16_t weft_f32_to_bf16(float f); /* round to nearest even */
 float weft_f16_to_f32(uint16_t h);
 uint16_t weft_f32_to_f16(float f);
 
+/* ---- appended ---------------------------------------------------------------------------- */
+/* A __metadata__ value (first file holding the key wins for shards), or NULL. */
+const char *weft_safetensors_metadata(const weft_safetensors *st, const char *key);
+
+/* Streaming writes: a deferred tensor has no data at add time; weft_st_writer_write_fill asks
+ * `fill` for its bytes in file order, in chunks (offset = bytes of the tensor already written),
+ * so a file larger than memory can be written. Tensors added with data are written from it. */
+typedef weft_status (*weft_st_fill_fn)(void *ctx, const char *name, uint32_t dtype, uint32_t rank,
+                                       const int64_t *shape, uint64_t offset, void *buf,
+                                       uint64_t bytes, weft_error *err);
+weft_status weft_st_writer_add_deferred(weft_st_writer *w, const char *name, uint32_t dtype,
+                                        uint32_t rank, const int64_t *shape, weft_error *err);
+weft_status weft_st_writer_write_fill(weft_st_writer *w, const char *path,
+                                      const char *metadata_json, weft_st_fill_fn fill, void *ctx,
+                                      weft_error *err);
+/* Sum of the tensors' byte sizes (the data section). */
+uint64_t weft_st_writer_data_bytes(const weft_st_writer *w);
+
 #endif

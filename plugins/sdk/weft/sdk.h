@@ -1,0 +1,117 @@
+/* weft/sdk.h: small helpers for plugin authors, header-only so a bundle links nothing of weft.
+ *
+ * A plugin needs three things from this file: weft_sdk_negotiate (the ABI handshake, including
+ * the refusal message and the "highest version I speak" hint the host prints), the
+ * WEFT_SDK_ENTRY macro that defines the exported entry function around a static descriptor, and
+ * typed option getters with defaults. Everything is static inline and uses only the C library;
+ * errors are written into the caller's weft_error the same way the host writes them.
+ *
+ *     static const weft_pass_vtable my_pass = {sizeof(weft_pass_vtable), my_run, NULL};
+ *     static const weft_plugin_descriptor my_desc = {
+ *         .size = sizeof(weft_plugin_descriptor), .abi_version = 1,
+ *         .name = "mytech.thing", .version = "0.1.0", .kind = WEFT_KIND_TECHNIQUE,
+ *         .slots = WEFT_SLOT_PASS, .create = my_create, .destroy = my_destroy,
+ *         .pass = &my_pass};
+ *     WEFT_SDK_ENTRY(my_desc, 1, 1)
+ */
+#ifndef WEFT_SDK_H
+#define WEFT_SDK_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "weft/plugin.h"
+
+/* Fills err (when not NULL) and returns code. */
+static inline weft_status weft_sdk_error(weft_error *err, weft_status code, const char *source,
+                                         const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static inline weft_status weft_sdk_error(weft_error *err, weft_status code, const char *source,
+                                         const char *fmt, ...) {
+    if (!err) return code;
+    va_list ap;
+    err->size = sizeof(*err);
+    err->code = code;
+    snprintf(err->source, sizeof(err->source), "%s", source ? source : "plugin");
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* The ABI handshake of a plugin that speaks versions lo..hi: picks the highest version both
+ * sides speak, or refuses with WEFT_ERR_ABI and sets *chosen to hi so the host can say what the
+ * plugin was built for (docs/ABI.md, rule 5). */
+static inline weft_status weft_sdk_negotiate(const char *name, uint32_t host_min,
+                                             uint32_t host_max, uint32_t lo, uint32_t hi,
+                                             uint32_t *chosen, weft_error *err) {
+    uint32_t top = host_max < hi ? host_max : hi;
+    uint32_t bottom = host_min > lo ? host_min : lo;
+    if (!chosen)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, name, "negotiate: chosen is NULL");
+    if (top < bottom) {
+        *chosen = hi;
+        return weft_sdk_error(err, WEFT_ERR_ABI, name,
+                              "speaks ABI %u..%u, the host speaks %u..%u", (unsigned)lo,
+                              (unsigned)hi, (unsigned)host_min, (unsigned)host_max);
+    }
+    *chosen = top;
+    return WEFT_OK;
+}
+
+/* Defines the exported entry function for a plugin whose one static descriptor serves every
+ * version in lo..hi (with one version, lo == hi == desc.abi_version). */
+#define WEFT_SDK_ENTRY(desc, lo, hi)                                                           \
+    WEFT_EXPORT weft_status WEFT_PLUGIN_ENTRY(uint32_t host_min, uint32_t host_max,            \
+                                              uint32_t *chosen,                                \
+                                              const weft_plugin_descriptor **out,              \
+                                              weft_error *err) {                               \
+        weft_status st_ = weft_sdk_negotiate((desc).name, host_min, host_max, (lo), (hi),      \
+                                             chosen, err);                                     \
+        if (st_ != WEFT_OK) return st_;                                                        \
+        if (!out) return weft_sdk_error(err, WEFT_ERR_INVALID, (desc).name, "out is NULL");    \
+        *out = &(desc);                                                                        \
+        return WEFT_OK;                                                                        \
+    }
+
+/* Typed option getters: the host validated opts against the manifest's schema and filled every
+ * default, so a missing key or a wrong type means the manifest and the code disagree; the
+ * getters then return def. */
+static inline const weft_option *weft_sdk_option(const weft_options *opts, const char *key) {
+    if (!opts || !key || !opts->items) return NULL;
+    for (uint32_t i = 0; i < opts->count; i++)
+        if (opts->items[i].key && !strcmp(opts->items[i].key, key)) return &opts->items[i];
+    return NULL;
+}
+
+static inline int64_t weft_sdk_option_int(const weft_options *opts, const char *key,
+                                          int64_t def) {
+    const weft_option *o = weft_sdk_option(opts, key);
+    return o && o->type == WEFT_OPTION_INT ? o->i : def;
+}
+
+static inline double weft_sdk_option_float(const weft_options *opts, const char *key,
+                                           double def) {
+    const weft_option *o = weft_sdk_option(opts, key);
+    if (!o) return def;
+    if (o->type == WEFT_OPTION_FLOAT) return o->f;
+    if (o->type == WEFT_OPTION_INT) return (double)o->i;
+    return def;
+}
+
+static inline int weft_sdk_option_bool(const weft_options *opts, const char *key, int def) {
+    const weft_option *o = weft_sdk_option(opts, key);
+    return o && o->type == WEFT_OPTION_BOOL ? (o->i != 0) : def;
+}
+
+static inline const char *weft_sdk_option_string(const weft_options *opts, const char *key,
+                                                 const char *def) {
+    const weft_option *o = weft_sdk_option(opts, key);
+    return o && o->type == WEFT_OPTION_STRING && o->s ? o->s : def;
+}
+
+#endif /* WEFT_SDK_H */

@@ -1,0 +1,1626 @@
+/* The engine (see engine.h and docs/ENGINE.md): opening a candidate into a runnable engine
+ * (host services, op registration, config, weights, slot providers), building one step graph
+ * per shape bucket on demand (model -> passes -> op resolution -> weight binding -> activation
+ * arena -> executor prepare), and the step loop (schedule -> kv -> inputs -> execute ->
+ * sample -> deliver text -> retire).
+ *
+ * Each engine owns a weft_host (plugin/host.h): the services table its plugins receive, with
+ * this engine's services registered in it, so services are per engine, never process globals. */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "engine/providers.h"
+#include "engine/threads.h"
+#include "files/config.h"
+#include "files/safetensors.h"
+#include "graph/graph.h"
+#include "graph/ops.h"
+#include "graph/passes.h"
+#include "plugin/host.h"
+#include "text/stop.h"
+#include "util/error.h"
+
+#define ARENA_ALIGN 256
+#define DEFAULT_MAX_MODEL_LEN 4096
+#define DEFAULT_MAX_BATCH_TOKENS 512
+/* Score steps keep (rows, vocab) f32 logits; cap that buffer. */
+#define SCORE_LOGITS_BYTES (256u << 20)
+#define PROFILE_MAX 64
+
+/* ---- internal types ---------------------------------------------------------------------- */
+typedef struct bound_weight {
+    char key[320];
+    weft_buffer buf;
+    int owned; /* allocated through the backend (else a view of the mmap) */
+} bound_weight;
+
+/* One step graph per bucket, with everything needed to run it. */
+typedef struct variant {
+    weft_bucket bucket;
+    weft_graph *g;
+    const weft_op_impl **impls; /* (n_nodes) */
+    const char **providers;     /* (n_nodes) for printing */
+    weft_buffer *data;          /* (n_tensors) */
+    weft_buffer arena;
+    uint64_t arena_bytes;
+    uint32_t t_tokens, t_positions, t_logits;
+    uint32_t t_kv_slots, t_logit_rows; /* optional device-side step inputs, or NONE */
+    void *prepared;
+    char hash[33];
+} variant;
+
+typedef struct request {
+    uint64_t id;
+    uint32_t state; /* 0 waiting, 1 prefilling, 2 decoding */
+    int32_t *tokens; /* prompt then generated: (cap) */
+    uint32_t n_tokens, cap;
+    uint32_t n_prompt, n_computed, n_generated, max_total;
+    int32_t kv_slot;
+    uint64_t arrival_ns;
+    uint32_t priority;
+    weft_sampler_params sp;
+    int32_t *bias_ids;
+    float *bias_values;
+    int32_t *stop_ids;
+    uint32_t n_stop_ids;
+    int ignore_eos;
+    weft_detok *detok;
+    weft_stopper *stopper;
+    int stopped_by_string;
+    weft_request_callback cb;
+    void *user;
+    int cancelled;
+    uint32_t finish;
+    char message[256];
+    int in_step; /* scheduled in the current step */
+} request;
+
+typedef struct prof_entry {
+    const char *name;
+    double seconds;
+    uint64_t calls;
+    uint64_t open_ns;
+} prof_entry;
+
+struct weft_engine {
+    weft_host *host; /* the services table plugins get, with this engine's services */
+    const weft_host_services *hs;
+    weft_graph_service graph_svc;
+    weft_weights_service weights_svc;
+    weft_device_service device_svc;
+    weft_kv_service kv_svc;
+    weft_threads_service threads_svc;
+    weft_profile_service profile_svc;
+    weft_tokens_service tokens_svc;
+    weft_op_registry *ops;
+    weft_pool *pool;
+    uint32_t n_threads;
+
+    weft_candidate *cand;
+    const weft_loaded_plugin *backend_pl, *model_pl;
+    const weft_backend_vtable *be;
+    void *be_st;
+    void *stream;
+    char backend[32];
+    int zero_copy;
+
+    char model_dir[1024];
+    weft_model_config cfg;
+    char *config_json;
+    weft_generation_config gen;
+    weft_safetensors *st;
+    weft_tokenizer *tok;
+
+    /* slots */
+    const weft_kv_vtable *kv;
+    void *kv_st;
+    int kv_default, kv_ready;
+    uint32_t kv_dtype;
+    char kv_layout[WEFT_LAYOUT_MAX];
+    const weft_scheduler_vtable *sched;
+    void *sched_st;
+    const weft_executor_vtable *exec;
+    void *exec_st;
+    int exec_default;
+    const weft_sampler_vtable *sampler;
+    void *sampler_st;
+
+    uint32_t max_model_len, max_requests, max_batch_tokens;
+    int32_t eos[16];
+    uint32_t n_eos;
+
+    bound_weight *weights;
+    size_t n_weights, cap_weights;
+    variant **variants;
+    size_t n_variants, cap_variants;
+    const variant *current;
+
+    request **reqs;
+    size_t n_reqs, cap_reqs;
+    uint64_t next_id;
+
+    /* step scratch, sized for the largest bucket */
+    int32_t *b_tokens, *b_positions, *b_seq_of_row, *b_logit_rows, *b_kv_slots;
+    weft_seq *b_seqs;
+    request **b_req;       /* (max seqs) request of each seq */
+    uint32_t *b_logit_seq; /* (max seqs) logits row of each seq, UINT32_MAX = none */
+    weft_sched_request *s_reqs;
+    weft_sched_item *s_items;
+    float *logits; /* (max_requests or score rows, vocab) host copy */
+    size_t logits_cap;
+    void *sample_scratch;
+
+    int profile;
+    prof_entry prof[PROFILE_MAX];
+    uint32_t n_prof;
+    weft_engine_stats stats;
+};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- host services (registered with this engine's weft_host) --------------------------- */
+/* weights */
+static weft_status ws_find(void *self, const char *source, weft_weight_info *out,
+                           weft_error *err) {
+    weft_engine *e = self;
+    if (!source || !out)
+        return weft_error_set(err, WEFT_ERR_INVALID, "weights", "find: missing argument");
+    const weft_st_tensor *t = e->st ? weft_safetensors_find(e->st, source) : NULL;
+    if (!t)
+        return weft_error_set(err, WEFT_ERR_NOT_FOUND, "weights",
+                              "%s: the checkpoint has no tensor %s", e->model_dir, source);
+    memset(out, 0, sizeof(*out));
+    out->dtype = t->dtype;
+    out->rank = t->rank;
+    for (uint32_t d = 0; d < t->rank && d < WEFT_MAX_DIMS; d++) out->shape[d] = t->shape[d];
+    out->data = t->data;
+    out->bytes = t->bytes;
+    return WEFT_OK;
+}
+
+static weft_status ws_bound(void *self, uint32_t tensor_id, weft_buffer *out, weft_error *err) {
+    weft_engine *e = self;
+    const variant *v = e->current;
+    if (!v || tensor_id >= v->g->n_tensors || v->g->tensors[tensor_id].kind != WEFT_TENSOR_WEIGHT)
+        return weft_error_set(err, WEFT_ERR_INVALID, "weights",
+                              "bound: tensor %u is not a weight of the graph being prepared",
+                              tensor_id);
+    *out = v->data[tensor_id];
+    return WEFT_OK;
+}
+
+/* device */
+static weft_status ds_alloc(void *self, uint64_t bytes, uint32_t memory, weft_buffer *out,
+                            weft_error *err) {
+    weft_engine *e = self;
+    return e->be->alloc(e->be_st, bytes, memory, out, err);
+}
+
+static void ds_free(void *self, weft_buffer *buf) {
+    weft_engine *e = self;
+    e->be->free(e->be_st, buf);
+}
+
+static weft_status ds_copy(void *self, weft_buffer *dst, uint64_t dst_off, const weft_buffer *src,
+                           uint64_t src_off, uint64_t bytes, void *stream, weft_error *err) {
+    weft_engine *e = self;
+    return e->be->copy(e->be_st, dst, dst_off, src, src_off, bytes, stream, err);
+}
+
+static void *ds_stream(void *self) {
+    return ((weft_engine *)self)->stream;
+}
+
+static void *ds_native(void *self) {
+    weft_engine *e = self;
+    return e->be->native ? e->be->native(e->be_st) : NULL;
+}
+
+/* kv */
+static const weft_kv_view *ks_view(void *self) {
+    weft_engine *e = self;
+    return e->kv_ready ? e->kv->view(e->kv_st) : NULL;
+}
+
+/* threads */
+static uint32_t ts_count(void *self) {
+    return ((weft_engine *)self)->n_threads;
+}
+
+static void ts_parallel_for(void *self, void (*fn)(void *, uint32_t, uint32_t), void *arg,
+                            uint32_t n) {
+    weft_engine *e = self;
+    if (!e->pool && e->n_threads > 1) e->pool = weft_pool_new(e->n_threads);
+    weft_pool_parallel_for(e->pool, fn, arg, n);
+}
+
+/* profile */
+static int32_t ps_enabled(void *self) {
+    return ((weft_engine *)self)->profile;
+}
+
+static prof_entry *prof_find(weft_engine *e, const char *name) {
+    for (uint32_t i = 0; i < e->n_prof; i++)
+        if (e->prof[i].name == name || !strcmp(e->prof[i].name, name)) return &e->prof[i];
+    if (e->n_prof == PROFILE_MAX) return NULL;
+    prof_entry *p = &e->prof[e->n_prof++];
+    memset(p, 0, sizeof(*p));
+    p->name = name; /* op classes are static strings (op names) */
+    return p;
+}
+
+static void ps_begin(void *self, const char *op_class, void *stream) {
+    (void)stream;
+    weft_engine *e = self;
+    prof_entry *p = e->profile && op_class ? prof_find(e, op_class) : NULL;
+    if (p) p->open_ns = now_ns();
+}
+
+static void ps_end(void *self, const char *op_class, void *stream) {
+    weft_engine *e = self;
+    prof_entry *p = e->profile && op_class ? prof_find(e, op_class) : NULL;
+    if (!p || !p->open_ns) return;
+    /* Device backends time asynchronously; the host clock is exact on cpu, where every op
+     * finishes before it returns. */
+    if (e->be && e->be->synchronize && e->stream) e->be->synchronize(e->be_st, stream, NULL);
+    p->seconds += (double)(now_ns() - p->open_ns) * 1e-9;
+    p->calls++;
+    p->open_ns = 0;
+}
+
+/* tokens */
+static weft_status tks_history(void *self, uint64_t request_id, const int32_t **tokens,
+                               uint32_t *n) {
+    weft_engine *e = self;
+    for (size_t i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->id == request_id) {
+            *tokens = e->reqs[i]->tokens;
+            *n = e->reqs[i]->n_tokens;
+            return WEFT_OK;
+        }
+    return WEFT_ERR_NOT_FOUND;
+}
+
+static uint32_t tks_vocab(void *self) {
+    return ((weft_engine *)self)->cfg.vocab_size;
+}
+
+/* The services every plugin may ask for from create() on; weights, device and kv are
+ * registered when they exist (after the model is opened, the backend known, the kv set up). */
+static weft_status services_init(weft_engine *e, weft_error *err) {
+    e->host = weft_host_new();
+    if (!e->host) return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    e->hs = weft_host_services_of(e->host);
+    e->graph_svc = *weft_graph_service_get();
+    e->weights_svc = (weft_weights_service){sizeof(weft_weights_service), 1, e, ws_find, ws_bound};
+    e->device_svc = (weft_device_service){sizeof(weft_device_service), 1, e, "", ds_alloc,
+                                          ds_free, ds_copy, ds_stream, ds_native};
+    e->kv_svc = (weft_kv_service){sizeof(weft_kv_service), 1, e, ks_view};
+    e->threads_svc =
+        (weft_threads_service){sizeof(weft_threads_service), 1, e, ts_count, ts_parallel_for};
+    e->profile_svc =
+        (weft_profile_service){sizeof(weft_profile_service), 1, e, ps_enabled, ps_begin, ps_end};
+    e->tokens_svc = (weft_tokens_service){sizeof(weft_tokens_service), 1, e, tks_history, tks_vocab};
+    weft_status s = weft_host_register_service(e->host, WEFT_SERVICE_GRAPH, &e->graph_svc);
+    if (s == WEFT_OK)
+        s = weft_host_register_service(e->host, WEFT_SERVICE_OPS,
+                                       weft_op_registry_service(e->ops));
+    if (s == WEFT_OK) s = weft_host_register_service(e->host, WEFT_SERVICE_THREADS, &e->threads_svc);
+    if (s == WEFT_OK) s = weft_host_register_service(e->host, WEFT_SERVICE_PROFILE, &e->profile_svc);
+    if (s == WEFT_OK) s = weft_host_register_service(e->host, WEFT_SERVICE_TOKENS, &e->tokens_svc);
+    if (s != WEFT_OK) return weft_error_set(err, s, "engine", "registering host services failed");
+    return WEFT_OK;
+}
+
+static weft_status register_late(weft_engine *e, uint32_t id, const void *table, weft_error *err) {
+    weft_status s = weft_host_register_service(e->host, id, table);
+    return s == WEFT_OK ? s : weft_error_set(err, s, "engine", "registering service %u failed", id);
+}
+
+/* ---- options and small helpers ----------------------------------------------------------- */
+void weft_engine_options_default(weft_engine_options *o) {
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+}
+
+void weft_request_params_default(weft_request_params *p) {
+    memset(p, 0, sizeof(*p));
+    p->size = sizeof(*p);
+    weft_sampler_params_default(&p->sampling);
+    p->skip_special = 1;
+    p->detokenize = 1;
+}
+
+const char *weft_finish_name(uint32_t finish) {
+    switch (finish) {
+    case WEFT_FINISH_NONE: return "none";
+    case WEFT_FINISH_STOP: return "stop";
+    case WEFT_FINISH_LENGTH: return "length";
+    case WEFT_FINISH_CANCELLED: return "cancelled";
+    case WEFT_FINISH_ERROR: return "error";
+    default: return "?";
+    }
+}
+
+static const char *err_text(const weft_error *err) {
+    return err && err->message[0] ? err->message : "the step failed";
+}
+
+static int file_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static uint32_t pow2_at_least(uint32_t n) {
+    uint32_t p = 1;
+    while (p < n && p < (1u << 30)) p <<= 1;
+    return p;
+}
+
+/* ---- weights ----------------------------------------------------------------------------- */
+static bound_weight *weight_lookup(weft_engine *e, const char *key) {
+    for (size_t i = 0; i < e->n_weights; i++)
+        if (!strcmp(e->weights[i].key, key)) return &e->weights[i];
+    return NULL;
+}
+
+static uint64_t weight_bytes(const weft_tensor *t) {
+    uint64_t b = weft_graph_tensor_bytes(t);
+    /* Technique dtypes cannot be sized by the host: the pass that made the tensor writes its
+     * byte size into reserved[0] (docs/ENGINE.md, "Derived weights"). */
+    if (!b) b = t->reserved[0];
+    return b;
+}
+
+/* Binds weight tensor t of graph g to a buffer, sharing one buffer between every tensor (in
+ * every bucket's graph) with the same binding. */
+static weft_status bind_weight(weft_engine *e, const weft_graph *g, const weft_tensor *t,
+                               weft_buffer *out, weft_error *err) {
+    uint64_t bytes = weight_bytes(t);
+    if (!bytes)
+        return weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                              "weight %s: cannot size dtype %u (a technique dtype needs its byte "
+                              "size in reserved[0])", t->name, t->dtype);
+    char key[320];
+    if (t->deriver[0])
+        snprintf(key, sizeof(key), "derived:%s:%s:%u:%s:%" PRIu64, t->deriver, t->name, t->dtype,
+                 t->layout, bytes);
+    else
+        snprintf(key, sizeof(key), "source:%s:%u:%s:%" PRIu64, t->source, t->dtype, t->layout,
+                 bytes);
+    bound_weight *bw = weight_lookup(e, key);
+    if (bw) {
+        *out = bw->buf;
+        return WEFT_OK;
+    }
+    if (e->n_weights == e->cap_weights) {
+        size_t cap = e->cap_weights ? e->cap_weights * 2 : 64;
+        bound_weight *w = realloc(e->weights, cap * sizeof(*w));
+        if (!w) return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+        e->weights = w;
+        e->cap_weights = cap;
+    }
+    bound_weight nw;
+    memset(&nw, 0, sizeof(nw));
+    snprintf(nw.key, sizeof(nw.key), "%s", key);
+    weft_status s;
+    if (t->deriver[0]) {
+        const weft_loaded_plugin *p = weft_passes_deriver(e->cand, t->deriver);
+        if (!p || !p->desc->pass->derive_weight)
+            return weft_error_set(err, WEFT_ERR_NOT_FOUND, "engine",
+                                  "weight %s: derived by %s, which is not a pass of this "
+                                  "candidate with derive_weight", t->name, t->deriver);
+        void *host = malloc(bytes);
+        if (!host)
+            return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "weight %s: %" PRIu64 " bytes",
+                                  t->name, bytes);
+        s = p->desc->pass->derive_weight(p->state, g, t, host, bytes, &e->weights_svc, err);
+        if (s == WEFT_OK) s = e->be->alloc(e->be_st, bytes, WEFT_MEMORY_DEVICE, &nw.buf, err);
+        if (s == WEFT_OK) {
+            nw.owned = 1;
+            s = e->be->upload(e->be_st, &nw.buf, 0, host, bytes, err);
+        }
+        free(host);
+        if (s != WEFT_OK) {
+            if (nw.owned) e->be->free(e->be_st, &nw.buf);
+            weft_error_prefix(err, "weight %s (derived by %s)", t->name, t->deriver);
+            return s;
+        }
+    } else {
+        const weft_st_tensor *src = weft_safetensors_find(e->st, t->source);
+        if (!src)
+            return weft_error_set(err, WEFT_ERR_NOT_FOUND, "engine",
+                                  "weight %s: %s has no tensor %s", t->name, e->model_dir,
+                                  t->source);
+        if (src->dtype != t->dtype || src->bytes != bytes)
+            return weft_error_set(err, WEFT_ERR_MISMATCH, "engine",
+                                  "weight %s: checkpoint tensor %s is %s (%" PRIu64
+                                  " bytes), the graph expects %s (%" PRIu64 " bytes); a pass "
+                                  "that changes a weight's format must derive it",
+                                  t->name, t->source, weft_dtype_name(src->dtype), src->bytes,
+                                  weft_graph_dtype_name(t->dtype) ? weft_graph_dtype_name(t->dtype)
+                                                                  : "?",
+                                  bytes);
+        uint32_t es = weft_graph_dtype_size(t->dtype);
+        if (e->zero_copy && es && ((uintptr_t)src->data % es) == 0) {
+            /* cpu: the mapping is the weight. Read-only pages: kernels never write weights. */
+            nw.buf.ptr = (void *)src->data;
+            nw.buf.bytes = bytes;
+            nw.buf.memory = WEFT_MEMORY_HOST;
+        } else {
+            s = e->be->alloc(e->be_st, bytes, WEFT_MEMORY_DEVICE, &nw.buf, err);
+            if (s == WEFT_OK) {
+                nw.owned = 1;
+                s = e->be->upload(e->be_st, &nw.buf, 0, src->data, bytes, err);
+            }
+            if (s != WEFT_OK) {
+                if (nw.owned) e->be->free(e->be_st, &nw.buf);
+                weft_error_prefix(err, "weight %s", t->name);
+                return s;
+            }
+        }
+    }
+    e->weights[e->n_weights++] = nw;
+    *out = nw.buf;
+    return WEFT_OK;
+}
+
+/* ---- activation arena -------------------------------------------------------------------- */
+typedef struct live {
+    uint32_t t;
+    int64_t first, last; /* node interval, inclusive */
+    uint64_t bytes, offset;
+    int placed;
+} live;
+
+static int live_by_size(const void *a, const void *b) {
+    const live *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+
+static int u64_pair_cmp(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Places every activation, input and output tensor in one arena. Two tensors share bytes only
+ * when their live intervals (first producer .. last reader, inclusive, so a node's outputs never
+ * alias its inputs) do not overlap; inputs and outputs live for the whole step. Largest first,
+ * each at the lowest offset that fits. */
+static weft_status plan_arena(const weft_graph *g, uint64_t *offsets, uint64_t *total,
+                              weft_error *err) {
+    live *lv = calloc(g->n_tensors ? g->n_tensors : 1, sizeof(*lv));
+    uint64_t *busy = calloc(2 * (size_t)(g->n_tensors ? g->n_tensors : 1), sizeof(uint64_t));
+    if (!lv || !busy) {
+        free(lv);
+        free(busy);
+        return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    }
+    for (uint32_t t = 0; t < g->n_tensors; t++) {
+        lv[t].t = t;
+        lv[t].first = INT64_MAX;
+        lv[t].last = -1;
+        offsets[t] = UINT64_MAX;
+    }
+    int64_t end = g->n_nodes;
+    for (uint32_t n = 0; n < g->n_nodes; n++) {
+        const weft_node *nd = &g->nodes[n];
+        for (uint32_t i = 0; i < nd->n_in; i++)
+            if (nd->in[i] < g->n_tensors) {
+                live *l = &lv[nd->in[i]];
+                if (l->first > n) l->first = n;
+                if (l->last < (int64_t)n) l->last = n;
+            }
+        for (uint32_t o = 0; o < nd->n_out; o++)
+            if (nd->out[o] < g->n_tensors) {
+                live *l = &lv[nd->out[o]];
+                if (l->first > n) l->first = n;
+                if (l->last < (int64_t)n) l->last = n;
+            }
+    }
+    uint32_t n_live = 0;
+    for (uint32_t t = 0; t < g->n_tensors; t++) {
+        const weft_tensor *tt = &g->tensors[t];
+        if (tt->kind == WEFT_TENSOR_WEIGHT || lv[t].last < 0) continue;
+        if (tt->kind == WEFT_TENSOR_INPUT || tt->kind == WEFT_TENSOR_OUTPUT) {
+            lv[t].first = -1;
+            lv[t].last = end;
+        }
+        lv[t].bytes = weft_graph_tensor_bytes(tt);
+        if (!lv[t].bytes) {
+            free(lv);
+            free(busy);
+            return weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                                  "tensor %s: cannot size dtype %u for the activation arena",
+                                  tt->name, tt->dtype);
+        }
+        lv[t].bytes = (lv[t].bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+        lv[n_live++] = lv[t];
+    }
+    qsort(lv, n_live, sizeof(*lv), live_by_size);
+    uint64_t top = 0;
+    for (uint32_t i = 0; i < n_live; i++) {
+        size_t nb = 0;
+        for (uint32_t j = 0; j < i; j++)
+            if (lv[j].first <= lv[i].last && lv[i].first <= lv[j].last) {
+                busy[2 * nb] = lv[j].offset;
+                busy[2 * nb + 1] = lv[j].offset + lv[j].bytes;
+                nb++;
+            }
+        qsort(busy, nb, 2 * sizeof(uint64_t), u64_pair_cmp);
+        uint64_t at = 0;
+        for (size_t k = 0; k < nb; k++) {
+            if (busy[2 * k] >= at + lv[i].bytes) break;
+            if (busy[2 * k + 1] > at) at = busy[2 * k + 1];
+        }
+        lv[i].offset = at;
+        offsets[lv[i].t] = at;
+        if (at + lv[i].bytes > top) top = at + lv[i].bytes;
+    }
+    *total = top;
+    free(lv);
+    free(busy);
+    return WEFT_OK;
+}
+
+/* ---- variants (one graph per bucket) ----------------------------------------------------- */
+static void variant_free(weft_engine *e, variant *v) {
+    if (!v) return;
+    if (v->prepared && e->exec && e->exec->release) e->exec->release(e->exec_st, v->prepared);
+    if (v->arena.ptr && e->be) e->be->free(e->be_st, &v->arena);
+    free(v->impls);
+    free(v->providers);
+    free(v->data);
+    weft_graph_free(v->g);
+    free(v);
+}
+
+/* The kv cache dtype: what the model feeds the attention node's k input. */
+static uint32_t attention_dtype(const weft_graph *g) {
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == WEFT_OP_ATTENTION && g->nodes[i].in[1] < g->n_tensors)
+            return g->tensors[g->nodes[i].in[1]].dtype;
+    return WEFT_DTYPE_F32;
+}
+
+static weft_status kv_setup(weft_engine *e, const weft_graph *g, weft_error *err) {
+    weft_kv_geometry geo;
+    memset(&geo, 0, sizeof(geo));
+    geo.size = sizeof(geo);
+    geo.n_layers = e->cfg.n_layers;
+    geo.n_kv_heads = e->cfg.n_kv_heads;
+    geo.head_dim = e->cfg.head_dim;
+    geo.dtype = attention_dtype(g);
+    geo.max_seq = e->max_model_len;
+    geo.max_requests = e->max_requests;
+    weft_status s = e->kv->init(e->kv_st, &geo, &e->device_svc, err);
+    if (s != WEFT_OK) {
+        weft_error_prefix(err, "kv init");
+        return s;
+    }
+    e->kv_ready = 1;
+    s = register_late(e, WEFT_SERVICE_KV, &e->kv_svc, err);
+    if (s != WEFT_OK) return s;
+    const weft_kv_view *view = e->kv->view(e->kv_st);
+    e->kv_dtype = geo.dtype;
+    snprintf(e->kv_layout, sizeof(e->kv_layout), "%s", view ? view->layout : "");
+    return WEFT_OK;
+}
+
+static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t max_logits,
+                                 variant **out, weft_error *err) {
+    variant *v = calloc(1, sizeof(*v));
+    if (!v) return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    v->bucket.size = sizeof(v->bucket);
+    v->bucket.max_tokens = max_tokens;
+    v->bucket.max_seqs = max_tokens < e->max_requests ? max_tokens : e->max_requests;
+    v->bucket.max_logits = max_logits;
+    v->g = weft_graph_new(&v->bucket);
+    weft_status s = v->g ? WEFT_OK : weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    const weft_model_vtable *mv = e->model_pl->desc->model;
+    if (s == WEFT_OK) {
+        weft_error_clear(err);
+        s = mv->build_graph(e->model_pl->state, &e->cfg, &v->bucket, &e->graph_svc, v->g, err);
+        if (s != WEFT_OK) {
+            if (s > 0) s = WEFT_ERR_INTERNAL;
+            weft_error_prefix(err, "model %s: build_graph (bucket of %u tokens)",
+                              e->model_pl->name, max_tokens);
+        }
+    }
+    if (s == WEFT_OK) {
+        s = weft_graph_validate(v->g, err);
+        if (s != WEFT_OK) weft_error_prefix(err, "graph of model %s", e->model_pl->name);
+    }
+    if (s == WEFT_OK) s = weft_passes_run(e->cand, &e->cfg, v->g, NULL, err);
+    if (s == WEFT_OK && !e->kv_ready) s = kv_setup(e, v->g, err);
+    const weft_graph *g = v->g;
+    if (s == WEFT_OK) {
+        v->impls = calloc(g->n_nodes, sizeof(*v->impls));
+        v->providers = calloc(g->n_nodes, sizeof(*v->providers));
+        v->data = calloc(g->n_tensors, sizeof(*v->data));
+        if (!v->impls || !v->providers || !v->data)
+            s = weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    }
+    if (s == WEFT_OK)
+        s = weft_op_registry_resolve(e->ops, g, e->backend, e->kv_dtype, e->kv_layout, v->impls,
+                                     err);
+    if (s == WEFT_OK) {
+        for (uint32_t i = 0; i < g->n_nodes; i++) v->providers[i] = v->impls[i]->provider;
+        v->t_tokens = e->graph_svc.tensor_find(g, WEFT_INPUT_TOKENS);
+        v->t_positions = e->graph_svc.tensor_find(g, WEFT_INPUT_POSITIONS);
+        v->t_logits = e->graph_svc.tensor_find(g, WEFT_OUTPUT_LOGITS);
+        v->t_kv_slots = e->graph_svc.tensor_find(g, WEFT_INPUT_KV_SLOTS);
+        v->t_logit_rows = e->graph_svc.tensor_find(g, WEFT_INPUT_LOGIT_ROWS);
+        if (v->t_tokens == WEFT_TENSOR_NONE || v->t_positions == WEFT_TENSOR_NONE ||
+            v->t_logits == WEFT_TENSOR_NONE)
+            s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                               "the graph must have tensors %s, %s and %s (model %s)",
+                               WEFT_INPUT_TOKENS, WEFT_INPUT_POSITIONS, WEFT_OUTPUT_LOGITS,
+                               e->model_pl->name);
+        for (uint32_t t = 0; s == WEFT_OK && t < g->n_tensors; t++) {
+            const weft_tensor *tt = &g->tensors[t];
+            if (tt->kind == WEFT_TENSOR_INPUT && t != v->t_tokens && t != v->t_positions &&
+                t != v->t_kv_slots && t != v->t_logit_rows && e->graph_svc.tensor_uses(g, t))
+                s = weft_error_set(err, WEFT_ERR_UNSUPPORTED, "engine",
+                                   "graph input %s is not one the engine fills (%s, %s, %s, %s)",
+                                   tt->name, WEFT_INPUT_TOKENS, WEFT_INPUT_POSITIONS,
+                                   WEFT_INPUT_KV_SLOTS, WEFT_INPUT_LOGIT_ROWS);
+            else if (tt->kind == WEFT_TENSOR_INPUT && tt->dtype != WEFT_DTYPE_I32)
+                s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                                   "graph input %s: expected i32, got dtype %u", tt->name,
+                                   tt->dtype);
+        }
+        if (s == WEFT_OK && (g->tensors[v->t_logits].dtype != WEFT_DTYPE_F32 ||
+                             g->tensors[v->t_logits].rank != 2 ||
+                             g->tensors[v->t_logits].shape[1] != e->cfg.vocab_size ||
+                             g->tensors[v->t_logits].shape[0] < max_logits))
+            s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                               "%s: expected f32 (>= %u, %u), got dtype %u rank %u",
+                               WEFT_OUTPUT_LOGITS, max_logits, e->cfg.vocab_size,
+                               g->tensors[v->t_logits].dtype, g->tensors[v->t_logits].rank);
+    }
+    /* Weights. */
+    for (uint32_t t = 0; s == WEFT_OK && t < g->n_tensors; t++)
+        if (g->tensors[t].kind == WEFT_TENSOR_WEIGHT && e->graph_svc.tensor_uses(g, t))
+            s = bind_weight(e, g, &g->tensors[t], &v->data[t], err);
+    /* Activations. */
+    if (s == WEFT_OK) {
+        uint64_t *offsets = malloc(sizeof(uint64_t) * g->n_tensors);
+        if (!offsets) s = weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+        if (s == WEFT_OK) s = plan_arena(g, offsets, &v->arena_bytes, err);
+        if (s == WEFT_OK)
+            s = e->be->alloc(e->be_st, v->arena_bytes ? v->arena_bytes : ARENA_ALIGN,
+                             WEFT_MEMORY_DEVICE, &v->arena, err);
+        if (s == WEFT_OK)
+            for (uint32_t t = 0; t < g->n_tensors; t++) {
+                if (offsets[t] == UINT64_MAX) continue;
+                v->data[t].ptr = (uint8_t *)v->arena.ptr + offsets[t];
+                v->data[t].bytes = weft_graph_tensor_bytes(&g->tensors[t]);
+                v->data[t].memory = v->arena.memory;
+                v->data[t].handle = v->arena.handle;
+            }
+        else
+            weft_error_prefix(err, "activation arena of %" PRIu64 " bytes", v->arena_bytes);
+        free(offsets);
+    }
+    if (s == WEFT_OK) {
+        weft_exec_ctx ctx;
+        memset(&ctx, 0, sizeof(ctx));
+        ctx.size = sizeof(ctx);
+        ctx.graph = g;
+        ctx.data = v->data;
+        ctx.kv = e->kv->view(e->kv_st);
+        ctx.backend = e->be_st;
+        ctx.stream = e->stream;
+        ctx.host = e->hs;
+        e->current = v;
+        s = e->exec->prepare(e->exec_st, g, v->impls, &ctx, &v->prepared, err);
+        if (s != WEFT_OK) weft_error_prefix(err, "executor prepare");
+    }
+    if (s == WEFT_OK && weft_graph_hash(g, v->hash) != WEFT_OK)
+        s = weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    if (s != WEFT_OK) {
+        variant_free(e, v);
+        return s < 0 ? s : WEFT_ERR_INTERNAL;
+    }
+    e->stats.graphs_built++;
+    *out = v;
+    return WEFT_OK;
+}
+
+/* The variant for a step of n_rows rows and n_logits logit rows: the smallest power-of-two
+ * bucket that holds the rows (capped at max_batch_tokens). score = every row has logits. */
+static weft_status variant_get(weft_engine *e, uint32_t n_rows, uint32_t n_logits, int score,
+                               variant **out, weft_error *err) {
+    uint32_t T = pow2_at_least(n_rows);
+    if (T > e->max_batch_tokens) T = e->max_batch_tokens;
+    if (n_rows > T)
+        return weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                              "a step of %u rows exceeds the largest bucket (%u)", n_rows, T);
+    uint32_t seqs = T < e->max_requests ? T : e->max_requests;
+    uint32_t R = score ? T : seqs;
+    if (n_logits > R)
+        return weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                              "a step with %u logit rows exceeds the bucket's %u", n_logits, R);
+    for (size_t i = 0; i < e->n_variants; i++)
+        if (e->variants[i]->bucket.max_tokens == T && e->variants[i]->bucket.max_logits == R) {
+            *out = e->variants[i];
+            return WEFT_OK;
+        }
+    if (e->n_variants == e->cap_variants) {
+        size_t cap = e->cap_variants ? e->cap_variants * 2 : 16;
+        variant **vs = realloc(e->variants, cap * sizeof(*vs));
+        if (!vs) return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+        e->variants = vs;
+        e->cap_variants = cap;
+    }
+    variant *v = NULL;
+    weft_status s = variant_build(e, T, R, &v, err);
+    if (s != WEFT_OK) return s;
+    e->variants[e->n_variants++] = v;
+    *out = v;
+    return WEFT_OK;
+}
+
+/* ---- open and close ---------------------------------------------------------------------- */
+static weft_status register_ops(weft_engine *e, weft_error *err) {
+    weft_op_registry_set_provider(e->ops, e->backend_pl->name);
+    if (!e->be->register_ops)
+        return weft_error_set(err, WEFT_ERR_INVALID, e->backend_pl->name,
+                              "backend has no register_ops");
+    weft_status s = e->be->register_ops(e->be_st, weft_op_registry_service(e->ops), err);
+    if (s != WEFT_OK) {
+        weft_error_prefix(err, "backend %s: register_ops", e->backend_pl->name);
+        return s < 0 ? s : WEFT_ERR_INTERNAL;
+    }
+    for (size_t i = 0; i < e->cand->n_plugins; i++) {
+        const weft_loaded_plugin *p = &e->cand->plugins[i];
+        if (!(p->desc->slots & WEFT_SLOT_OPS) || !p->desc->opset || !p->desc->opset->register_ops)
+            continue;
+        weft_op_registry_set_provider(e->ops, p->name);
+        s = p->desc->opset->register_ops(p->state, e->backend, weft_op_registry_service(e->ops),
+                                         err);
+        if (s != WEFT_OK) {
+            weft_error_prefix(err, "%s: register_ops", p->name);
+            return s < 0 ? s : WEFT_ERR_INTERNAL;
+        }
+    }
+    weft_op_registry_set_provider(e->ops, "");
+    return WEFT_OK;
+}
+
+static void choose_slots(weft_engine *e) {
+    const weft_loaded_plugin *p;
+    if ((p = weft_candidate_slot(e->cand, WEFT_SLOT_KV)) && p->desc->kv) {
+        e->kv = p->desc->kv;
+        e->kv_st = p->state;
+    } else {
+        e->kv = &weft_kv_contiguous_vtable;
+        e->kv_st = weft_kv_contiguous_new();
+        e->kv_default = 1;
+    }
+    if ((p = weft_candidate_slot(e->cand, WEFT_SLOT_SCHEDULER)) && p->desc->scheduler) {
+        e->sched = p->desc->scheduler;
+        e->sched_st = p->state;
+    } else {
+        e->sched = &weft_sched_serial_vtable;
+    }
+    if ((p = weft_candidate_slot(e->cand, WEFT_SLOT_EXECUTOR)) && p->desc->executor) {
+        e->exec = p->desc->executor;
+        e->exec_st = p->state;
+    } else {
+        e->exec = &weft_exec_eager_vtable;
+        e->exec_st = weft_exec_eager_new(&e->profile_svc);
+        e->exec_default = 1;
+    }
+    if ((p = weft_candidate_slot(e->cand, WEFT_SLOT_SAMPLER)) && p->desc->sampler) {
+        e->sampler = p->desc->sampler;
+        e->sampler_st = p->state;
+    }
+}
+
+static void add_eos(weft_engine *e, int32_t id) {
+    if (id < 0 || (uint32_t)id >= e->cfg.vocab_size) return;
+    for (uint32_t i = 0; i < e->n_eos; i++)
+        if (e->eos[i] == id) return;
+    if (e->n_eos < sizeof(e->eos) / sizeof(e->eos[0])) e->eos[e->n_eos++] = id;
+}
+
+static weft_status open_model(weft_engine *e, weft_error *err) {
+    snprintf(e->model_dir, sizeof(e->model_dir), "%s", e->cand->model_dir);
+    memset(&e->cfg, 0, sizeof(e->cfg));
+    e->cfg.size = sizeof(e->cfg);
+    weft_status s = weft_config_load(e->model_dir, &e->cfg, &e->config_json, err);
+    if (s != WEFT_OK) return s;
+    const weft_model_vtable *mv = e->model_pl->desc->model;
+    if (!mv || !mv->configure || !mv->build_graph)
+        return weft_error_set(err, WEFT_ERR_INVALID, e->model_pl->name,
+                              "model plugin without configure and build_graph");
+    weft_error_clear(err);
+    s = mv->configure(e->model_pl->state, e->config_json, &e->cfg, err);
+    if (s != WEFT_OK) {
+        weft_error_prefix(err, "%s", e->model_dir);
+        return s < 0 ? s : WEFT_ERR_INTERNAL;
+    }
+    s = weft_generation_config_load(e->model_dir, &e->gen, err);
+    if (s != WEFT_OK) return s;
+    for (uint32_t i = 0; i < e->cfg.n_eos && i < 8; i++) add_eos(e, e->cfg.eos_token_ids[i]);
+    for (uint32_t i = 0; i < e->gen.n_eos && i < 8; i++) add_eos(e, e->gen.eos_token_ids[i]);
+    s = weft_safetensors_open_dir(e->model_dir, &e->st, err);
+    if (s != WEFT_OK) return s;
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", e->model_dir);
+    if (file_exists(path)) {
+        s = weft_tokenizer_load(path, &e->tok, err);
+        if (s != WEFT_OK) return s;
+    }
+    return WEFT_OK;
+}
+
+static weft_status alloc_scratch(weft_engine *e, weft_error *err) {
+    uint32_t T = e->max_batch_tokens, S = e->max_requests;
+    e->b_tokens = calloc(T, sizeof(int32_t));
+    e->b_positions = calloc(T, sizeof(int32_t));
+    e->b_seq_of_row = calloc(T, sizeof(int32_t));
+    e->b_logit_rows = calloc(T, sizeof(int32_t));
+    e->b_kv_slots = calloc(T, sizeof(int32_t));
+    e->b_seqs = calloc(S, sizeof(weft_seq));
+    e->b_req = calloc(S, sizeof(request *));
+    e->b_logit_seq = calloc(S, sizeof(uint32_t));
+    e->logits_cap = (size_t)S * e->cfg.vocab_size;
+    e->logits = malloc(e->logits_cap * sizeof(float));
+    e->sample_scratch = malloc(weft_sample_scratch_bytes(e->cfg.vocab_size));
+    if (!e->b_tokens || !e->b_positions || !e->b_seq_of_row || !e->b_logit_rows || !e->b_kv_slots || !e->b_seqs ||
+        !e->b_req || !e->b_logit_seq || !e->logits || !e->sample_scratch)
+        return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    return WEFT_OK;
+}
+
+weft_status weft_engine_open(const weft_engine_options *o, weft_engine **out, weft_error *err) {
+    if (!o || !out) return weft_error_set(err, WEFT_ERR_INVALID, "engine", "missing argument");
+    *out = NULL;
+    if (!o->lock_path == !o->manifest_path)
+        return weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                              "expected exactly one of a lock or a candidate manifest, got %s",
+                              o->lock_path ? "both" : "neither");
+    weft_engine *e = calloc(1, sizeof(*e));
+    if (!e) return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    e->profile = o->profile;
+    e->next_id = 1;
+    e->n_threads = o->threads;
+    e->ops = weft_op_registry_new();
+    weft_status s = e->ops ? WEFT_OK : weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    if (s == WEFT_OK) s = services_init(e, err);
+    if (s == WEFT_OK) {
+        if (o->lock_path)
+            s = weft_candidate_load_lock(o->lock_path, e->hs, &e->cand, err);
+        else
+            s = weft_candidate_load_manifest(o->manifest_path, o->model_dir, e->hs, &e->cand,
+                                             err);
+    }
+    if (s == WEFT_OK) {
+        if (!e->n_threads) e->n_threads = e->cand->threads ? e->cand->threads : 1;
+        e->backend_pl = weft_candidate_slot(e->cand, WEFT_SLOT_BACKEND);
+        e->model_pl = weft_candidate_slot(e->cand, WEFT_SLOT_MODEL);
+        if (!e->backend_pl || !e->backend_pl->desc->backend)
+            s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                               "candidate %s has no backend plugin", e->cand->path);
+        else if (!e->model_pl || !e->model_pl->desc->model)
+            s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                               "candidate %s has no model plugin", e->cand->path);
+    }
+    if (s == WEFT_OK) {
+        e->be = e->backend_pl->desc->backend;
+        e->be_st = e->backend_pl->state;
+        snprintf(e->backend, sizeof(e->backend), "%s",
+                 e->cand->backend[0] ? e->cand->backend : e->backend_pl->name);
+        e->device_svc.backend = e->backend;
+        if (!e->be->alloc || !e->be->free || !e->be->copy || !e->be->upload || !e->be->download)
+            s = weft_error_set(err, WEFT_ERR_INVALID, e->backend_pl->name,
+                               "backend vtable lacks alloc, free, copy, upload or download");
+        else
+            e->stream = e->be->stream ? e->be->stream(e->be_st) : NULL;
+        e->zero_copy = !strcmp(e->backend, "cpu");
+    }
+    if (s == WEFT_OK) s = register_late(e, WEFT_SERVICE_DEVICE, &e->device_svc, err);
+    if (s == WEFT_OK) s = register_ops(e, err);
+    if (s == WEFT_OK) s = open_model(e, err);
+    if (s == WEFT_OK) s = register_late(e, WEFT_SERVICE_WEIGHTS, &e->weights_svc, err);
+    if (s == WEFT_OK) {
+        uint32_t model_max = e->cfg.max_position ? e->cfg.max_position : DEFAULT_MAX_MODEL_LEN;
+        e->max_model_len = o->max_model_len     ? o->max_model_len
+                           : e->cand->max_model_len ? e->cand->max_model_len
+                           : model_max < DEFAULT_MAX_MODEL_LEN ? model_max
+                                                             : DEFAULT_MAX_MODEL_LEN;
+        if (e->max_model_len < 2)
+            s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                               "max_model_len: expected at least 2, got %u", e->max_model_len);
+        e->max_requests = o->max_requests       ? o->max_requests
+                          : e->cand->max_concurrency ? e->cand->max_concurrency
+                                                     : 1;
+        e->max_batch_tokens = o->max_batch_tokens ? o->max_batch_tokens : DEFAULT_MAX_BATCH_TOKENS;
+        if (e->max_batch_tokens > e->max_model_len) e->max_batch_tokens = e->max_model_len;
+        if (e->max_batch_tokens < e->max_requests) e->max_batch_tokens = e->max_requests;
+    }
+    if (s == WEFT_OK) {
+        choose_slots(e);
+        if (!e->kv_st && e->kv_default)
+            s = weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+        if (!e->exec_st && e->exec_default)
+            s = weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    }
+    if (s == WEFT_OK) s = alloc_scratch(e, err);
+    /* The decode graph is built now: a model, pass or op problem shows at open, not at the
+     * first request. */
+    variant *v = NULL;
+    if (s == WEFT_OK) s = variant_get(e, 1, 1, 0, &v, err);
+    if (s != WEFT_OK) {
+        weft_engine_close(e);
+        return s < 0 ? s : WEFT_ERR_INTERNAL;
+    }
+    *out = e;
+    return WEFT_OK;
+}
+
+static void request_free(request *r) {
+    if (!r) return;
+    free(r->tokens);
+    free(r->bias_ids);
+    free(r->bias_values);
+    free(r->stop_ids);
+    free((void *)r->sp.eos_ids);
+    weft_detok_free(r->detok);
+    weft_stopper_free(r->stopper);
+    free(r);
+}
+
+void weft_engine_close(weft_engine *e) {
+    if (!e) return;
+    for (size_t i = 0; i < e->n_reqs; i++) {
+        if (e->reqs[i]->kv_slot >= 0 && e->kv_ready) e->kv->close(e->kv_st, e->reqs[i]->kv_slot);
+        request_free(e->reqs[i]);
+    }
+    free(e->reqs);
+    for (size_t i = 0; i < e->n_variants; i++) variant_free(e, e->variants[i]);
+    free(e->variants);
+    if (e->kv_ready && e->kv->fini) e->kv->fini(e->kv_st);
+    if (e->kv_default) weft_kv_contiguous_free(e->kv_st);
+    if (e->exec_default) weft_exec_eager_free(e->exec_st);
+    for (size_t i = 0; i < e->n_weights; i++)
+        if (e->weights[i].owned) e->be->free(e->be_st, &e->weights[i].buf);
+    free(e->weights);
+    free(e->b_tokens);
+    free(e->b_positions);
+    free(e->b_seq_of_row);
+    free(e->b_logit_rows);
+    free(e->b_kv_slots);
+    free(e->b_seqs);
+    free(e->b_req);
+    free(e->b_logit_seq);
+    free(e->s_reqs);
+    free(e->s_items);
+    free(e->logits);
+    free(e->sample_scratch);
+    weft_tokenizer_free(e->tok);
+    weft_safetensors_close(e->st);
+    free(e->config_json);
+    /* Plugins go after everything they allocated was handed back to them. */
+    weft_candidate_unload(e->cand);
+    weft_op_registry_free(e->ops);
+    weft_pool_free(e->pool);
+    weft_host_free(e->host);
+    free(e);
+}
+
+const weft_tokenizer *weft_engine_tokenizer(const weft_engine *e) {
+    return e ? e->tok : NULL;
+}
+
+const weft_model_config *weft_engine_config(const weft_engine *e) {
+    return e ? &e->cfg : NULL;
+}
+
+const weft_candidate *weft_engine_candidate(const weft_engine *e) {
+    return e ? e->cand : NULL;
+}
+
+uint32_t weft_engine_max_model_len(const weft_engine *e) {
+    return e ? e->max_model_len : 0;
+}
+
+uint32_t weft_engine_threads(const weft_engine *e) {
+    return e ? e->n_threads : 0;
+}
+
+void weft_engine_sampling_defaults(const weft_engine *e, weft_sampler_params *p) {
+    weft_sampler_params_default(p);
+    if (!e) return;
+    const weft_generation_config *g = &e->gen;
+    if (g->has_temperature) p->temperature = g->temperature;
+    if (g->has_top_p) p->top_p = g->top_p;
+    if (g->has_top_k) p->top_k = g->top_k;
+    if (g->has_min_p) p->min_p = g->min_p;
+    if (g->has_repetition_penalty) p->repetition_penalty = g->repetition_penalty;
+}
+
+const weft_generation_config *weft_engine_generation_config(const weft_engine *e) {
+    return e ? &e->gen : NULL;
+}
+
+void weft_engine_get_stats(const weft_engine *e, weft_engine_stats *out) {
+    if (e && out) *out = e->stats;
+}
+
+uint32_t weft_engine_profile(const weft_engine *e, const char **names, double *seconds,
+                             uint64_t *calls, uint32_t cap) {
+    if (!e) return 0;
+    for (uint32_t i = 0; i < e->n_prof && i < cap; i++) {
+        if (names) names[i] = e->prof[i].name;
+        if (seconds) seconds[i] = e->prof[i].seconds;
+        if (calls) calls[i] = e->prof[i].calls;
+    }
+    return e->n_prof;
+}
+
+void weft_engine_profile_reset(weft_engine *e) {
+    if (e) e->n_prof = 0;
+}
+
+/* ---- requests ---------------------------------------------------------------------------- */
+uint32_t weft_engine_active(const weft_engine *e) {
+    return e ? (uint32_t)e->n_reqs : 0;
+}
+
+weft_status weft_request_submit(weft_engine *e, const int32_t *prompt, size_t n_prompt,
+                                const weft_request_params *p, uint64_t *id, weft_error *err) {
+    if (!e || !p || (!prompt && n_prompt))
+        return weft_error_set(err, WEFT_ERR_INVALID, "engine", "submit: missing argument");
+    if (n_prompt == 0)
+        return weft_error_set(err, WEFT_ERR_INVALID, "request",
+                              "prompt: expected at least one token, got none");
+    if (n_prompt >= e->max_model_len)
+        return weft_error_set(err, WEFT_ERR_INVALID, "request",
+                              "prompt: %zu tokens leave no room under max_model_len %u", n_prompt,
+                              e->max_model_len);
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= e->cfg.vocab_size)
+            return weft_error_set(err, WEFT_ERR_INVALID, "request",
+                                  "prompt token %zu: id %d is outside the vocabulary (0..%u)", i,
+                                  prompt[i], e->cfg.vocab_size - 1);
+    const weft_sampler_params *sp = &p->sampling;
+    if (sp->n_bias && (!sp->bias_ids || !sp->bias_values))
+        return weft_error_set(err, WEFT_ERR_INVALID, "request", "logit_bias: missing arrays");
+    if ((p->n_stop && !p->stop) || (p->n_stop_ids && !p->stop_ids))
+        return weft_error_set(err, WEFT_ERR_INVALID, "request", "stop: missing array");
+    request *r = calloc(1, sizeof(*r));
+    if (!r) return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    uint64_t max_total = n_prompt + (p->max_tokens ? (uint64_t)p->max_tokens : UINT32_MAX);
+    r->max_total = max_total < e->max_model_len ? (uint32_t)max_total : e->max_model_len;
+    r->cap = r->max_total;
+    r->tokens = malloc(sizeof(int32_t) * r->cap);
+    r->sp = *sp;
+    if (sp->n_bias) {
+        r->bias_ids = malloc(sizeof(int32_t) * sp->n_bias);
+        r->bias_values = malloc(sizeof(float) * sp->n_bias);
+    }
+    if (p->n_stop_ids) r->stop_ids = malloc(sizeof(int32_t) * p->n_stop_ids);
+    /* The EOS ids the sampler masks for min_tokens: the caller's, else the model's. */
+    uint32_t n_eos = sp->n_eos && sp->eos_ids ? sp->n_eos : e->n_eos;
+    int32_t *eos = malloc(sizeof(int32_t) * (n_eos ? n_eos : 1));
+    int ok = r->tokens && eos && (!sp->n_bias || (r->bias_ids && r->bias_values)) &&
+             (!p->n_stop_ids || r->stop_ids);
+    if (ok && e->tok && p->detokenize) {
+        r->detok = weft_detok_new(e->tok, p->skip_special);
+        ok = r->detok != NULL;
+    }
+    if (ok && p->n_stop) {
+        for (uint32_t i = 0; i < p->n_stop; i++)
+            if (!p->stop[i] || !p->stop[i][0]) {
+                free(eos);
+                request_free(r);
+                return weft_error_set(err, WEFT_ERR_INVALID, "request",
+                                      "stop[%u]: expected a non-empty string", i);
+            }
+        r->stopper = weft_stopper_new(p->stop, p->n_stop);
+        ok = r->stopper != NULL;
+    }
+    if (!ok) {
+        free(eos);
+        request_free(r);
+        return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    }
+    memcpy(r->tokens, prompt, sizeof(int32_t) * n_prompt);
+    if (sp->n_bias) {
+        memcpy(r->bias_ids, sp->bias_ids, sizeof(int32_t) * sp->n_bias);
+        memcpy(r->bias_values, sp->bias_values, sizeof(float) * sp->n_bias);
+    }
+    r->sp.bias_ids = r->bias_ids;
+    r->sp.bias_values = r->bias_values;
+    memcpy(eos, sp->n_eos && sp->eos_ids ? sp->eos_ids : e->eos, sizeof(int32_t) * n_eos);
+    r->sp.eos_ids = eos;
+    r->sp.n_eos = n_eos;
+    if (p->n_stop_ids) memcpy(r->stop_ids, p->stop_ids, sizeof(int32_t) * p->n_stop_ids);
+    r->n_stop_ids = p->n_stop_ids;
+    r->n_tokens = r->n_prompt = (uint32_t)n_prompt;
+    r->kv_slot = -1;
+    r->ignore_eos = p->ignore_eos;
+    r->cb = p->callback;
+    r->user = p->user;
+    r->priority = p->priority;
+    r->arrival_ns = now_ns();
+    if (e->n_reqs == e->cap_reqs) {
+        size_t cap = e->cap_reqs ? e->cap_reqs * 2 : 16;
+        request **rs = realloc(e->reqs, cap * sizeof(*rs));
+        weft_sched_request *sr = realloc(e->s_reqs, cap * sizeof(*sr));
+        if (sr) e->s_reqs = sr;
+        weft_sched_item *si = realloc(e->s_items, cap * sizeof(*si));
+        if (si) e->s_items = si;
+        if (rs) e->reqs = rs;
+        if (!rs || !sr || !si) {
+            request_free(r);
+            return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+        }
+        e->cap_reqs = cap;
+    }
+    r->id = e->next_id++;
+    e->reqs[e->n_reqs++] = r;
+    if (id) *id = r->id;
+    return WEFT_OK;
+}
+
+weft_status weft_request_cancel(weft_engine *e, uint64_t id) {
+    if (!e) return WEFT_ERR_INVALID;
+    for (size_t i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->id == id && !e->reqs[i]->finish) {
+            e->reqs[i]->cancelled = 1;
+            return WEFT_OK;
+        }
+    return WEFT_ERR_NOT_FOUND;
+}
+
+/* ---- delivering text --------------------------------------------------------------------- */
+static void deliver(request *r, const weft_token_event *ev) {
+    if (r->cb) r->cb(r->user, ev);
+}
+
+static void event_init(weft_token_event *ev, const request *r) {
+    memset(ev, 0, sizeof(*ev));
+    ev->size = sizeof(*ev);
+    ev->request_id = r->id;
+    ev->token = -1;
+    ev->n_prompt = r->n_prompt;
+    ev->n_generated = r->n_generated;
+}
+
+/* Ends a request: releases held-back text, sends the final event, frees its kv slot. The
+ * request stays in the list until retire(). */
+static void finish_request(weft_engine *e, request *r, uint32_t finish, const char *message) {
+    if (r->finish) return;
+    r->finish = finish;
+    if (message) snprintf(r->message, sizeof(r->message), "%s", message);
+    char *tail = NULL, *out = NULL;
+    size_t tail_len = 0, out_len = 0;
+    weft_error err;
+    weft_error_clear(&err);
+    if (r->detok && weft_detok_flush(r->detok, &tail, &tail_len, &err) != WEFT_OK) tail = NULL;
+    if (r->stopper && !r->stopped_by_string) {
+        char *emit = NULL;
+        size_t emit_len = 0;
+        int stopped = 0;
+        if (tail && tail_len &&
+            weft_stopper_feed(r->stopper, tail, tail_len, &emit, &emit_len, &stopped, &err) ==
+                WEFT_OK) {
+            free(tail);
+            tail = emit;
+            tail_len = emit_len;
+            if (stopped) r->stopped_by_string = 1;
+        }
+        if (!r->stopped_by_string &&
+            weft_stopper_flush(r->stopper, &out, &out_len, &err) == WEFT_OK && out_len) {
+            char *joined = realloc(tail, tail_len + out_len + 1);
+            if (joined) {
+                memcpy(joined + tail_len, out, out_len);
+                tail = joined;
+                tail_len += out_len;
+            }
+        }
+        free(out);
+    } else if (r->stopped_by_string) {
+        free(tail);
+        tail = NULL;
+        tail_len = 0;
+    }
+    weft_token_event ev;
+    event_init(&ev, r);
+    ev.finish = finish;
+    ev.text = tail ? tail : "";
+    ev.text_len = tail ? tail_len : 0;
+    ev.message = r->message[0] ? r->message : NULL;
+    deliver(r, &ev);
+    free(tail);
+    if (r->kv_slot >= 0) {
+        if (e->kv->commit) e->kv->commit(e->kv_st, r->kv_slot, r->tokens, r->n_computed);
+        e->kv->close(e->kv_st, r->kv_slot);
+        r->kv_slot = -1;
+    }
+}
+
+static void retire(weft_engine *e) {
+    size_t w = 0;
+    for (size_t i = 0; i < e->n_reqs; i++) {
+        request *r = e->reqs[i];
+        if (r->cancelled && !r->finish) finish_request(e, r, WEFT_FINISH_CANCELLED, NULL);
+        if (r->finish)
+            request_free(r);
+        else
+            e->reqs[w++] = r;
+    }
+    e->n_reqs = w;
+}
+
+static int is_eos(const request *r, int32_t tok) {
+    for (uint32_t i = 0; i < r->sp.n_eos; i++)
+        if (r->sp.eos_ids[i] == tok) return 1;
+    return 0;
+}
+
+/* Appends a sampled token, streams its text, and decides whether the request ends. */
+static void accept_token(weft_engine *e, request *r, const weft_sample_result *res) {
+    int32_t tok = res->token;
+    r->tokens[r->n_tokens++] = tok;
+    r->n_generated++;
+    r->state = 2;
+    uint32_t finish = WEFT_FINISH_NONE;
+    int stop_tok = (!r->ignore_eos && is_eos(r, tok));
+    for (uint32_t i = 0; i < r->n_stop_ids && !stop_tok; i++) stop_tok = r->stop_ids[i] == tok;
+    char *piece = NULL, *emit = NULL;
+    size_t piece_len = 0, emit_len = 0;
+    weft_error err;
+    weft_error_clear(&err);
+    if (stop_tok) {
+        finish = WEFT_FINISH_STOP;
+    } else if (r->detok) {
+        if (weft_detok_push(r->detok, tok, &piece, &piece_len, &err) != WEFT_OK) piece = NULL;
+        if (piece && r->stopper) {
+            int stopped = 0;
+            if (weft_stopper_feed(r->stopper, piece, piece_len, &emit, &emit_len, &stopped,
+                                  &err) == WEFT_OK) {
+                if (stopped) {
+                    r->stopped_by_string = 1;
+                    finish = WEFT_FINISH_STOP;
+                }
+            } else {
+                emit = NULL;
+            }
+            free(piece);
+            piece = NULL;
+        } else {
+            emit = piece;
+            emit_len = piece_len;
+            piece = NULL;
+        }
+    }
+    if (!finish && r->n_tokens >= r->max_total) finish = WEFT_FINISH_LENGTH;
+    weft_token_event ev;
+    event_init(&ev, r);
+    ev.token = tok;
+    ev.logprob = res->logprob;
+    ev.n_top = res->n_top;
+    ev.top = res->top;
+    ev.text = emit ? emit : "";
+    ev.text_len = emit ? emit_len : 0;
+    deliver(r, &ev);
+    free(emit);
+    if (finish) finish_request(e, r, finish, NULL);
+}
+
+/* ---- the step ---------------------------------------------------------------------------- */
+static weft_status upload_i32(weft_engine *e, weft_buffer *dst, const int32_t *src, uint32_t n,
+                              weft_error *err) {
+    weft_buffer host = {(void *)src, (uint64_t)n * 4, WEFT_MEMORY_HOST, 0, NULL};
+    return e->be->copy(e->be_st, dst, 0, &host, 0, (uint64_t)n * 4, e->stream, err);
+}
+
+/* Runs one step over rows already in e->b_* and returns the logits rows on the host. */
+static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, uint32_t n_logits,
+                            int score, float *logits_out, variant **used, weft_error *err) {
+    variant *v = NULL;
+    weft_status s = variant_get(e, n_rows, n_logits, score, &v, err);
+    if (s != WEFT_OK) return s;
+    if (used) *used = v;
+    s = upload_i32(e, &v->data[v->t_tokens], e->b_tokens, n_rows, err);
+    if (s == WEFT_OK) s = upload_i32(e, &v->data[v->t_positions], e->b_positions, n_rows, err);
+    if (s == WEFT_OK && v->t_kv_slots != WEFT_TENSOR_NONE && v->data[v->t_kv_slots].ptr) {
+        for (uint32_t r = 0; r < n_rows; r++)
+            e->b_kv_slots[r] = e->b_seqs[e->b_seq_of_row[r]].kv_slot;
+        s = upload_i32(e, &v->data[v->t_kv_slots], e->b_kv_slots, n_rows, err);
+    }
+    if (s == WEFT_OK && n_logits && v->t_logit_rows != WEFT_TENSOR_NONE &&
+        v->data[v->t_logit_rows].ptr)
+        s = upload_i32(e, &v->data[v->t_logit_rows], e->b_logit_rows, n_logits, err);
+    if (s != WEFT_OK) {
+        weft_error_prefix(err, "step inputs");
+        return s;
+    }
+    weft_batch batch;
+    memset(&batch, 0, sizeof(batch));
+    batch.size = sizeof(batch);
+    batch.n_tokens = n_rows;
+    batch.n_seqs = n_seqs;
+    batch.n_logits = n_logits;
+    batch.tokens = e->b_tokens;
+    batch.positions = e->b_positions;
+    batch.seq_of_row = e->b_seq_of_row;
+    batch.seqs = e->b_seqs;
+    batch.logit_rows = e->b_logit_rows;
+    weft_exec_ctx ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.size = sizeof(ctx);
+    ctx.n_tokens = n_rows;
+    ctx.graph = v->g;
+    ctx.batch = &batch;
+    ctx.data = v->data;
+    ctx.kv = e->kv->view(e->kv_st);
+    ctx.backend = e->be_st;
+    ctx.stream = e->stream;
+    ctx.host = e->hs;
+    e->current = v;
+    s = e->exec->run(e->exec_st, v->prepared, &ctx, err);
+    if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;
+    if (n_logits && logits_out) {
+        if (e->be->synchronize) {
+            s = e->be->synchronize(e->be_st, e->stream, err);
+            if (s != WEFT_OK) return s;
+        }
+        s = e->be->download(e->be_st, logits_out, &v->data[v->t_logits], 0,
+                            (uint64_t)n_logits * e->cfg.vocab_size * sizeof(float), err);
+        if (s != WEFT_OK) {
+            weft_error_prefix(err, "logits");
+            return s;
+        }
+    }
+    return WEFT_OK;
+}
+
+static weft_status sample_row(weft_engine *e, request *r, float *row, uint32_t logits_row,
+                              const variant *v, weft_sample_result *res, weft_error *err) {
+    uint32_t V = e->cfg.vocab_size;
+    for (size_t i = 0; i < e->cand->n_plugins; i++) {
+        const weft_loaded_plugin *p = &e->cand->plugins[i];
+        if ((p->desc->slots & WEFT_SLOT_FEATURE) && p->desc->feature &&
+            p->desc->feature->process_logits) {
+            weft_status s = p->desc->feature->process_logits(p->state, r->id, row, V, err);
+            if (s != WEFT_OK) {
+                weft_error_prefix(err, "feature %s", p->name);
+                return s < 0 ? s : WEFT_ERR_INTERNAL;
+            }
+        }
+    }
+    if (e->sampler) {
+        /* A sampler technique reads the device logits row itself. */
+        weft_sampling sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.size = sizeof(sp);
+        sp.temperature = r->sp.temperature;
+        sp.top_p = r->sp.top_p;
+        sp.min_p = r->sp.min_p;
+        sp.top_k = r->sp.top_k;
+        sp.repetition_penalty = r->sp.repetition_penalty;
+        sp.presence_penalty = r->sp.presence_penalty;
+        sp.frequency_penalty = r->sp.frequency_penalty;
+        sp.seed = r->sp.seed;
+        sp.counter = r->n_generated;
+        sp.n_logprobs = r->sp.n_logprobs;
+        weft_buffer rowbuf = v->data[v->t_logits];
+        rowbuf.ptr = (uint8_t *)rowbuf.ptr + (uint64_t)logits_row * V * sizeof(float);
+        rowbuf.bytes = (uint64_t)V * sizeof(float);
+        memset(res, 0, sizeof(*res));
+        return e->sampler->sample(e->sampler_st, &rowbuf, 1, V, &sp, &res->token, &res->logprob,
+                                  err);
+    }
+    return weft_sample(row, V, &r->sp, r->tokens, r->n_prompt, r->tokens + r->n_prompt,
+                       r->n_generated, r->n_generated, e->sample_scratch, res, err);
+}
+
+weft_status weft_engine_step(weft_engine *e, weft_error *err) {
+    if (!e) return WEFT_ERR_INVALID;
+    weft_error_clear(err);
+    retire(e);
+    if (e->n_reqs == 0) return WEFT_FINISHED;
+    uint64_t t0 = now_ns();
+    /* Plan. */
+    for (size_t i = 0; i < e->n_reqs; i++) {
+        const request *r = e->reqs[i];
+        weft_sched_request *sr = &e->s_reqs[i];
+        sr->request_id = r->id;
+        sr->state = r->state;
+        sr->n_prompt = r->n_prompt;
+        sr->n_computed = r->n_computed;
+        sr->n_generated = r->n_generated;
+        sr->max_total = r->max_total;
+        sr->priority = r->priority;
+        sr->arrival_ns = r->arrival_ns;
+    }
+    weft_sched_limits limits;
+    memset(&limits, 0, sizeof(limits));
+    limits.size = sizeof(limits);
+    limits.max_tokens = e->max_batch_tokens;
+    limits.max_seqs = e->max_requests;
+    if (e->kv->stats) e->kv->stats(e->kv_st, &limits.kv);
+    uint32_t n_items = 0;
+    weft_status s = e->sched->schedule(e->sched_st, e->s_reqs, (uint32_t)e->n_reqs, &limits,
+                                       e->s_items, &n_items, err);
+    if (s != WEFT_OK) {
+        weft_error_prefix(err, "scheduler");
+        return s < 0 ? s : WEFT_ERR_INTERNAL;
+    }
+    /* Assemble the batch. */
+    uint32_t n_rows = 0, n_seqs = 0, n_logits = 0;
+    for (uint32_t k = 0; k < n_items && k < e->n_reqs; k++) {
+        const weft_sched_item *it = &e->s_items[k];
+        if (it->index >= e->n_reqs || it->action != 0 || it->n_tokens == 0) continue;
+        request *r = e->reqs[it->index];
+        uint32_t pending = r->n_tokens - r->n_computed;
+        uint32_t n = it->n_tokens < pending ? it->n_tokens : pending;
+        if (r->in_step || r->finish || n == 0 || n_seqs == e->max_requests ||
+            n_rows + n > e->max_batch_tokens)
+            continue;
+        if (r->kv_slot < 0) {
+            s = e->kv->open(e->kv_st, r->id, &r->kv_slot, err);
+            if (s == WEFT_AGAIN) {
+                if (e->sched->kv_denied) e->sched->kv_denied(e->sched_st, r->id);
+                continue;
+            }
+            if (s != WEFT_OK) return s;
+        }
+        s = e->kv->reserve(e->kv_st, r->kv_slot, r->n_computed + n, err);
+        if (s == WEFT_AGAIN) {
+            if (e->sched->kv_denied) e->sched->kv_denied(e->sched_st, r->id);
+            continue;
+        }
+        if (s != WEFT_OK) {
+            finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
+            continue;
+        }
+        weft_seq *sq = &e->b_seqs[n_seqs];
+        memset(sq, 0, sizeof(*sq));
+        sq->request_id = r->id;
+        sq->kv_slot = r->kv_slot;
+        sq->n_past = (int32_t)r->n_computed;
+        sq->n_new = (int32_t)n;
+        sq->first_row = (int32_t)n_rows;
+        sq->block_table = e->kv->block_table ? e->kv->block_table(e->kv_st, r->kv_slot,
+                                                                  &sq->n_blocks)
+                                             : NULL;
+        for (uint32_t j = 0; j < n; j++) {
+            e->b_tokens[n_rows + j] = r->tokens[r->n_computed + j];
+            e->b_positions[n_rows + j] = (int32_t)(r->n_computed + j);
+            e->b_seq_of_row[n_rows + j] = (int32_t)n_seqs;
+        }
+        e->b_req[n_seqs] = r;
+        e->b_logit_seq[n_seqs] = UINT32_MAX;
+        if (r->n_computed + n == r->n_tokens) { /* its last known token: sample after it */
+            e->b_logit_seq[n_seqs] = n_logits;
+            e->b_logit_rows[n_logits++] = (int32_t)(n_rows + n - 1);
+        }
+        r->in_step = 1;
+        n_rows += n;
+        n_seqs++;
+    }
+    if (n_rows == 0) {
+        /* Nothing could run (kv full and nothing running): cancellations may free room. */
+        retire(e);
+        return e->n_reqs ? WEFT_AGAIN : WEFT_FINISHED;
+    }
+    variant *v = NULL;
+    s = run_step(e, n_rows, n_seqs, n_logits, 0, e->logits, &v, err);
+    if (s == WEFT_OK) {
+        for (uint32_t q = 0; q < n_seqs; q++) {
+            request *r = e->b_req[q];
+            r->in_step = 0;
+            uint32_t n = (uint32_t)e->b_seqs[q].n_new;
+            r->n_computed += n;
+            if (r->n_computed <= r->n_prompt) {
+                e->stats.prefill_tokens += n;
+                r->state = 1;
+            } else {
+                e->stats.decode_tokens += n;
+            }
+            if (e->b_logit_seq[q] == UINT32_MAX || r->finish) continue;
+            if (r->cancelled) continue;
+            weft_sample_result res;
+            float *row = e->logits + (size_t)e->b_logit_seq[q] * e->cfg.vocab_size;
+            weft_status ss = sample_row(e, r, row, e->b_logit_seq[q], v, &res, err);
+            if (ss != WEFT_OK) {
+                finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
+                continue;
+            }
+            accept_token(e, r, &res);
+        }
+    } else {
+        for (uint32_t q = 0; q < n_seqs; q++) {
+            e->b_req[q]->in_step = 0;
+            finish_request(e, e->b_req[q], WEFT_FINISH_ERROR, err_text(err));
+        }
+    }
+    retire(e);
+    e->stats.steps++;
+    e->stats.step_seconds += (double)(now_ns() - t0) * 1e-9;
+    return s;
+}
+
+/* ---- score ------------------------------------------------------------------------------- */
+weft_status weft_engine_score(weft_engine *e, const int32_t *ids, size_t n, float *logits,
+                              weft_error *err) {
+    if (!e || !ids || !logits || n == 0)
+        return weft_error_set(err, WEFT_ERR_INVALID, "engine", "score: missing argument");
+    if (n > e->max_model_len)
+        return weft_error_set(err, WEFT_ERR_INVALID, "request",
+                              "score: %zu tokens exceed max_model_len %u", n, e->max_model_len);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= e->cfg.vocab_size)
+            return weft_error_set(err, WEFT_ERR_INVALID, "request",
+                                  "score token %zu: id %d is outside the vocabulary (0..%u)", i,
+                                  ids[i], e->cfg.vocab_size - 1);
+    uint32_t V = e->cfg.vocab_size;
+    uint32_t chunk = e->max_batch_tokens;
+    while (chunk > 1 && (uint64_t)chunk * V * sizeof(float) > SCORE_LOGITS_BYTES) chunk /= 2;
+    int32_t slot = -1;
+    weft_status s = e->kv->open(e->kv_st, 0, &slot, err);
+    if (s == WEFT_AGAIN)
+        return weft_error_set(err, WEFT_AGAIN, "engine", "score: no free kv slot");
+    if (s != WEFT_OK) return s;
+    s = e->kv->reserve(e->kv_st, slot, (uint32_t)n, err);
+    for (size_t done = 0; s == WEFT_OK && done < n;) {
+        uint32_t rows = n - done < chunk ? (uint32_t)(n - done) : chunk;
+        weft_seq *sq = &e->b_seqs[0];
+        memset(sq, 0, sizeof(*sq));
+        sq->kv_slot = slot;
+        sq->n_past = (int32_t)done;
+        sq->n_new = (int32_t)rows;
+        sq->block_table =
+            e->kv->block_table ? e->kv->block_table(e->kv_st, slot, &sq->n_blocks) : NULL;
+        for (uint32_t j = 0; j < rows; j++) {
+            e->b_tokens[j] = ids[done + j];
+            e->b_positions[j] = (int32_t)(done + j);
+            e->b_seq_of_row[j] = 0;
+            e->b_logit_rows[j] = (int32_t)j;
+        }
+        s = run_step(e, rows, 1, rows, 1, logits + done * V, NULL, err);
+        done += rows;
+    }
+    e->kv->close(e->kv_st, slot);
+    return s;
+}
+
+/* ---- inspection -------------------------------------------------------------------------- */
+weft_status weft_engine_print_graph(weft_engine *e, uint32_t max_tokens, FILE *f, char hash[33],
+                                    weft_error *err) {
+    if (!e || !f) return weft_error_set(err, WEFT_ERR_INVALID, "engine", "missing argument");
+    if (max_tokens == 0 || max_tokens > e->max_batch_tokens)
+        return weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                              "bucket: expected 1..%u tokens, got %u", e->max_batch_tokens,
+                              max_tokens);
+    variant *v = NULL;
+    uint32_t T = pow2_at_least(max_tokens);
+    if (T > e->max_batch_tokens) T = e->max_batch_tokens;
+    uint32_t R = T < e->max_requests ? T : e->max_requests;
+    weft_status s = variant_get(e, T, R, 0, &v, err);
+    if (s != WEFT_OK) return s;
+    if (weft_graph_print(v->g, v->providers, f) != WEFT_OK)
+        return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    if (hash) memcpy(hash, v->hash, 33);
+    return WEFT_OK;
+}
