@@ -2,8 +2,8 @@
  * plugin's version named ("built for ABI 7, this runtime speaks 1..1"). */
 #include "weft/sdk.h"
 
-static weft_status abi7_create(const weft_host_services *host, const weft_options *opts,
-                               void **st, weft_error *err) {
+static weft_status abi7_create(const weft_host_services *host, const weft_options *opts, void **st,
+                               weft_error *err) {
     *st = NULL;
     return WEFT_OK;
 }

@@ -8,8 +8,8 @@ __attribute__((constructor)) static void crash_on_load(void) {
     *nowhere = 1;
 }
 
-static weft_status crash_create(const weft_host_services *host, const weft_options *opts,
-                                void **st, weft_error *err) {
+static weft_status crash_create(const weft_host_services *host, const weft_options *opts, void **st,
+                                weft_error *err) {
     *st = NULL;
     return WEFT_OK;
 }

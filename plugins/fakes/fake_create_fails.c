@@ -2,8 +2,8 @@
  * message, which the host must pass on ("create failed: refusing to start: <reason>"). */
 #include "weft/sdk.h"
 
-static weft_status fails_create(const weft_host_services *host, const weft_options *opts,
-                                void **st, weft_error *err) {
+static weft_status fails_create(const weft_host_services *host, const weft_options *opts, void **st,
+                                weft_error *err) {
     *st = NULL;
     return weft_sdk_error(err, WEFT_ERR_DEVICE, "fake.create-fails", "refusing to start: %s",
                           weft_sdk_option_string(opts, "reason", "(no reason option)"));

@@ -10,8 +10,8 @@ typedef struct good_state {
     double bias;
 } good_state;
 
-static weft_status good_create(const weft_host_services *host, const weft_options *opts,
-                               void **st, weft_error *err) {
+static weft_status good_create(const weft_host_services *host, const weft_options *opts, void **st,
+                               weft_error *err) {
     good_state *s = host->alloc(sizeof(*s));
     if (!s) return weft_sdk_error(err, WEFT_ERR_NOMEM, "fake.good", "out of memory");
     s->token = weft_sdk_option_int(opts, "token", 0);

@@ -39,18 +39,18 @@ static weft_status fm_build(void *st, const weft_model_config *cfg, const weft_b
     int64_t s_tok[1] = {T}, s_embed[2] = {V, D}, s_x[2] = {T, D}, s_norm[1] = {D},
             s_logits[2] = {R, V};
     uint32_t act = cfg->dtype ? cfg->dtype : WEFT_DTYPE_F32;
-    uint32_t tok = gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, s_tok,
-                                  WEFT_INPUT_TOKENS, err);
+    uint32_t tok =
+        gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, s_tok, WEFT_INPUT_TOKENS, err);
     uint32_t emb = gs->weight_add(g, "embed", "model.embed_tokens.weight", act, 2, s_embed, err);
-    uint32_t x = gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, 2, s_x, "embed_out", err);
+    uint32_t x =
+        gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, 2, s_x, "embed_out", err);
     uint32_t nw = gs->weight_add(g, "norm", "model.norm.weight", act, 1, s_norm, err);
     uint32_t h = gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, 2, s_x, "norm_out", err);
-    uint32_t head = gs->weight_add(g, "lm_head",
-                                   cfg->tie_embeddings ? "model.embed_tokens.weight"
-                                                       : "lm_head.weight",
-                                   act, 2, s_embed, err);
-    uint32_t out = gs->tensor_add(g, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, 2, s_logits,
-                                  WEFT_OUTPUT_LOGITS, err);
+    uint32_t head = gs->weight_add(
+        g, "lm_head", cfg->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", act, 2,
+        s_embed, err);
+    uint32_t out =
+        gs->tensor_add(g, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, 2, s_logits, WEFT_OUTPUT_LOGITS, err);
     uint32_t ids[] = {tok, emb, x, nw, h, head, out};
     for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
         if (ids[i] == WEFT_TENSOR_NONE) return err ? err->code : WEFT_ERR_INTERNAL;
@@ -59,7 +59,8 @@ static weft_status fm_build(void *st, const weft_model_config *cfg, const weft_b
     for (int k = 0; k < 3; k++) {
         n[k].layer = -1;
         n[k].n_out = 1;
-        for (int j = 0; j < WEFT_NODE_MAX_IN; j++) n[k].in[j] = WEFT_TENSOR_NONE;
+        for (int j = 0; j < WEFT_NODE_MAX_IN; j++)
+            n[k].in[j] = WEFT_TENSOR_NONE;
     }
     n[0].op = WEFT_OP_EMBED, n[0].n_in = 2, n[0].in[0] = tok, n[0].in[1] = emb, n[0].out[0] = x;
     snprintf(n[0].name, sizeof(n[0].name), "embed");

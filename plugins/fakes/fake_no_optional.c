@@ -19,8 +19,8 @@ typedef struct noopt_state {
 /* No destroy: the state is a static, which is exactly the case destroy = NULL exists for. */
 static noopt_state the_state;
 
-static weft_status noopt_create(const weft_host_services *host, const weft_options *opts,
-                                void **st, weft_error *err) {
+static weft_status noopt_create(const weft_host_services *host, const weft_options *opts, void **st,
+                                weft_error *err) {
     memset(&the_state, 0, sizeof(the_state));
     the_state.n_slots = (int32_t)weft_sdk_option_int(opts, "slots", 4);
     if (the_state.n_slots < 1 || the_state.n_slots > MAX_SLOTS)
@@ -34,14 +34,13 @@ static weft_status noopt_create(const weft_host_services *host, const weft_optio
     return WEFT_OK;
 }
 
-static weft_status noopt_pass(void *st, const weft_model_config *cfg,
-                              const weft_graph_service *gs, weft_graph *g, weft_error *err) {
-    return g ? WEFT_OK
-             : weft_sdk_error(err, WEFT_ERR_INVALID, "fake.no-optional", "graph is NULL");
+static weft_status noopt_pass(void *st, const weft_model_config *cfg, const weft_graph_service *gs,
+                              weft_graph *g, weft_error *err) {
+    return g ? WEFT_OK : weft_sdk_error(err, WEFT_ERR_INVALID, "fake.no-optional", "graph is NULL");
 }
 
-static weft_status noopt_init(void *st, const weft_kv_geometry *geo,
-                              const weft_device_service *dev, weft_error *err) {
+static weft_status noopt_init(void *st, const weft_kv_geometry *geo, const weft_device_service *dev,
+                              weft_error *err) {
     noopt_state *s = st;
     if (!geo) return weft_sdk_error(err, WEFT_ERR_INVALID, "fake.no-optional", "no geometry");
     s->max_tokens = geo->max_seq;

@@ -5,8 +5,8 @@
 
 #include "weft/sdk.h"
 
-static weft_status old_create(const weft_host_services *host, const weft_options *opts,
-                              void **st, weft_error *err) {
+static weft_status old_create(const weft_host_services *host, const weft_options *opts, void **st,
+                              weft_error *err) {
     *st = NULL;
     return WEFT_OK;
 }

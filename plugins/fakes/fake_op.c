@@ -46,7 +46,8 @@ static weft_status scale_run(void *impl_state, const weft_exec_ctx *ctx, const w
                               "scale: expected f32 tensors of rank 1..%d, found dtype %u rank %u",
                               WEFT_MAX_DIMS, (unsigned)x->dtype, (unsigned)x->rank);
     uint64_t cols = 1;
-    for (uint32_t d = 1; d < x->rank; d++) cols *= (uint64_t)x->shape[d];
+    for (uint32_t d = 1; d < x->rank; d++)
+        cols *= (uint64_t)x->shape[d];
     uint64_t rows = x->rank > 1 ? ctx->n_tokens : (uint64_t)x->shape[0];
     uint64_t n = rows * cols;
     if (ctx->data[xi].bytes < n * 4 || ctx->data[yi].bytes < n * 4)
@@ -55,7 +56,8 @@ static weft_status scale_run(void *impl_state, const weft_exec_ctx *ctx, const w
     const float *xp = ctx->data[xi].ptr;
     float *yp = ctx->data[yi].ptr;
     float f = node->p.f[0];
-    for (uint64_t i = 0; i < n; i++) yp[i] = xp[i] * f;
+    for (uint64_t i = 0; i < n; i++)
+        yp[i] = xp[i] * f;
     atomic_fetch_add(&s->calls, 1);
     return WEFT_OK;
 }

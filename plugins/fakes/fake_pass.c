@@ -15,8 +15,8 @@ typedef struct pass_state {
     uint32_t runs; /* how many graphs this pass rewrote */
 } pass_state;
 
-static weft_status pass_create(const weft_host_services *host, const weft_options *opts,
-                               void **st, weft_error *err) {
+static weft_status pass_create(const weft_host_services *host, const weft_options *opts, void **st,
+                               weft_error *err) {
     pass_state *s = host->alloc(sizeof(*s));
     if (!s) return weft_sdk_error(err, WEFT_ERR_NOMEM, NAME, "out of memory");
     s->factor = (float)weft_sdk_option_float(opts, "factor", 1.0);
@@ -59,7 +59,8 @@ static weft_status pass_run(void *st, const weft_model_config *cfg, const weft_g
     n.layer = -1;
     n.n_in = 1;
     n.n_out = 1;
-    for (int k = 0; k < WEFT_NODE_MAX_IN; k++) n.in[k] = WEFT_TENSOR_NONE;
+    for (int k = 0; k < WEFT_NODE_MAX_IN; k++)
+        n.in[k] = WEFT_TENSOR_NONE;
     n.in[0] = x;
     n.out[0] = y;
     n.p.f[0] = s->factor;

@@ -2,8 +2,8 @@
  * host must refuse it: the manifest is what was resolved and locked. */
 #include "weft/sdk.h"
 
-static weft_status wrong_create(const weft_host_services *host, const weft_options *opts,
-                                void **st, weft_error *err) {
+static weft_status wrong_create(const weft_host_services *host, const weft_options *opts, void **st,
+                                weft_error *err) {
     *st = NULL;
     return WEFT_OK;
 }

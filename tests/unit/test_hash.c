@@ -87,7 +87,8 @@ static void test_xxh3_128(void **state) {
     weft_hash_xxh3_128_hex("abc", 3, hex);
     assert_string_equal(hex, "06b05ab6733a618578af5f94892f3950");
     unsigned char buf[256 * 40];
-    for (size_t i = 0; i < sizeof(buf); i++) buf[i] = (unsigned char)(i % 256);
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (unsigned char)(i % 256);
     weft_hash_xxh3_128_hex(buf, sizeof(buf), hex);
     assert_string_equal(hex, "1cb22534d0d96975c03d2231ab9348f3");
 }

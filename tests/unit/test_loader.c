@@ -295,7 +295,7 @@ static void test_descriptor_reuse(void **state) {
     assert_int_equal(weft_plugin_open(a.library, &a.ex, &pa2, &err), WEFT_OK);
     weft_plugin_close(&pa);
     assert_int_equal(weft_plugin_open(b.library, &b.ex, &pb, &err), WEFT_OK);
-    assert_int_equal(pb.fd, fd_a); /* the number was reused ... */
+    assert_int_equal(pb.fd, fd_a);                          /* the number was reused ... */
     assert_string_equal(pb.desc->name, "fake.no-optional"); /* ... and B is B */
     weft_plugin_close(&pb);
     weft_plugin_close(&pa2);
@@ -383,18 +383,12 @@ static void test_host_services(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_good_loads_and_runs),
-        cmocka_unit_test(test_refused_negotiation),
-        cmocka_unit_test(test_old_struct_size),
-        cmocka_unit_test(test_name_mismatch),
-        cmocka_unit_test(test_reserved_nonzero),
-        cmocka_unit_test(test_missing_optional_hooks),
-        cmocka_unit_test(test_failing_create),
-        cmocka_unit_test(test_manifest_disagrees),
-        cmocka_unit_test(test_tampered_library),
-        cmocka_unit_test(test_descriptor_reuse),
-        cmocka_unit_test(test_crash_in_constructor),
-        cmocka_unit_test(test_host_services),
+        cmocka_unit_test(test_good_loads_and_runs),  cmocka_unit_test(test_refused_negotiation),
+        cmocka_unit_test(test_old_struct_size),      cmocka_unit_test(test_name_mismatch),
+        cmocka_unit_test(test_reserved_nonzero),     cmocka_unit_test(test_missing_optional_hooks),
+        cmocka_unit_test(test_failing_create),       cmocka_unit_test(test_manifest_disagrees),
+        cmocka_unit_test(test_tampered_library),     cmocka_unit_test(test_descriptor_reuse),
+        cmocka_unit_test(test_crash_in_constructor), cmocka_unit_test(test_host_services),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

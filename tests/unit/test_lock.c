@@ -235,7 +235,8 @@ static void test_edited_lock_refused(void **state) {
                         "edit.lock: format: expected 1, found 2 (written by another weft)");
     free(edited);
     assert_int_equal(weft_lock_parse("[1]", 3, "edit.lock", &b, &err), WEFT_ERR_FORMAT);
-    assert_string_equal(err.message, "edit.lock: expected a JSON object at the top, found an array");
+    assert_string_equal(err.message,
+                        "edit.lock: expected a JSON object at the top, found an array");
     free(text);
     weft_lock_free(a);
 }
@@ -332,8 +333,8 @@ static void test_check(void **state) {
     char real[4096];
     assert_non_null(realpath(cfg, real));
     snprintf(want, sizeof(want),
-             "model: file size differs from lock: expected %zu bytes, found %zu (%s)", len,
-             len + 1, real);
+             "model: file size differs from lock: expected %zu bytes, found %zu (%s)", len, len + 1,
+             real);
     assert_string_equal(out.text[2], want);
 
     /* same size, other bytes: a hash difference (and not a stale cache hit) */
@@ -423,8 +424,8 @@ static void test_load_manifest(void **state) {
     weft_candidate *c = NULL;
     weft_error err;
     weft_error_clear(&err);
-    if (weft_candidate_load_manifest(DATA "/candidate.yaml", NULL, weft_host_services_of(host),
-                                     &c, &err) != WEFT_OK)
+    if (weft_candidate_load_manifest(DATA "/candidate.yaml", NULL, weft_host_services_of(host), &c,
+                                     &err) != WEFT_OK)
         fail_msg("%s", err.message);
     assert_string_equal(c->id, "");
     assert_int_equal(c->n_plugins, 5);
@@ -436,9 +437,12 @@ static void test_load_manifest(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_freeze_contents), cmocka_unit_test(test_round_trip_and_id),
-        cmocka_unit_test(test_edited_lock_refused), cmocka_unit_test(test_diff),
-        cmocka_unit_test(test_check),           cmocka_unit_test(test_load_lock),
+        cmocka_unit_test(test_freeze_contents),
+        cmocka_unit_test(test_round_trip_and_id),
+        cmocka_unit_test(test_edited_lock_refused),
+        cmocka_unit_test(test_diff),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_load_lock),
         cmocka_unit_test(test_load_manifest),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -46,18 +46,16 @@ static inline weft_status weft_sdk_error(weft_error *err, weft_status code, cons
 /* The ABI handshake of a plugin that speaks versions lo..hi: picks the highest version both
  * sides speak, or refuses with WEFT_ERR_ABI and sets *chosen to hi so the host can say what the
  * plugin was built for (docs/ABI.md, rule 5). */
-static inline weft_status weft_sdk_negotiate(const char *name, uint32_t host_min,
-                                             uint32_t host_max, uint32_t lo, uint32_t hi,
-                                             uint32_t *chosen, weft_error *err) {
+static inline weft_status weft_sdk_negotiate(const char *name, uint32_t host_min, uint32_t host_max,
+                                             uint32_t lo, uint32_t hi, uint32_t *chosen,
+                                             weft_error *err) {
     uint32_t top = host_max < hi ? host_max : hi;
     uint32_t bottom = host_min > lo ? host_min : lo;
-    if (!chosen)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, name, "negotiate: chosen is NULL");
+    if (!chosen) return weft_sdk_error(err, WEFT_ERR_INVALID, name, "negotiate: chosen is NULL");
     if (top < bottom) {
         *chosen = hi;
-        return weft_sdk_error(err, WEFT_ERR_ABI, name,
-                              "speaks ABI %u..%u, the host speaks %u..%u", (unsigned)lo,
-                              (unsigned)hi, (unsigned)host_min, (unsigned)host_max);
+        return weft_sdk_error(err, WEFT_ERR_ABI, name, "speaks ABI %u..%u, the host speaks %u..%u",
+                              (unsigned)lo, (unsigned)hi, (unsigned)host_min, (unsigned)host_max);
     }
     *chosen = top;
     return WEFT_OK;
@@ -65,17 +63,16 @@ static inline weft_status weft_sdk_negotiate(const char *name, uint32_t host_min
 
 /* Defines the exported entry function for a plugin whose one static descriptor serves every
  * version in lo..hi (with one version, lo == hi == desc.abi_version). */
-#define WEFT_SDK_ENTRY(desc, lo, hi)                                                           \
-    WEFT_EXPORT weft_status WEFT_PLUGIN_ENTRY(uint32_t host_min, uint32_t host_max,            \
-                                              uint32_t *chosen,                                \
-                                              const weft_plugin_descriptor **out,              \
-                                              weft_error *err) {                               \
-        weft_status st_ = weft_sdk_negotiate((desc).name, host_min, host_max, (lo), (hi),      \
-                                             chosen, err);                                     \
-        if (st_ != WEFT_OK) return st_;                                                        \
-        if (!out) return weft_sdk_error(err, WEFT_ERR_INVALID, (desc).name, "out is NULL");    \
-        *out = &(desc);                                                                        \
-        return WEFT_OK;                                                                        \
+#define WEFT_SDK_ENTRY(desc, lo, hi)                                                               \
+    WEFT_EXPORT weft_status WEFT_PLUGIN_ENTRY(                                                     \
+        uint32_t host_min, uint32_t host_max, uint32_t *chosen,                                    \
+        const weft_plugin_descriptor **out, weft_error *err) {                                     \
+        weft_status st_ =                                                                          \
+            weft_sdk_negotiate((desc).name, host_min, host_max, (lo), (hi), chosen, err);          \
+        if (st_ != WEFT_OK) return st_;                                                            \
+        if (!out) return weft_sdk_error(err, WEFT_ERR_INVALID, (desc).name, "out is NULL");        \
+        *out = &(desc);                                                                            \
+        return WEFT_OK;                                                                            \
     }
 
 /* Typed option getters: the host validated opts against the manifest's schema and filled every
@@ -88,14 +85,12 @@ static inline const weft_option *weft_sdk_option(const weft_options *opts, const
     return NULL;
 }
 
-static inline int64_t weft_sdk_option_int(const weft_options *opts, const char *key,
-                                          int64_t def) {
+static inline int64_t weft_sdk_option_int(const weft_options *opts, const char *key, int64_t def) {
     const weft_option *o = weft_sdk_option(opts, key);
     return o && o->type == WEFT_OPTION_INT ? o->i : def;
 }
 
-static inline double weft_sdk_option_float(const weft_options *opts, const char *key,
-                                           double def) {
+static inline double weft_sdk_option_float(const weft_options *opts, const char *key, double def) {
     const weft_option *o = weft_sdk_option(opts, key);
     if (!o) return def;
     if (o->type == WEFT_OPTION_FLOAT) return o->f;

@@ -585,6 +585,10 @@ typedef struct weft_executor_vtable {
     weft_status (*run)(void *st, void *prepared, weft_exec_ctx *ctx, weft_error *err);
     /* setup: drops what prepare made (the graph or buffers changed). */
     void (*release)(void *st, void *prepared);
+    /* (optional) NULL = run returns when the step's outputs are ready. control: waits for the
+     * outputs of the last run of prepared (exec.async-pipeline returns from run early so the
+     * host can plan the next step meanwhile). Appended in v1 (docs/ABI.md). */
+    weft_status (*wait)(void *st, void *prepared, weft_exec_ctx *ctx, weft_error *err);
 } weft_executor_vtable;
 
 /* Sampler: logits to tokens. Default: host sampler over copied logits. */
@@ -601,11 +605,15 @@ typedef struct weft_sampling {
     uint64_t counter;  /* Philox counter: the token index of the request */
     int32_t n_logprobs;
     int32_t reserved;
+    /* The request this row samples for, so a sampler can read its token history through the
+     * tokens service (repetition penalties). Appended in v1 (docs/ABI.md). */
+    uint64_t request_id;
 } weft_sampling;
 
 typedef struct weft_sampler_vtable {
     uint32_t size;
-    /* step: picks one token per logits row. logits is the out.logits buffer on the device. */
+    /* step: picks one token per logits row. logits is the out.logits buffer on the device;
+     * params holds n_rows entries, one per row (each row's request samples with its own). */
     weft_status (*sample)(void *st, const weft_buffer *logits, uint32_t n_rows, uint32_t vocab,
                           const weft_sampling *params, int32_t *tokens_out, float *logprob_out,
                           weft_error *err);
@@ -620,6 +628,18 @@ typedef struct weft_decode_io {
     void *engine;
     uint32_t vocab;
     uint32_t reserved;
+    /* Appended in v1 (docs/ABI.md); a decoder checks size before using them. */
+    /* step: like forward, but the logits stay on the device (no host synchronisation), for
+     * decoders that run several draft/verify rounds on the device (spec.device-rounds). */
+    weft_status (*forward_device)(void *engine, const weft_batch *batch, weft_buffer *logits,
+                                  weft_error *err);
+    /* control: runs only the target's first n_layers, then its final norm and head
+     * (self-speculation: spec.layer-skip). Logits as in forward. */
+    weft_status (*forward_layers)(void *engine, const weft_batch *batch, uint32_t n_layers,
+                                  const float **logits, weft_error *err);
+    /* control: the final hidden states (host, f32, (n_logits, hidden)) of the last forward's
+     * logit rows, for drafters fed by the target (spec.eagle). */
+    weft_status (*hidden)(void *engine, const float **hidden, uint32_t *dim, weft_error *err);
 } weft_decode_io;
 
 typedef struct weft_decoder_vtable {
@@ -632,6 +652,13 @@ typedef struct weft_decoder_vtable {
     /* (optional) NULL = chain. control: tree parents for the draft rows. */
     weft_status (*tree)(void *st, uint64_t request_id, int32_t *parents, uint32_t n,
                         weft_error *err);
+    /* (optional) NULL = the host drives draft and verify. control: runs draft/verify rounds
+     * for one request through io itself and returns the accepted tokens (up to max_out), for
+     * decoders whose rounds stay on the device or use a drafter (spec.device-rounds,
+     * spec.draft-model, spec.eagle). Appended in v1 (docs/ABI.md). */
+    weft_status (*rounds)(void *st, const weft_decode_io *io, uint64_t request_id,
+                          const int32_t *history, uint32_t n, int32_t *accepted,
+                          uint32_t max_out, uint32_t *n_accepted, weft_error *err);
 } weft_decoder_vtable;
 
 /* Drafter: a second model (spec.draft-model, spec.eagle) run by the decoder. */
@@ -717,7 +744,8 @@ typedef struct weft_plugin_descriptor {
 
 /* The one exported function. host_min..host_max: the versions the host speaks. The plugin sets
  * *chosen to the highest version it also speaks and *out to its static descriptor, or returns
- * WEFT_ERR_ABI (filling err) when the ranges do not meet. */
+ * WEFT_ERR_ABI (filling err) when the ranges do not meet, then with *chosen set to the highest
+ * version it speaks, so the host can say what it was built for (docs/ABI.md, rule 5). */
 typedef weft_status (*weft_plugin_entry_fn)(uint32_t host_min, uint32_t host_max,
                                             uint32_t *chosen, const weft_plugin_descriptor **out,
                                             weft_error *err);

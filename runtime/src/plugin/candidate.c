@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "plugin/lock.h"
 #include "plugin/loader.h"
+#include "plugin/lock.h"
 #include "plugin/manifest.h"
 #include "plugin/registry.h"
 #include "plugin/resolve.h"
@@ -24,7 +24,8 @@
 
 void weft_candidate_unload(weft_candidate *c) {
     if (!c) return;
-    for (size_t i = c->n_plugins; i-- > 0;) weft_plugin_close(&c->plugins[i]);
+    for (size_t i = c->n_plugins; i-- > 0;)
+        weft_plugin_close(&c->plugins[i]);
     free(c->plugins);
     free(c);
 }
@@ -44,7 +45,8 @@ static weft_candidate *candidate_new(size_t n_plugins, weft_error *err) {
         weft_error_set(err, WEFT_ERR_NOMEM, "loader", "out of memory");
         return NULL;
     }
-    for (size_t i = 0; i < n_plugins; i++) c->plugins[i].fd = -1;
+    for (size_t i = 0; i < n_plugins; i++)
+        c->plugins[i].fd = -1;
     return c;
 }
 
@@ -58,7 +60,8 @@ static weft_status read_small(const char *path, char **text, size_t *len, weft_e
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > WEFT_MANIFEST_MAX_BYTES) {
         close(fd);
         return weft_error_set(err, WEFT_ERR_FORMAT, path,
-                              "expected a regular file of at most %u bytes", WEFT_MANIFEST_MAX_BYTES);
+                              "expected a regular file of at most %u bytes",
+                              WEFT_MANIFEST_MAX_BYTES);
     }
     char *buf = malloc((size_t)sb.st_size + 1);
     size_t n = 0;
@@ -89,8 +92,12 @@ static weft_status value_of(const weft_option *o, weft_manifest_value *v, weft_e
     memset(v, 0, sizeof(*v));
     snprintf(v->key, sizeof(v->key), "%s", o->key ? o->key : "");
     switch (o->type) {
-    case WEFT_OPTION_BOOL: text = o->i ? "true" : "false"; break;
-    case WEFT_OPTION_INT: snprintf(num, sizeof(num), "%" PRId64, o->i); break;
+    case WEFT_OPTION_BOOL:
+        text = o->i ? "true" : "false";
+        break;
+    case WEFT_OPTION_INT:
+        snprintf(num, sizeof(num), "%" PRId64, o->i);
+        break;
     case WEFT_OPTION_FLOAT:
         snprintf(num, sizeof(num), "%.17g", o->f);
         if (!strpbrk(num, ".eEn")) strcat(num, ".0");
@@ -100,8 +107,8 @@ static weft_status value_of(const weft_option *o, weft_manifest_value *v, weft_e
         v->quoted = 1;
         break;
     default:
-        return weft_error_set(err, WEFT_ERR_FORMAT, "lock", "option %s has unknown type %u",
-                              v->key, (unsigned)o->type);
+        return weft_error_set(err, WEFT_ERR_FORMAT, "lock", "option %s has unknown type %u", v->key,
+                              (unsigned)o->type);
     }
     v->text = strdup(text);
     return v->text ? WEFT_OK : weft_error_set(err, WEFT_ERR_NOMEM, "lock", "out of memory");
@@ -118,7 +125,8 @@ static weft_status lock_options(const weft_lock *l, uint32_t index, const weft_p
     char field[64];
     snprintf(field, sizeof(field), "plugins[%u].options", (unsigned)index);
     if (st == WEFT_OK) st = weft_options_build(m, vals, src->count, l->path, field, out, err);
-    for (uint32_t i = 0; i < src->count; i++) free(vals[i].text);
+    for (uint32_t i = 0; i < src->count; i++)
+        free(vals[i].text);
     free(vals);
     return st;
 }
@@ -164,17 +172,17 @@ static weft_status load_locked_plugin(const weft_lock *l, uint32_t i,
     free(text);
     if (st != WEFT_OK) return st;
     if (strcmp(m->name, p->name) != 0 || strcmp(m->version_text, p->version) != 0) {
-        st = weft_error_set(err, WEFT_ERR_MISMATCH, p->name,
-                            "plugin %s %s: manifest %s names %s %s", p->name, p->version,
-                            p->manifest.path, m->name, m->version_text);
+        st =
+            weft_error_set(err, WEFT_ERR_MISMATCH, p->name, "plugin %s %s: manifest %s names %s %s",
+                           p->name, p->version, p->manifest.path, m->name, m->version_text);
         weft_plugin_manifest_free(m);
         return st;
     }
     weft_options opts = {0, NULL};
     st = lock_options(l, i, m, &opts, err);
     if (st == WEFT_OK) {
-        weft_plugin_expect ex = {m->name, m->version_text, m->kind,          m->slots,
-                                 m->abi_min, m->abi_max, p->library.sha256};
+        weft_plugin_expect ex = {m->name,    m->version_text, m->kind,          m->slots,
+                                 m->abi_min, m->abi_max,      p->library.sha256};
         st = weft_plugin_open(p->library.path, &ex, lp, err);
         if (st == WEFT_OK) st = weft_plugin_instantiate(lp, host, &opts, err);
         if (st == WEFT_OK) {
@@ -191,8 +199,9 @@ weft_status weft_candidate_load_lock(const char *lock_path, const weft_host_serv
                                      weft_candidate **out, weft_error *err) {
     *out = NULL;
     if (!lock_path || !host)
-        return weft_error_set(err, WEFT_ERR_INVALID, "loader", "a lock path and host services "
-                                                               "are required");
+        return weft_error_set(err, WEFT_ERR_INVALID, "loader",
+                              "a lock path and host services "
+                              "are required");
     weft_lock *l = NULL;
     weft_status st = weft_lock_load(lock_path, &l, err);
     if (st != WEFT_OK) return st;

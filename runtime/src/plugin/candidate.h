@@ -19,13 +19,13 @@ typedef struct weft_loaded_plugin {
     weft_options opts; /* validated, defaults filled */
     int32_t order;     /* position in chains (passes run in this order) */
     /* appended by the loader (loader.h) */
-    int fd;                /* the library's descriptor, open while loaded (-1 when closed) */
-    char library[1280];    /* the library path as given */
-    char sha256[72];       /* SHA-256 hex of the bytes that were loaded */
-    uint32_t abi_version;  /* negotiated */
-    uint32_t kind;         /* weft_plugin_kind */
-    uint32_t slots;        /* weft_slot bits */
-    int32_t created;       /* 1 once create succeeded (destroy is then owed) */
+    int fd;               /* the library's descriptor, open while loaded (-1 when closed) */
+    char library[1280];   /* the library path as given */
+    char sha256[72];      /* SHA-256 hex of the bytes that were loaded */
+    uint32_t abi_version; /* negotiated */
+    uint32_t kind;        /* weft_plugin_kind */
+    uint32_t slots;       /* weft_slot bits */
+    int32_t created;      /* 1 once create succeeded (destroy is then owed) */
 } weft_loaded_plugin;
 
 typedef struct weft_candidate {

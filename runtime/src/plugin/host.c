@@ -136,7 +136,8 @@ weft_status weft_host_register_service(weft_host *h, uint32_t id, const void *ta
     weft_status st = WEFT_OK;
     pthread_mutex_lock(&h->lock);
     size_t i = 0;
-    while (i < h->n_entries && h->entries[i].id != id) i++;
+    while (i < h->n_entries && h->entries[i].id != id)
+        i++;
     if (i < h->n_entries) {
         if (table) {
             h->entries[i].table = table;

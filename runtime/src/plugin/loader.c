@@ -7,10 +7,10 @@
 #include "plugin/loader.h"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,8 @@ typedef struct hook {
     size_t offset;
 } hook;
 
-#define HOOK(type, member) {#member, offsetof(type, member)}
+#define HOOK(type, member)                                                                         \
+    { #member, offsetof(type, member) }
 
 static const hook backend_required[] = {
     HOOK(weft_backend_vtable, device_info), HOOK(weft_backend_vtable, register_ops),
@@ -70,10 +71,10 @@ typedef struct slot_rule {
     size_t n_required;
 } slot_rule;
 
-#define SLOT(bit, name, member, type, req)                                                     \
-    {bit, name, offsetof(weft_plugin_descriptor, member), (uint32_t)sizeof(type), req, N(req)}
-#define SLOT0(bit, name, member, type)                                                         \
-    {bit, name, offsetof(weft_plugin_descriptor, member), (uint32_t)sizeof(type), NULL, 0}
+#define SLOT(bit, name, member, type, req)                                                         \
+    { bit, name, offsetof(weft_plugin_descriptor, member), (uint32_t)sizeof(type), req, N(req) }
+#define SLOT0(bit, name, member, type)                                                             \
+    { bit, name, offsetof(weft_plugin_descriptor, member), (uint32_t)sizeof(type), NULL, 0 }
 
 static const slot_rule slot_rules[] = {
     SLOT(WEFT_SLOT_BACKEND, "backend", backend, weft_backend_vtable, backend_required),
@@ -93,17 +94,23 @@ static const slot_rule slot_rules[] = {
 
 static uint32_t known_slots(void) {
     uint32_t all = 0;
-    for (size_t i = 0; i < N(slot_rules); i++) all |= slot_rules[i].bit;
+    for (size_t i = 0; i < N(slot_rules); i++)
+        all |= slot_rules[i].bit;
     return all;
 }
 
 static const char *kind_label(uint32_t kind) {
     switch (kind) {
-    case WEFT_KIND_BACKEND: return "backend";
-    case WEFT_KIND_MODEL: return "model";
-    case WEFT_KIND_TECHNIQUE: return "technique";
-    case WEFT_KIND_FEATURE: return "feature";
-    default: return "unknown";
+    case WEFT_KIND_BACKEND:
+        return "backend";
+    case WEFT_KIND_MODEL:
+        return "model";
+    case WEFT_KIND_TECHNIQUE:
+        return "technique";
+    case WEFT_KIND_FEATURE:
+        return "feature";
+    default:
+        return "unknown";
     }
 }
 
@@ -136,7 +143,9 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
     char who[160], a[160], b[160];
     const char *src = source_of(ex);
     weft_plugin_label(ex, who, sizeof(who));
-    if (!d) return weft_error_set(err, WEFT_ERR_ABI, src, "%s: negotiation returned no descriptor", who);
+    if (!d)
+        return weft_error_set(err, WEFT_ERR_ABI, src, "%s: negotiation returned no descriptor",
+                              who);
     if (d->size < WEFT_DESCRIPTOR_V1_SIZE)
         return weft_error_set(err, WEFT_ERR_ABI, src,
                               "%s: descriptor size %" PRIu32 " is smaller than the ABI v1 "
@@ -158,8 +167,8 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
                               d->name ? d->name : "(null)", ex->name);
     if (!d->version || strcmp(d->version, ex->version) != 0)
         return weft_error_set(err, WEFT_ERR_MISMATCH, src,
-                              "%s: descriptor version '%s' differs from manifest version '%s'",
-                              who, d->version ? d->version : "(null)", ex->version);
+                              "%s: descriptor version '%s' differs from manifest version '%s'", who,
+                              d->version ? d->version : "(null)", ex->version);
     if (d->kind != ex->kind)
         return weft_error_set(err, WEFT_ERR_MISMATCH, src,
                               "%s: descriptor kind %" PRIu32 " (%s) differs from manifest kind "
@@ -177,8 +186,7 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
                               "%s: slot bits 0x%" PRIx32 " are unknown to ABI v%" PRIu32, who,
                               d->slots & ~known_slots(), negotiated);
     if (!d->create)
-        return weft_error_set(err, WEFT_ERR_ABI, src, "%s: descriptor has no create function",
-                              who);
+        return weft_error_set(err, WEFT_ERR_ABI, src, "%s: descriptor has no create function", who);
     for (size_t i = 0; i < N(slot_rules); i++) {
         const slot_rule *r = &slot_rules[i];
         const void *vt;
@@ -193,8 +201,7 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
         }
         if (!vt)
             return weft_error_set(err, WEFT_ERR_ABI, src,
-                                  "%s: slot '%s' is declared but its vtable is NULL", who,
-                                  r->name);
+                                  "%s: slot '%s' is declared but its vtable is NULL", who, r->name);
         uint32_t size;
         memcpy(&size, vt, sizeof(size));
         if (size < r->v1_size || size > VTABLE_SIZE_MAX)
@@ -207,8 +214,8 @@ weft_status weft_plugin_check_descriptor(const weft_plugin_descriptor *d, uint32
             memcpy(&fn, (const char *)vt + r->required[k].offset, sizeof(fn));
             if (!fn)
                 return weft_error_set(err, WEFT_ERR_ABI, src,
-                                      "%s: %s vtable hook '%s' is NULL but required", who,
-                                      r->name, r->required[k].name);
+                                      "%s: %s vtable hook '%s' is NULL but required", who, r->name,
+                                      r->required[k].name);
         }
     }
     return WEFT_OK;
@@ -228,12 +235,11 @@ static int address_in_file(const void *addr, int fd) {
         unsigned long lo, hi, maj, min, ino;
         char perms[8];
         unsigned long long off;
-        if (sscanf(line, "%lx-%lx %7s %llx %lx:%lx %lu", &lo, &hi, perms, &off, &maj, &min,
-                   &ino) != 7)
+        if (sscanf(line, "%lx-%lx %7s %llx %lx:%lx %lu", &lo, &hi, perms, &off, &maj, &min, &ino) !=
+            7)
             continue;
         if (a < lo || a >= hi) continue;
-        ok = ino == (unsigned long)st.st_ino && maj == major(st.st_dev) &&
-             min == minor(st.st_dev);
+        ok = ino == (unsigned long)st.st_ino && maj == major(st.st_dev) && min == minor(st.st_dev);
         break;
     }
     fclose(f);
@@ -250,7 +256,8 @@ static weft_status load_fd(int fd, const char *who, const char *src, const char 
     char path[64 + 6 * 16];
     for (int k = 0; k < 16; k++) {
         int used = snprintf(path, sizeof(path), "/proc/self/fd/");
-        for (int i = 0; i < k; i++) used += snprintf(path + used, sizeof(path) - (size_t)used, "../fd/");
+        for (int i = 0; i < k; i++)
+            used += snprintf(path + used, sizeof(path) - (size_t)used, "../fd/");
         snprintf(path + used, sizeof(path) - (size_t)used, "%d", fd);
         dlerror();
         void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -311,8 +318,8 @@ weft_status weft_plugin_open(const char *library, const weft_plugin_expect *ex,
     if (ex->sha256 && strcmp(ex->sha256, p->sha256) != 0) {
         close(fd);
         return weft_error_set(err, WEFT_ERR_MISMATCH, src,
-                              "%s: library hash differs from lock: expected %s, found %s (%s)",
-                              who, ex->sha256, p->sha256, library);
+                              "%s: library hash differs from lock: expected %s, found %s (%s)", who,
+                              ex->sha256, p->sha256, library);
     }
 
     void *dl = NULL;

@@ -21,10 +21,14 @@
 
 const char *weft_lock_role_name(uint32_t role) {
     switch (role) {
-    case WEFT_ROLE_BACKEND: return "backend";
-    case WEFT_ROLE_MODEL: return "model";
-    case WEFT_ROLE_TECHNIQUE: return "technique";
-    default: return NULL;
+    case WEFT_ROLE_BACKEND:
+        return "backend";
+    case WEFT_ROLE_MODEL:
+        return "model";
+    case WEFT_ROLE_TECHNIQUE:
+        return "technique";
+    default:
+        return NULL;
     }
 }
 
@@ -44,7 +48,8 @@ static uint32_t kind_from_name(const char *s) {
 
 void weft_lock_free(weft_lock *l) {
     if (!l) return;
-    for (uint32_t i = 0; i < l->n_plugins; i++) weft_options_free(&l->plugins[i].options);
+    for (uint32_t i = 0; i < l->n_plugins; i++)
+        weft_options_free(&l->plugins[i].options);
     free(l->plugins);
     free(l->model_files);
     free(l);
@@ -71,8 +76,7 @@ static int wanted_model_file(const char *name) {
 }
 
 static int cmp_model_file(const void *a, const void *b) {
-    return strcmp(((const weft_lock_model_file *)a)->name,
-                  ((const weft_lock_model_file *)b)->name);
+    return strcmp(((const weft_lock_model_file *)a)->name, ((const weft_lock_model_file *)b)->name);
 }
 
 static weft_status hash_model_files(weft_lock *l, weft_error *err) {
@@ -119,7 +123,10 @@ weft_status weft_lock_freeze(const weft_resolved_candidate *c, weft_lock **out, 
     if (!l) return weft_error_set(err, WEFT_ERR_NOMEM, "lock", "out of memory");
     l->format = WEFT_LOCK_FORMAT;
     snprintf(l->candidate, sizeof(l->candidate), "%s", c->name);
-    snprintf(l->source.path, sizeof(l->source.path), "%s", c->path);
+    char real[PATH_MAX];
+    /* absolute, so `weft candidate check` works from any directory */
+    snprintf(l->source.path, sizeof(l->source.path), "%s",
+             realpath(c->path, real) ? real : c->path);
     snprintf(l->model, sizeof(l->model), "%s", c->model);
     snprintf(l->model_dir, sizeof(l->model_dir), "%s", c->model_dir);
     snprintf(l->backend, sizeof(l->backend), "%s", c->backend);
@@ -155,6 +162,14 @@ weft_status weft_lock_freeze(const weft_resolved_candidate *c, weft_lock **out, 
         snprintf(p->manifest.path, sizeof(p->manifest.path), "%s", rp->manifest_path);
         l->n_plugins = i + 1; /* options below are then freed on failure */
         if ((st = weft_options_dup(&rp->options, &p->options, err)) != WEFT_OK) goto fail;
+        struct stat sb;
+        if (stat(p->library.path, &sb) != 0) {
+            st = weft_error_set(err, WEFT_ERR_NOT_FOUND, p->name,
+                                "plugin %s %s: library %s does not exist: build the bundle, or "
+                                "pin a built version in %s",
+                                p->name, p->version, p->library.path, c->path);
+            goto fail;
+        }
         if ((st = weft_hash_sha256_file(p->library.path, p->library.sha256, err)) != WEFT_OK ||
             (st = weft_hash_sha256_file(p->manifest.path, p->manifest.sha256, err)) != WEFT_OK) {
             weft_error_prefix(err, "plugin %s %s", p->name, p->version);
@@ -181,11 +196,20 @@ static json_t *options_json(const weft_options *o, const char *plugin, weft_erro
         const weft_option *it = &o->items[i];
         json_t *v = NULL;
         switch (it->type) {
-        case WEFT_OPTION_BOOL: v = json_boolean(it->i != 0); break;
-        case WEFT_OPTION_INT: v = json_integer((json_int_t)it->i); break;
-        case WEFT_OPTION_FLOAT: v = isfinite(it->f) ? json_real(it->f) : NULL; break;
-        case WEFT_OPTION_STRING: v = json_string(it->s ? it->s : ""); break;
-        default: break;
+        case WEFT_OPTION_BOOL:
+            v = json_boolean(it->i != 0);
+            break;
+        case WEFT_OPTION_INT:
+            v = json_integer((json_int_t)it->i);
+            break;
+        case WEFT_OPTION_FLOAT:
+            v = isfinite(it->f) ? json_real(it->f) : NULL;
+            break;
+        case WEFT_OPTION_STRING:
+            v = json_string(it->s ? it->s : "");
+            break;
+        default:
+            break;
         }
         if (!v || !it->key || json_object_set_new(obj, it->key, v) != 0) {
             weft_error_set(err, WEFT_ERR_INVALID, plugin,
@@ -221,9 +245,9 @@ static json_t *lock_json(const weft_lock *l, int with_id, weft_error *err) {
         json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", l->model_files[i].name,
                                                "bytes", (json_int_t)l->model_files[i].bytes,
                                                "sha256", l->model_files[i].sha256));
-    json_object_set_new(root, "model",
-                        json_pack("{s:s, s:s, s:o}", "source", l->model, "dir", l->model_dir,
-                                  "files", files));
+    json_object_set_new(
+        root, "model",
+        json_pack("{s:s, s:s, s:o}", "source", l->model, "dir", l->model_dir, "files", files));
     json_t *plugins = json_array();
     json_t *chains = json_object();
     for (uint32_t i = 0; i < l->n_plugins; i++) {
@@ -237,13 +261,13 @@ static json_t *lock_json(const weft_lock *l, int with_id, weft_error *err) {
         }
         const char *role = weft_lock_role_name(p->role), *kind = weft_plugin_kind_name(p->kind);
         json_array_append_new(
-            plugins, json_pack("{s:s, s:s, s:s, s:s, s:o, s:{s:i, s:i}, s:i, s:s, s:o, s:o, s:o}",
-                               "name", p->name, "version", p->version, "role",
-                               role ? role : "?", "kind", kind ? kind : "?", "slots",
-                               slots_json(p->slots), "abi", "min", (int)p->abi_min, "max",
-                               (int)p->abi_max, "order", (int)p->order, "bundle", p->bundle_dir,
-                               "library", file_json(&p->library), "manifest",
-                               file_json(&p->manifest), "options", opts));
+            plugins,
+            json_pack("{s:s, s:s, s:s, s:s, s:o, s:{s:i, s:i}, s:i, s:s, s:o, s:o, s:o}", "name",
+                      p->name, "version", p->version, "role", role ? role : "?", "kind",
+                      kind ? kind : "?", "slots", slots_json(p->slots), "abi", "min",
+                      (int)p->abi_min, "max", (int)p->abi_max, "order", (int)p->order, "bundle",
+                      p->bundle_dir, "library", file_json(&p->library), "manifest",
+                      file_json(&p->manifest), "options", opts));
         for (uint32_t bit = 1; bit; bit <<= 1) {
             if (!(p->slots & bit) || !weft_slot_is_chain(bit)) continue;
             const char *sn = weft_slot_name(bit);
@@ -273,7 +297,8 @@ weft_status weft_lock_to_json(const weft_lock *l, int canonical, char **text, we
     *text = NULL;
     json_t *root = lock_json(l, !canonical, err);
     if (!root) return err && err->code ? err->code : WEFT_ERR_NOMEM;
-    size_t flags = canonical ? (JSON_COMPACT | JSON_SORT_KEYS) : (JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    size_t flags =
+        canonical ? (JSON_COMPACT | JSON_SORT_KEYS) : (JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     *text = json_dumps(root, flags | JSON_REAL_PRECISION(17));
     json_decref(root);
     if (!*text) return weft_error_set(err, WEFT_ERR_NOMEM, "lock", "cannot serialise the lock");
@@ -342,14 +367,21 @@ typedef struct parser {
 
 static const char *type_name(const json_t *v) {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
     }
 }
 
@@ -409,13 +441,13 @@ static int get_sha(parser *p, json_t *obj, const char *key, const char *path, ch
     return 0;
 }
 
-static int get_file(parser *p, json_t *obj, const char *key, const char *path,
-                    weft_lock_file *f) {
+static int get_file(parser *p, json_t *obj, const char *key, const char *path, weft_lock_file *f) {
     char sub[256];
     json_t *o = need(p, obj, key, path, JSON_OBJECT);
     if (!o) return -1;
     snprintf(sub, sizeof(sub), "%s%s%s", path, path[0] ? "." : "", key);
-    return get_str(p, o, "path", sub, f->path, sizeof(f->path)) || get_sha(p, o, "sha256", sub, f->sha256)
+    return get_str(p, o, "path", sub, f->path, sizeof(f->path)) ||
+                   get_sha(p, o, "sha256", sub, f->sha256)
                ? -1
                : 0;
 }
@@ -510,7 +542,8 @@ static int parse_plugin(parser *p, json_t *o, uint32_t index, weft_lock_plugin *
     json_t *abi = need(p, o, "abi", path, JSON_OBJECT);
     char sub[96];
     snprintf(sub, sizeof(sub), "%s.abi", path);
-    if (!abi || get_u32(p, abi, "min", sub, &pl->abi_min) || get_u32(p, abi, "max", sub, &pl->abi_max))
+    if (!abi || get_u32(p, abi, "min", sub, &pl->abi_min) ||
+        get_u32(p, abi, "max", sub, &pl->abi_max))
         return -1;
     uint32_t order;
     if (get_u32(p, o, "order", path, &order)) return -1;
@@ -592,8 +625,8 @@ static weft_status parse_root(parser *p, json_t *root, weft_lock *l) {
         if (!x) continue;
         if (!json_is_number(x))
             return weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
-                                  "%s: quality.%s: expected a number, found %s", p->file,
-                                  names[k], type_name(x));
+                                  "%s: quality.%s: expected a number, found %s", p->file, names[k],
+                                  type_name(x));
         *has[k] = 1;
         *val[k] = json_number_value(x);
     }
@@ -734,8 +767,9 @@ weft_status weft_lock_check(const weft_lock *l, uint32_t flags, weft_lock_report
                 snprintf(f.path, sizeof(f.path), "%s/%s", l->model_dir, l->model_files[i].name);
                 memcpy(f.sha256, l->model_files[i].sha256, sizeof(f.sha256));
                 if (stat(f.path, &sb) == 0 && (uint64_t)sb.st_size != l->model_files[i].bytes) {
-                    say(&r, "model: file size differs from lock: expected %" PRIu64
-                            " bytes, found %lld (%s)",
+                    say(&r,
+                        "model: file size differs from lock: expected %" PRIu64
+                        " bytes, found %lld (%s)",
                         l->model_files[i].bytes, (long long)sb.st_size, f.path);
                     continue;
                 }
@@ -751,11 +785,21 @@ weft_status weft_lock_check(const weft_lock *l, uint32_t flags, weft_lock_report
 /* ---- diff ------------------------------------------------------------------------------- */
 static void option_text(const weft_option *o, char *buf, size_t cap) {
     switch (o->type) {
-    case WEFT_OPTION_BOOL: snprintf(buf, cap, "%s", o->i ? "true" : "false"); break;
-    case WEFT_OPTION_INT: snprintf(buf, cap, "%" PRId64, o->i); break;
-    case WEFT_OPTION_FLOAT: snprintf(buf, cap, "%.17g", o->f); break;
-    case WEFT_OPTION_STRING: snprintf(buf, cap, "\"%s\"", o->s ? o->s : ""); break;
-    default: snprintf(buf, cap, "(type %u)", (unsigned)o->type); break;
+    case WEFT_OPTION_BOOL:
+        snprintf(buf, cap, "%s", o->i ? "true" : "false");
+        break;
+    case WEFT_OPTION_INT:
+        snprintf(buf, cap, "%" PRId64, o->i);
+        break;
+    case WEFT_OPTION_FLOAT:
+        snprintf(buf, cap, "%.17g", o->f);
+        break;
+    case WEFT_OPTION_STRING:
+        snprintf(buf, cap, "\"%s\"", o->s ? o->s : "");
+        break;
+    default:
+        snprintf(buf, cap, "(type %u)", (unsigned)o->type);
+        break;
     }
 }
 
@@ -826,6 +870,8 @@ weft_status weft_lock_diff(const weft_lock *a, const weft_lock *b, weft_lock_rep
     reporter r = {report, ctx, 0};
     (void)err;
     diff_str(&r, "candidate", a->candidate, b->candidate);
+    diff_str(&r, "candidate manifest", a->source.path, b->source.path);
+    diff_str(&r, "candidate manifest sha256", a->source.sha256, b->source.sha256);
     diff_str(&r, "backend", a->backend, b->backend);
     diff_str(&r, "model", a->model, b->model);
     diff_str(&r, "model dir", a->model_dir, b->model_dir);
@@ -856,7 +902,8 @@ weft_status weft_lock_diff(const weft_lock *a, const weft_lock *b, weft_lock_rep
     const char *qn[] = {"quality mean_kl", "quality p99_kl", "quality ppl_ratio"};
     uint32_t ha[] = {a->has_mean_kl, a->has_p99_kl, a->has_ppl_ratio};
     uint32_t hb[] = {b->has_mean_kl, b->has_p99_kl, b->has_ppl_ratio};
-    double va[] = {a->mean_kl, a->p99_kl, a->ppl_ratio}, vb[] = {b->mean_kl, b->p99_kl, b->ppl_ratio};
+    double va[] = {a->mean_kl, a->p99_kl, a->ppl_ratio},
+           vb[] = {b->mean_kl, b->p99_kl, b->ppl_ratio};
     for (int k = 0; k < 3; k++) {
         if (ha[k] == hb[k] && (!ha[k] || va[k] == vb[k])) continue;
         char x[64] = "(default)", y[64] = "(default)";

@@ -49,7 +49,7 @@ typedef struct weft_lock {
     uint32_t format;
     char id[WEFT_XXH128_HEX_LEN + 1];
     char candidate[WEFT_MANIFEST_NAME_MAX];
-    weft_lock_file source; /* the candidate manifest it was frozen from */
+    weft_lock_file source;                  /* the candidate manifest it was frozen from */
     char model[WEFT_MANIFEST_PATH_MAX];     /* as the candidate wrote it */
     char model_dir[WEFT_MANIFEST_PATH_MAX]; /* resolved; "" when not local at freeze */
     uint32_t n_model_files;

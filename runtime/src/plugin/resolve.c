@@ -167,6 +167,13 @@ typedef struct rctx {
     weft_error *err;
 } rctx;
 
+/* What to do about a plugin that cannot be used, by its role in the candidate. */
+static const char *remedy(uint32_t role) {
+    if (role == WEFT_ROLE_BACKEND) return "choose another backend in";
+    if (role == WEFT_ROLE_MODEL) return "choose another model_plugin in";
+    return "remove it from";
+}
+
 static const char *role_word(uint32_t role, uint32_t kind) {
     if (role == WEFT_ROLE_BACKEND) return "backend";
     if (role == WEFT_ROLE_MODEL) return "model plugin";
@@ -272,9 +279,8 @@ static weft_status check_pick(rctx *c, const pick *p, const char *arch) {
             used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
                                      pm->backends[i]);
         return weft_error_set(c->err, WEFT_ERR_UNSUPPORTED, SRC,
-                              "%s %s %s runs on backend %s, not %s: remove it from %s or switch "
-                              "the backend",
-                              word, pm->name, pm->version_text, list, backend, c->m->path);
+                              "%s %s %s runs on backend %s, not %s: %s %s", word, pm->name,
+                              pm->version_text, list, backend, remedy(p->role), c->m->path);
     }
     if (pm->n_platforms) {
         int ok = 0;
@@ -303,9 +309,9 @@ static weft_status check_pick(rctx *c, const pick *p, const char *arch) {
             }
             return weft_error_set(c->err, WEFT_ERR_UNSUPPORTED, SRC,
                                   "%s %s %s supports platforms %s, not %s with backend %s: "
-                                  "remove it from %s",
+                                  "%s %s",
                                   word, pm->name, pm->version_text, list, arch, backend,
-                                  c->m->path);
+                                  remedy(p->role), c->m->path);
         }
     }
     return WEFT_OK;
@@ -372,11 +378,11 @@ static weft_status check_set(rctx *c, const pick *picks, uint32_t n) {
             const pick *q = find_pick(picks, n, d->name);
             if (!q || !weft_semver_satisfies(&d->range, &q->entry->manifest->version)) continue;
             return weft_error_set(c->err, WEFT_ERR_INVALID, SRC,
-                                  "%s %s %s conflicts with %s %s (declared in %s): remove one of "
-                                  "them from %s",
+                                  "%s %s %s conflicts with %s %s (its manifest says so): remove "
+                                  "one of them from %s",
                                   role_word(picks[i].role, a->kind), a->name, a->version_text,
                                   q->entry->manifest->name, q->entry->manifest->version_text,
-                                  a->path, c->m->path);
+                                  c->m->path);
         }
     }
     /* requirements */
@@ -386,19 +392,20 @@ static weft_status check_set(rctx *c, const pick *picks, uint32_t n) {
             const weft_manifest_dep *d = &a->requires[k];
             const pick *q = find_pick(picks, n, d->name);
             const char *word = role_word(picks[i].role, a->kind);
+            int any = !strcmp(d->range.text, "*");
             if (!q)
                 return weft_error_set(c->err, WEFT_ERR_INVALID, SRC,
-                                      "%s %s %s requires %s %s, which the candidate does not "
+                                      "%s %s %s requires %s%s%s, which the candidate does not "
                                       "include: add %s to techniques in %s",
-                                      word, a->name, a->version_text, d->name, d->range.text,
-                                      d->name, c->m->path);
+                                      word, a->name, a->version_text, d->name, any ? "" : " ",
+                                      any ? "" : d->range.text, d->name, c->m->path);
             if (!weft_semver_satisfies(&d->range, &q->entry->manifest->version))
                 return weft_error_set(c->err, WEFT_ERR_INVALID, SRC,
                                       "%s %s %s requires %s %s but the candidate selects %s %s: "
-                                      "pin a matching version of %s in %s",
+                                      "select a version of %s matching %s or remove %s from %s",
                                       word, a->name, a->version_text, d->name, d->range.text,
                                       d->name, q->entry->manifest->version_text, d->name,
-                                      c->m->path);
+                                      d->range.text, a->name, c->m->path);
         }
     }
     return WEFT_OK;

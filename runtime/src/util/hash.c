@@ -161,10 +161,10 @@ static int cache_read(const char *abs, const file_identity *id, char *hex) {
     if (!f) return 0;
     char line[PATH_MAX + 64], stored[WEFT_SHA256_HEX_LEN + 2];
     file_identity got;
-    int ok = fgets(line, sizeof(line), f) && !strcmp(line, "weft-hash-cache 1\n") &&
-             fscanf(f, "%llu %llu %llu %llu\n", &got.dev, &got.ino, &got.size, &got.mtime_ns) ==
-                 4 &&
-             fscanf(f, "%65s\n", stored) == 1 && fgets(line, sizeof(line), f);
+    int ok =
+        fgets(line, sizeof(line), f) && !strcmp(line, "weft-hash-cache 1\n") &&
+        fscanf(f, "%llu %llu %llu %llu\n", &got.dev, &got.ino, &got.size, &got.mtime_ns) == 4 &&
+        fscanf(f, "%65s\n", stored) == 1 && fgets(line, sizeof(line), f);
     fclose(f);
     if (!ok) return 0;
     line[strcspn(line, "\n")] = '\0';
