@@ -1063,6 +1063,13 @@ void weft_engine_get_stats(const weft_engine *e, weft_engine_stats *out) {
     if (e && out) *out = e->stats;
 }
 
+void weft_engine_kv_stats(const weft_engine *e, weft_kv_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof(*out));
+    out->size = sizeof(*out);
+    if (e && e->kv && e->kv->stats && e->kv_st) e->kv->stats(e->kv_st, out);
+}
+
 uint32_t weft_engine_profile(const weft_engine *e, const char **names, double *seconds,
                              uint64_t *calls, uint32_t cap) {
     if (!e) return 0;
@@ -1470,6 +1477,7 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
     uint32_t n_rows = 0, n_seqs = 0, n_logits = 0;
     for (uint32_t k = 0; k < n_items && k < e->n_reqs; k++) {
         const weft_sched_item *it = &e->s_items[k];
+        if (it->index < e->n_reqs && (it->action == 1 || it->action == 2)) e->stats.preemptions++;
         if (it->index >= e->n_reqs || it->action != 0 || it->n_tokens == 0) continue;
         request *r = e->reqs[it->index];
         uint32_t pending = r->n_tokens - r->n_computed;

@@ -144,8 +144,11 @@ typedef struct weft_engine_stats {
     uint64_t decode_tokens;
     uint64_t graphs_built;
     double step_seconds; /* inside weft_engine_step */
+    uint64_t preemptions; /* scheduler items that preempted or swapped out a request */
 } weft_engine_stats;
 void weft_engine_get_stats(const weft_engine *e, weft_engine_stats *out);
+/* The kv provider's occupancy (all zero when the provider reports none). */
+void weft_engine_kv_stats(const weft_engine *e, weft_kv_stats *out);
 
 /* Per op class timing when opened with profile = 1 (else all zero). Returns the number of
  * classes; names[i] and seconds[i], calls[i] filled for i < min(count, cap). */
