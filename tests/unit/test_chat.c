@@ -51,8 +51,9 @@ static void show_diff(const char *what, const char *want, const char *got) {
 }
 
 /* Renders one record; returns 1 when it agrees with Jinja2. */
-static int check_record(const char *label, const weft_chat_template *t, json_t *rec) {
+static int check_record(const char *label, const weft_chat_template *t, json_t *rec, json_t *vars) {
     json_t *msgs = json_object_get(rec, "messages"), *extra = json_object_get(rec, "extra");
+    if (vars && json_is_string(extra)) extra = vars;
     char *mj = json_dumps(msgs, JSON_COMPACT | JSON_ENSURE_ASCII);
     char *ej = extra ? json_dumps(extra, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     int agp = json_is_true(json_object_get(rec, "add_generation_prompt"));
@@ -113,13 +114,18 @@ static json_t *load_jsonl(const char *rel, size_t *count) {
     return all;
 }
 
-static void test_features(void **state) {
-    (void)state;
+/* One template per record: a parse failure must match a Jinja2 syntax error. */
+static void run_template_records(const char *file, size_t min_count) {
     size_t n, bad = 0;
-    json_t *all = load_jsonl("features.jsonl", &n);
-    assert_true(n >= 100);
+    json_t *all = load_jsonl(file, &n);
+    assert_true(n >= min_count);
+    json_t *vars = NULL;
     for (size_t i = 0; i < n; i++) {
         json_t *rec = json_array_get(all, i);
+        if (json_object_get(rec, "vars")) {
+            vars = json_object_get(rec, "vars");
+            continue;
+        }
         const char *name = json_string_value(json_object_get(rec, "name"));
         json_t *src = json_object_get(rec, "template");
         json_t *want_err = json_object_get(rec, "error");
@@ -140,14 +146,25 @@ static void test_features(void **state) {
         if (kind && !strcmp(kind, "syntax")) {
             printf("FAIL feature %s: parsed, Jinja2 reported a syntax error\n", name);
             bad++;
-        } else if (!check_record(name, t, rec)) {
+        } else if (!check_record(name, t, rec, vars)) {
             bad++;
         }
         weft_chat_template_free(t);
     }
     json_decref(all);
-    printf("features: %zu records, %zu mismatches\n", n, bad);
+    printf("%s: %zu records, %zu mismatches\n", file, n, bad);
     assert_int_equal(bad, 0);
+}
+
+static void test_features(void **state) {
+    (void)state;
+    run_template_records("features.jsonl", 100);
+}
+
+/* Random expressions and whitespace-control layouts (chat_refs.py make_generated). */
+static void test_generated(void **state) {
+    (void)state;
+    run_template_records("generated.jsonl", 1000);
 }
 
 static void test_model_templates(void **state) {
@@ -185,7 +202,7 @@ static void test_model_templates(void **state) {
         assert_non_null(t);
         char label[64];
         snprintf(label, sizeof label, "case %zu (%s)", i, tn);
-        if (check_record(label, t, rec)) per[which]++;
+        if (check_record(label, t, rec, NULL)) per[which]++;
         else bad++;
     }
     printf("model templates: %zu cases (qwen3 %zu, llama3 %zu, llama3.1 %zu, llama3.2 %zu agree), %zu mismatches\n",
@@ -310,6 +327,7 @@ static void test_load(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_features),
+        cmocka_unit_test(test_generated),
         cmocka_unit_test(test_model_templates),
         cmocka_unit_test(test_error_positions),
         cmocka_unit_test(test_limits),

@@ -16,6 +16,7 @@ strftime_now reads a fixed clock passed per case (the C side takes it as extra "
 Usage: python3 -m venv /work/venv && /work/venv/bin/pip install jinja2
        /work/venv/bin/python tools/scripts/chat_refs.py
 """
+import copy
 import datetime
 import json
 import os
@@ -285,7 +286,7 @@ def make_cases():
     clocks = ["2024-07-26T12:30:45", "2025-01-01", "1999-12-31T23:59:59", "2024-02-29T06:05:04"]
 
     def add(template, source, msgs, agp, extra, special):
-        out, err = render(source, msgs, agp, extra, special)
+        out, err = render(source, copy.deepcopy(msgs), agp, copy.deepcopy(extra), special)
         case = {"template": template, "messages": msgs, "add_generation_prompt": agp, "extra": extra}
         if err:
             case["error"] = err
@@ -524,7 +525,7 @@ def make_features():
         variables = dict(variables)
         messages = variables.pop("messages", [])
         agp = variables.pop("add_generation_prompt", False)
-        result, err = render(source, messages, agp, variables)
+        result, err = render(source, copy.deepcopy(messages), agp, copy.deepcopy(variables))
         rec = {"name": name, "template": source, "messages": messages, "add_generation_prompt": agp,
                "extra": variables}
         if err:
@@ -537,6 +538,155 @@ def make_features():
     return out
 
 
+# ---- generated differential suite -------------------------------------------------------------
+GEN_VARS = {
+    "s": "Hello, World é😀", "t": "  padded\ttext \n", "e": "", "n": 7, "z": 0, "m": -3, "f": 2.5,
+    "g": 1e-05, "b": True, "k": False, "o": None,
+    "l": [3, 1, 2], "w": ["b", "A", "a", "c"], "x": [], "mixed": [1, "a", None, 2.5, True],
+    "d": {"a": 1, "b": "two", "c": [1, 2], "items": "shadow"}, "q": {},
+    "msgs": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"},
+             {"role": "assistant", "content": "<think>r</think>ok", "tool_calls": [{"name": "f", "arguments": {"x": 1}}]}],
+    "nested": {"a": {"b": {"c": [10, 20, {"d": "deep"}]}}},
+}
+
+GEN_ATOMS = ["s", "t", "e", "n", "z", "m", "f", "g", "b", "k", "o", "l", "w", "x", "mixed", "d", "q",
+             "msgs", "nested", "u", "0", "1", "-2", "3", "0.5", "1e3", "'abc'", "'a b'", "''",
+             "'É'", "'x,y,,z'", "\"q'uote\"", "none", "true", "false", "[1, 2]", "['a', 'b']",
+             "{'k': 'v'}", "(1, 'a')", "msgs[0]", "msgs[-1]", "d.a", "d['c']", "nested.a.b.c",
+             "l[0]", "s[1:4]", "s[::-1]", "l[::-1]", "w[1:]", "msgs|length", "range(4)", "u.v"]
+
+GEN_FILTERS = ["length", "trim", "upper", "lower", "first", "last", "list", "join(',')", "tojson",
+               "string", "default('D')", "default('D', true)", "int", "float", "round", "abs",
+               "reverse|list", "sort", "unique|list", "items|list", "dictsort", "map('string')|list",
+               "select('odd')|list", "reject|list", "selectattr('role', 'equalto', 'user')|list",
+               "map(attribute='role')|list", "replace('a', 'X')", "capitalize", "title",
+               "indent(2)", "sum", "min", "max", "count", "wordcount", "center(9)", "e",
+               "tojson(indent=1)", "join", "batch" if False else "string", "trim('H')"]
+
+GEN_TESTS = ["defined", "undefined", "none", "string", "number", "iterable", "mapping", "sequence",
+             "odd", "even", "divisibleby(3)", "eq 1", "in [1, 'a']", "lower", "upper", "true",
+             "false", "integer", "float", "boolean", "not none", "not defined", "callable"]
+
+GEN_METHODS = ["upper()", "lower()", "strip()", "lstrip('H')", "rstrip()", "split(',')", "split()",
+               "startswith('H')", "endswith('😀')", "replace('l', 'L')", "find('o')", "count('l')",
+               "title()", "capitalize()", "get('a')", "get('zz', 5)", "items()|list", "keys()|list",
+               "values()|list", "index(1)", "splitlines()", "rsplit(' ', 1)", "isdigit()", "join(['p', 'q'])"]
+
+GEN_BINOPS = ["+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", "<=", ">", ">=", "in",
+              "not in", "and", "or"]
+
+
+def gen_expr(rng, depth):
+    r = rng.random()
+    if depth <= 0 or r < 0.25:
+        return rng.choice(GEN_ATOMS)
+    if r < 0.45:
+        return "%s|%s" % (gen_expr(rng, depth - 1), rng.choice(GEN_FILTERS))
+    if r < 0.55:
+        return "%s is %s" % (gen_expr(rng, depth - 1), rng.choice(GEN_TESTS))
+    if r < 0.65:
+        return "%s.%s" % (rng.choice(["s", "t", "d", "l", "q", "e", "'a,b'", "msgs[0]", "w", "u"]), rng.choice(GEN_METHODS))
+    if r < 0.85:
+        return "(%s %s %s)" % (gen_expr(rng, depth - 1), rng.choice(GEN_BINOPS), gen_expr(rng, depth - 1))
+    if r < 0.92:
+        return "(%s if %s else %s)" % (gen_expr(rng, depth - 1), gen_expr(rng, depth - 1), gen_expr(rng, depth - 1))
+    return "%s%s" % (rng.choice(["not ", "-", "not not "]), gen_expr(rng, depth - 1))
+
+
+GEN_TEXT = ["", " ", "\n", "  \n  ", "\t", "x", "\n\n", " y \n", "\n  ", "z\n\t"]
+
+
+def gen_tag(rng, body):
+    left = rng.choice(["", "", "-", "+"])
+    right = rng.choice(["", "", "-", "+"])
+    return "{%" + left + " " + body + " " + right + "%}"
+
+
+def gen_layout(rng, depth):
+    """Text interleaved with tags in every whitespace-control combination."""
+    out = []
+    for _ in range(rng.randint(1, 5)):
+        out.append(rng.choice(GEN_TEXT))
+        r = rng.random()
+        if r < 0.25:
+            out.append("{{" + rng.choice(["", "-"]) + " n " + rng.choice(["", "-"]) + "}}")
+        elif r < 0.4:
+            out.append("{#" + rng.choice(["", "-", "+"]) + " c " + rng.choice(["", "-", "+"]) + "#}")
+        elif r < 0.6 and depth > 0:
+            out.append(gen_tag(rng, "if b"))
+            out.append(gen_layout(rng, depth - 1))
+            if rng.random() < 0.5:
+                out.append(gen_tag(rng, "else"))
+                out.append(gen_layout(rng, depth - 1))
+            out.append(gen_tag(rng, "endif"))
+        elif r < 0.75 and depth > 0:
+            out.append(gen_tag(rng, "for i in l"))
+            out.append(gen_layout(rng, depth - 1))
+            out.append(gen_tag(rng, "endfor"))
+        elif r < 0.85:
+            out.append(gen_tag(rng, "set v = 1"))
+        elif r < 0.9:
+            out.append(gen_tag(rng, "raw") + rng.choice(GEN_TEXT) + "{{ x }}" + gen_tag(rng, "endraw"))
+        out.append(rng.choice(GEN_TEXT))
+    return "".join(out)
+
+
+# Python object reprs with addresses, and complex numbers, which weft does not have (see
+# docs/CHAT_TEMPLATES.md); generated cases that print one are left out.
+UNMATCHABLE = (" at 0x", "j)", "<generator", "<list_reverseiterator", "<built-in", "<bound method",
+               "<dict_", "<function", "<Macro", "<jinja2", "object at")
+
+
+class ComplexProbe(ImmutableSandboxedEnvironment):
+    """Flags templates whose ** yields a complex number (weft has no complex type)."""
+
+    intercepted_binops = frozenset(["**"])
+    seen_complex = False
+
+    def call_binop(self, context, operator, left, right):
+        r = super().call_binop(context, operator, left, right)
+        if isinstance(r, complex):
+            ComplexProbe.seen_complex = True
+        return r
+
+
+def makes_complex(src):
+    ComplexProbe.seen_complex = False
+    try:
+        ComplexProbe(extensions=[jinja2.ext.loopcontrols]).from_string(src).render(**copy.deepcopy(GEN_VARS))
+    except Exception:
+        pass
+    return ComplexProbe.seen_complex
+
+
+def make_generated():
+    rng = random.Random(777)
+    out, skipped = [], 0
+    for i in range(2200):
+        r = rng.random()
+        if r < 0.5:
+            src = "{{ " + gen_expr(rng, 3) + " }}"
+        elif r < 0.65:
+            src = "{% if " + gen_expr(rng, 2) + " %}T{% else %}F{% endif %}"
+        elif r < 0.75:
+            src = "{% for it in " + gen_expr(rng, 2) + " %}[{{ it }}|{{ loop.index }}]{% else %}none{% endfor %}"
+        else:
+            src = gen_layout(rng, 2)
+        # deep copies: Jinja2's indent filter extends a list argument in place (s += "\n")
+        result, err = render(src, [], False, copy.deepcopy(GEN_VARS))
+        if (result is not None and any(m in result for m in UNMATCHABLE)) or ("**" in src and makes_complex(src)):
+            skipped += 1
+            continue
+        rec = {"name": "gen%04d" % i, "template": src, "messages": [], "add_generation_prompt": False,
+               "extra": "GEN_VARS"}
+        if err:
+            rec["error"] = err
+        else:
+            rec["expected"] = result
+        out.append(rec)
+    return out, skipped
+
+
 def write_jsonl(path, records):
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for r in records:
@@ -547,6 +697,11 @@ def main():
     print("jinja2", jinja2.__version__)
     feats = make_features()
     write_jsonl(os.path.join(OUT, "features.jsonl"), feats)
+    gen, skipped = make_generated()
+    # the shared variables go first, once, instead of in every record
+    write_jsonl(os.path.join(OUT, "generated.jsonl"), [{"name": "GEN_VARS", "vars": GEN_VARS}] + gen)
+    print("generated:", len(gen), "kept,", skipped, "left out (unmatchable reprs)",
+          sum(1 for g in gen if "error" in g), "errors")
     cases = make_cases()
     write_jsonl(os.path.join(OUT, "cases.jsonl"), cases)
     kinds = {}

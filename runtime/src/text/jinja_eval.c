@@ -295,7 +295,8 @@ int jx_attr_only(jctx *c, const jnode *n, jv obj, const jstr *name, jv *out, int
                 *out = unsafe_attr(c, obj, name);
                 return 0;
             }
-        } else if (obj.u.l->kind == JL_TUPLE && (js_eq(name, "count") || js_eq(name, "index"))) {
+        } else if ((obj.u.l->kind == JL_TUPLE || obj.u.l->kind == JL_RANGE) &&
+                   (js_eq(name, "count") || js_eq(name, "index"))) {
             m = js_eq(name, "count") ? "count" : "index";
         }
         break;
@@ -386,13 +387,19 @@ static int do_slice(jctx *c, const jnode *n, jv obj, const jv *se, jv *out) {
             jb_put(&b, s->s + off[idx], off[idx + 1] - off[idx]);
         return jx_buf_to_val(c, n, &b, out);
     }
-    if (obj.t == JV_LIST && (obj.u.l->kind == JL_LIST || obj.u.l->kind == JL_TUPLE)) {
+    if (obj.t == JV_LIST &&
+        (obj.u.l->kind == JL_LIST || obj.u.l->kind == JL_TUPLE || obj.u.l->kind == JL_RANGE)) {
         const jlist *l = obj.u.l;
         if (slice_indices(c, n, (int64_t)l->len, se, &start, &stop, &step, &cnt)) return -1;
         jlist *r = jl_new(c->a, (size_t)cnt, l->kind);
         if (!r) return jx_nomem(c, n);
         for (int64_t j = 0, idx = start; j < cnt; j++, idx += step) r->v[j] = l->v[idx];
         r->len = (size_t)cnt;
+        if (l->kind == JL_RANGE) { /* range(start + i*step, start + j*step, step*k), as Python */
+            r->range[0] = l->range[0] + start * l->range[2];
+            r->range[1] = l->range[0] + stop * l->range[2];
+            r->range[2] = l->range[2] * step;
+        }
         *out = jv_of_list(r);
         return 0;
     }
@@ -410,7 +417,8 @@ int jx_getitem(jctx *c, const jnode *n, jv obj, jv key, jv *out) {
             *out = *v;
             return 0;
         }
-    } else if (obj.t == JV_LIST && (obj.u.l->kind == JL_LIST || obj.u.l->kind == JL_TUPLE) &&
+    } else if (obj.t == JV_LIST &&
+               (obj.u.l->kind == JL_LIST || obj.u.l->kind == JL_TUPLE || obj.u.l->kind == JL_RANGE) &&
                is_index) {
         int64_t i = key.u.i, len = (int64_t)obj.u.l->len;
         if (i < 0) i += len;
@@ -472,7 +480,7 @@ static int repeat(jctx *c, const jnode *n, jv seq, int64_t times, jv *out) {
     jlist *r = jl_new(c->a, l->len * (size_t)times, l->kind);
     if (!r) return jx_nomem(c, n);
     for (int64_t i = 0; i < times; i++) {
-        memcpy(r->v + r->len, l->v, l->len * sizeof(jv));
+        jv_copy(r->v + r->len, l->v, l->len);
         r->len += l->len;
     }
     *out = jv_of_list(r);
@@ -493,6 +501,7 @@ static const char *op_text(int op) {
 }
 
 int jx_binop(jctx *c, const jnode *n, int op, jv x, jv y, jv *out) {
+    if (op == OP_MOD && x.t == JV_STR) return jx_percent(c, n, x.u.s, y, out);
     if (x.t == JV_UNDEF) return jx_undef_fail(c, n, x);
     if (y.t == JV_UNDEF) return jx_undef_fail(c, n, y);
     if (jv_is_number(x) && jv_is_number(y)) {
@@ -585,8 +594,8 @@ int jx_binop(jctx *c, const jnode *n, int op, jv x, jv y, jv *out) {
         (x.u.l->kind == JL_LIST || x.u.l->kind == JL_TUPLE)) {
         jlist *r = jl_new(c->a, x.u.l->len + y.u.l->len, x.u.l->kind);
         if (!r) return jx_nomem(c, n);
-        memcpy(r->v, x.u.l->v, x.u.l->len * sizeof(jv));
-        memcpy(r->v + x.u.l->len, y.u.l->v, y.u.l->len * sizeof(jv));
+        jv_copy(r->v, x.u.l->v, x.u.l->len);
+        jv_copy(r->v + x.u.l->len, y.u.l->v, y.u.l->len);
         r->len = x.u.l->len + y.u.l->len;
         *out = jv_of_list(r);
         return 0;
@@ -597,8 +606,6 @@ int jx_binop(jctx *c, const jnode *n, int op, jv x, jv y, jv *out) {
         if (xs && (y.t == JV_INT || y.t == JV_BOOL)) return repeat(c, n, x, y.u.i, out);
         if (ys && (x.t == JV_INT || x.t == JV_BOOL)) return repeat(c, n, y, x.u.i, out);
     }
-    if (op == OP_MOD && x.t == JV_STR)
-        return jx_fail(c, n, WEFT_ERR_UNSUPPORTED, "printf-style string formatting is not supported");
     if (op == OP_ADD && x.t == JV_STR)
         return jx_type_error(c, n, "can only concatenate str (not \"%s\") to str", jv_typename(y));
     return jx_type_error(c, n, "unsupported operand type(s) for %s: '%s' and '%s'", op_text(op),

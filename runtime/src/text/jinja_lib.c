@@ -698,7 +698,7 @@ static int list_method(jctx *c, const jnode *n, const jlist *l, const char *m, c
         if (bind(c, n, m, a, none_args, 0, &b)) return -1;
         jlist *r = jl_new(c->a, l->len, l->kind);
         if (!r) return jx_nomem(c, n);
-        memcpy(r->v, l->v, l->len * sizeof(jv));
+        jv_copy(r->v, l->v, l->len);
         r->len = l->len;
         *out = jv_of_list(r);
         return 0;
@@ -734,6 +734,208 @@ int jx_method(jctx *c, const jnode *n, jv self, const char *name, const jargs *a
         return jx_fail(c, n, WEFT_ERR_UNSUPPORTED, "loop.%s() is not supported", name);
     default: return jx_fail(c, n, WEFT_ERR_INTERNAL, "method %s on %s", name, jv_typename(self));
     }
+}
+
+/* ---- printf-style formatting (str % args, the format filter) ------------------------------- */
+static int fmt_pad(jbuf *b, const char *s, size_t len, size_t ncp, int64_t width, int left, char fill) {
+    int64_t pad = width > (int64_t)ncp ? width - (int64_t)ncp : 0;
+    if (!left)
+        for (int64_t i = 0; i < pad; i++) jb_putc(b, fill);
+    jb_put(b, s, len);
+    if (left)
+        for (int64_t i = 0; i < pad; i++) jb_putc(b, ' ');
+    return 0;
+}
+
+/* Python's str % args. Tuples are positional; a value Python treats as a mapping (dict, list,
+ * Undefined) may be used by %(key)s and once positionally; anything else is one argument. */
+int jx_percent(jctx *c, const jnode *n, const jstr *fmt, jv args, jv *out) {
+    const jv *pos = &args;
+    int64_t arglen = -1, argidx = -2;
+    int mapping = 0;
+    if (args.t == JV_LIST && args.u.l->kind == JL_TUPLE) {
+        pos = args.u.l->v;
+        arglen = (int64_t)args.u.l->len;
+        argidx = 0;
+    } else if (args.t == JV_DICT || args.t == JV_UNDEF ||
+               (args.t == JV_LIST && (args.u.l->kind == JL_LIST))) {
+        mapping = 1;
+    }
+    jbuf b = jx_newbuf(c);
+    size_t i = 0;
+    const char *s = fmt->s;
+    size_t len = fmt->len;
+#define FMT_FAIL(...)                                                                              \
+    do {                                                                                           \
+        jb_free(&b);                                                                               \
+        return jx_type_error(c, n, __VA_ARGS__);                                                   \
+    } while (0)
+    while (i < len) {
+        const char *pct = memchr(s + i, '%', len - i);
+        if (!pct) {
+            jb_put(&b, s + i, len - i);
+            break;
+        }
+        jb_put(&b, s + i, (size_t)(pct - (s + i)));
+        i = (size_t)(pct - s) + 1;
+        if (i >= len) FMT_FAIL("incomplete format");
+        jv arg;
+        int have_arg = 0;
+        if (s[i] == '(') {
+            if (!mapping || args.t != JV_DICT) FMT_FAIL("format requires a mapping");
+            size_t depth = 1, k = i + 1;
+            while (k < len && depth) {
+                if (s[k] == '(') depth++;
+                else if (s[k] == ')') depth--;
+                k++;
+            }
+            if (depth) FMT_FAIL("incomplete format key");
+            jv *v = jd_gets(args.u.d, s + i + 1, k - i - 2);
+            if (!v) FMT_FAIL("format key '%.*s' not found", (int)(k - i - 2), s + i + 1);
+            arg = *v;
+            have_arg = 1;
+            i = k;
+        }
+        int left = 0, plus = 0, space = 0, alt = 0, zero = 0;
+        for (; i < len; i++) {
+            if (s[i] == '-') left = 1;
+            else if (s[i] == '+') plus = 1;
+            else if (s[i] == ' ') space = 1;
+            else if (s[i] == '#') alt = 1;
+            else if (s[i] == '0') zero = 1;
+            else break;
+        }
+        int64_t width = 0, prec = -1;
+        while (i < len && s[i] >= '0' && s[i] <= '9' && width < 100000) width = width * 10 + (s[i++] - '0');
+        if (i < len && s[i] == '*') FMT_FAIL("'*' widths are not supported");
+        if (i < len && s[i] == '.') {
+            i++;
+            prec = 0;
+            while (i < len && s[i] >= '0' && s[i] <= '9' && prec < 100000) prec = prec * 10 + (s[i++] - '0');
+        }
+        while (i < len && (s[i] == 'h' || s[i] == 'l' || s[i] == 'L')) i++;
+        if (i >= len) FMT_FAIL("incomplete format");
+        char conv = s[i++];
+        if (conv == '%') {
+            jb_putc(&b, '%');
+            continue;
+        }
+        if (width > 4096 || prec > 4096) FMT_FAIL("format width or precision too large");
+        if (!have_arg) {
+            if (arglen < 0) {
+                if (argidx != -2) FMT_FAIL("not enough arguments for format string");
+                argidx = -1;
+                arg = args;
+            } else {
+                if (argidx >= arglen) FMT_FAIL("not enough arguments for format string");
+                arg = pos[argidx++];
+            }
+        }
+        char spec[32], tmp[4200];
+        switch (conv) {
+        case 's':
+        case 'r':
+        case 'a': {
+            jbuf sb = jx_newbuf(c);
+            if (conv == 's') jv_str(&sb, arg);
+            else jv_repr(&sb, arg);
+            if (sb.failed) {
+                jb_free(&sb);
+                jb_free(&b);
+                return jx_bufail(c, n, &sb);
+            }
+            const char *p = sb.p ? sb.p : "";
+            size_t plen = sb.len, ncp = ju_count(p, plen);
+            if (prec >= 0 && (size_t)prec < ncp) {
+                size_t k = 0, cnt = 0;
+                while (k < plen && cnt < (size_t)prec) {
+                    ju_next(p, plen, &k);
+                    cnt++;
+                }
+                plen = k;
+                ncp = cnt;
+            }
+            fmt_pad(&b, p, plen, ncp, width, left, ' ');
+            jb_free(&sb);
+            break;
+        }
+        case 'd':
+        case 'i':
+        case 'u':
+        case 'x':
+        case 'X':
+        case 'o':
+        case 'c': {
+            int64_t v;
+            if (arg.t == JV_INT || arg.t == JV_BOOL) v = arg.u.i;
+            else if (arg.t == JV_FLOAT && (conv == 'd' || conv == 'i' || conv == 'u')) {
+                if (!(arg.u.f > -9.2e18 && arg.u.f < 9.2e18)) FMT_FAIL("cannot convert float to integer");
+                v = (int64_t)arg.u.f;
+            } else if (conv == 'c' && arg.t == JV_STR && arg.u.s->ncp == 1) {
+                fmt_pad(&b, arg.u.s->s, arg.u.s->len, 1, width, left, ' ');
+                break;
+            } else {
+                FMT_FAIL("%%%c format: %s is required, not %s", conv,
+                         conv == 'c' ? "an integer or a char" : conv == 'd' || conv == 'i' || conv == 'u' ? "a real number" : "an integer",
+                         jv_typename(arg));
+            }
+            if (conv == 'c') {
+                if (v < 0 || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) FMT_FAIL("%%c arg not in range");
+                char e[4];
+                size_t el = ju_encode((uint32_t)v, e);
+                fmt_pad(&b, e, el, 1, width, left, ' ');
+                break;
+            }
+            uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+            char digits[80];
+            const char *dfmt = conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu";
+            snprintf(digits, sizeof digits, dfmt, (unsigned long long)mag);
+            char head[8];
+            size_t hl = 0;
+            if (v < 0) head[hl++] = '-';
+            else if (plus) head[hl++] = '+';
+            else if (space) head[hl++] = ' ';
+            if (alt && conv != 'd' && conv != 'i' && conv != 'u') {
+                head[hl++] = '0';
+                head[hl++] = conv == 'o' ? 'o' : conv;
+            }
+            size_t dl = strlen(digits);
+            size_t pz = prec > (int64_t)dl ? (size_t)prec - dl : 0;
+            size_t body = hl + pz + dl;
+            size_t pad = width > (int64_t)body ? (size_t)width - body : 0;
+            if (!left && !zero)
+                for (size_t k = 0; k < pad; k++) jb_putc(&b, ' ');
+            jb_put(&b, head, hl);
+            if (!left && zero)
+                for (size_t k = 0; k < pad; k++) jb_putc(&b, '0');
+            for (size_t k = 0; k < pz; k++) jb_putc(&b, '0');
+            jb_put(&b, digits, dl);
+            if (left)
+                for (size_t k = 0; k < pad; k++) jb_putc(&b, ' ');
+            break;
+        }
+        case 'e':
+        case 'E':
+        case 'f':
+        case 'F':
+        case 'g':
+        case 'G': {
+            double v;
+            if (jv_is_number(arg)) v = jv_num(arg);
+            else FMT_FAIL("must be real number, not %s", jv_typename(arg));
+            snprintf(spec, sizeof spec, "%%%s%s%s%s%s%lld.%lld%c", left ? "-" : "", plus ? "+" : "",
+                     space ? " " : "", alt ? "#" : "", zero ? "0" : "", (long long)width,
+                     (long long)(prec < 0 ? 6 : prec), conv);
+            snprintf(tmp, sizeof tmp, spec, v);
+            jb_puts(&b, tmp);
+            break;
+        }
+        default: FMT_FAIL("unsupported format character '%c'", conv);
+        }
+    }
+    if (argidx < arglen && !mapping) FMT_FAIL("not all arguments converted during string formatting");
+#undef FMT_FAIL
+    return jx_buf_to_val(c, n, &b, out);
 }
 
 /* ---- globals ---------------------------------------------------------------------------- */
@@ -869,10 +1071,11 @@ int jx_builtin(jctx *c, const jnode *n, int id, const jargs *a, jv *out) {
         if (cnt > RANGE_MAX)
             return jx_fail(c, n, WEFT_ERR_INVALID,
                            "range too big; the sandbox blocks ranges larger than %d", RANGE_MAX);
-        jlist *l = jl_new(c->a, (size_t)cnt, JL_LIST);
+        jlist *l = jl_new(c->a, (size_t)cnt, JL_RANGE);
         if (!l) return jx_nomem(c, n);
         for (size_t i = 0; i < (size_t)cnt; i++) l->v[i] = jv_int(v[0] + (int64_t)i * v[2]);
         l->len = (size_t)cnt;
+        memcpy(l->range, v, sizeof v);
         *out = jv_of_list(l);
         return 0;
     }
@@ -1105,6 +1308,12 @@ static int sort_items(jctx *c, const jnode *n, const jlist *items, const jv *key
 /* select/reject/selectattr/rejectattr */
 static int select_reject(jctx *c, const jnode *n, jv seq, const jargs *a, int with_attr, int want, jv *out) {
     jlist *items;
+    if (!jv_truthy(seq)) { /* Jinja2 checks `if value:` before iterating */
+        jlist *r = jl_new(c->a, 0, JL_ITER);
+        if (!r) return jx_nomem(c, n);
+        *out = jv_of_list(r);
+        return 0;
+    }
     if (jx_iterate(c, n, seq, &items)) return -1;
     size_t off = 0;
     jv attribute = jv_none();
@@ -1367,13 +1576,33 @@ int jx_filter(jctx *c, const jnode *n, int fid, jv v, const jargs *a, jv *out) {
         else *out = def;
         return 0;
     }
-    case F_FORMAT:
-        return jx_fail(c, n, WEFT_ERR_UNSUPPORTED, "the format filter (printf-style) is not supported");
+    case F_FORMAT: {
+        if (a->npos && a->nkw)
+            return jx_type_error(c, n, "can't handle positional and keyword arguments at the same time");
+        if (jx_to_str(c, n, v, &s)) return -1;
+        jv args;
+        if (a->nkw) {
+            jdict *d = jd_new(c->a);
+            if (!d) return jx_nomem(c, n);
+            for (size_t k = 0; k < a->nkw; k++)
+                if (jd_set(c->a, d, jv_of_str(a->kwn[k]), a->kwv[k])) return jx_nomem(c, n);
+            args = jv_of_dict(d);
+        } else {
+            jlist *t = jl_new(c->a, a->npos, JL_TUPLE);
+            if (!t) return jx_nomem(c, n);
+            jv_copy(t->v, a->pos, a->npos);
+            t->len = a->npos;
+            args = jv_of_list(t);
+        }
+        return jx_percent(c, n, s, args, out);
+    }
     case F_INDENT: {
         static const char *const names[] = {"width", "first", "blank", NULL};
         if (bind(c, n, "indent", a, names, 0, &b)) return -1;
         if (v.t == JV_UNDEF) return jx_undef_fail(c, n, v);
-        if (jx_to_str(c, n, v, &s)) return -1;
+        /* Jinja2 appends "\n" to the value and calls .splitlines(): only strings survive */
+        if (v.t != JV_STR) return jx_type_error(c, n, "indent expects a string, got %s", jv_typename(v));
+        s = v.u.s;
         const char *ind = "    ";
         size_t ind_len = 4;
         char spaces[256];
@@ -1483,13 +1712,19 @@ int jx_filter(jctx *c, const jnode *n, int fid, jv v, const jargs *a, jv *out) {
         if (bind(c, n, "list", a, none_args, 0, &b) || jx_iterate(c, n, v, &items)) return -1;
         jlist *r = jl_new(c->a, items->len, JL_LIST);
         if (!r) return jx_nomem(c, n);
-        memcpy(r->v, items->v, items->len * sizeof(jv));
+        jv_copy(r->v, items->v, items->len);
         r->len = items->len;
         *out = jv_of_list(r);
         return 0;
     }
     case F_MAP: {
         jlist *items;
+        if (!jv_truthy(v)) { /* Jinja2 checks `if value:` before iterating */
+            jlist *r = jl_new(c->a, 0, JL_ITER);
+            if (!r) return jx_nomem(c, n);
+            *out = jv_of_list(r);
+            return 0;
+        }
         if (jx_iterate(c, n, v, &items)) return -1;
         jlist *r = jl_new(c->a, items->len, JL_ITER);
         if (!r) return jx_nomem(c, n);
@@ -1812,7 +2047,7 @@ int jx_test(jctx *c, const jnode *n, int tid, jv v, const jargs *a, int *res) {
     case T_ITERABLE: *res = v.t == JV_UNDEF || v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT; return 0;
     case T_SEQUENCE:
         *res = v.t == JV_UNDEF || v.t == JV_STR || v.t == JV_DICT ||
-               (v.t == JV_LIST && (v.u.l->kind == JL_LIST || v.u.l->kind == JL_TUPLE));
+               (v.t == JV_LIST && (v.u.l->kind == JL_LIST || v.u.l->kind == JL_TUPLE || v.u.l->kind == JL_RANGE));
         return 0;
     case T_LOWER:
     case T_UPPER: {

@@ -84,6 +84,9 @@ int jx_method(jctx *c, const jnode *n, jv self, const char *name, const jargs *a
 int jx_filter(jctx *c, const jnode *n, int fid, jv v, const jargs *a, jv *out);
 int jx_test(jctx *c, const jnode *n, int tid, jv v, const jargs *a, int *res);
 
+/* Python's fmt % args */
+int jx_percent(jctx *c, const jnode *n, const jstr *fmt, jv args, jv *out);
+
 /* byte offset of needle in hay at or after from, (size_t)-1 when absent */
 size_t js_find(const char *hay, size_t hl, const char *needle, size_t nl, size_t from);
 

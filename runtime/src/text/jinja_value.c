@@ -248,7 +248,8 @@ jlist *jl_new(jarena *a, size_t cap, int kind) {
     jlist *l = ja_alloc(a, sizeof(jlist));
     if (!l) return NULL;
     l->kind = (uint8_t)kind;
-    if (cap) {
+    if (cap == 0) cap = 1; /* storage is never NULL, so v + len is always defined */
+    {
         if (cap > SIZE_MAX / sizeof(jv)) return NULL;
         l->v = ja_alloc(a, cap * sizeof(jv));
         if (!l->v) return NULL;
@@ -415,6 +416,7 @@ const char *jv_typename(jv v) {
         case JL_ITEMS: return "dict_items";
         case JL_KEYS: return "dict_keys";
         case JL_VALUES: return "dict_values";
+        case JL_RANGE: return "range";
         default: return "list";
         }
     case JV_DICT: return "dict";
@@ -487,7 +489,7 @@ int jv_eq(jv a, jv b) {
 int jv_hashable(jv v) {
     if (v.t == JV_DICT) return 0;
     if (v.t == JV_LIST) {
-        if (v.u.l->kind == JL_ITER) return 1;
+        if (v.u.l->kind == JL_ITER || v.u.l->kind == JL_RANGE) return 1;
         if (v.u.l->kind != JL_TUPLE) return 0;
         for (size_t i = 0; i < v.u.l->len; i++)
             if (!jv_hashable(v.u.l->v[i])) return 0;
@@ -667,7 +669,7 @@ static int dict_repr(jbuf *b, const jdict *d, int depth) {
 }
 
 static int str_rec(jbuf *b, jv v, int repr, int depth) {
-    char num[48];
+    char num[96];
     if (depth > JV_MAX_NEST) {
         b->failed = b->failed ? b->failed : 3;
         return -1;
@@ -686,6 +688,14 @@ static int str_rec(jbuf *b, jv v, int repr, int depth) {
         case JL_ITEMS: return seq_repr(b, v.u.l, "dict_items([", "])", depth);
         case JL_KEYS: return seq_repr(b, v.u.l, "dict_keys([", "])", depth);
         case JL_VALUES: return seq_repr(b, v.u.l, "dict_values([", "])", depth);
+        case JL_RANGE:
+            if (v.u.l->range[2] == 1)
+                snprintf(num, sizeof num, "range(%lld, %lld)", (long long)v.u.l->range[0],
+                         (long long)v.u.l->range[1]);
+            else
+                snprintf(num, sizeof num, "range(%lld, %lld, %lld)", (long long)v.u.l->range[0],
+                         (long long)v.u.l->range[1], (long long)v.u.l->range[2]);
+            return jb_puts(b, num);
         default: return seq_repr(b, v.u.l, "[", "]", depth);
         }
     case JV_DICT: return dict_repr(b, v.u.d, depth);
@@ -868,7 +878,15 @@ int jv_json(jbuf *b, jv v, const jjson_opts *o, int depth, const char **why) {
     case JV_UNDEF: *why = "Object of type Undefined is not JSON serializable"; break;
     case JV_NS: *why = "Object of type Namespace is not JSON serializable"; break;
     case JV_LOOP: *why = "Object of type LoopContext is not JSON serializable"; break;
-    case JV_LIST: *why = "Object of this iterator type is not JSON serializable"; break;
+    case JV_LIST:
+        switch (v.u.l->kind) {
+        case JL_RANGE: *why = "Object of type range is not JSON serializable"; break;
+        case JL_ITEMS: *why = "Object of type dict_items is not JSON serializable"; break;
+        case JL_KEYS: *why = "Object of type dict_keys is not JSON serializable"; break;
+        case JL_VALUES: *why = "Object of type dict_values is not JSON serializable"; break;
+        default: *why = "Object of type generator is not JSON serializable"; break;
+        }
+        break;
     default: *why = "Object of type function is not JSON serializable"; break;
     }
     return 1;
