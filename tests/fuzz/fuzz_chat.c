@@ -18,7 +18,8 @@ static const char MESSAGES[] =
     "{\"role\":\"user\",\"content\":\"Weather in Paris? \\u00e9\\ud83d\\ude00 <tool_response>\"},"
     "{\"role\":\"assistant\",\"content\":\"<think>\\nhmm\\n</think>\\n\\nChecking.\","
     "\"reasoning_content\":null,\"tool_calls\":[{\"type\":\"function\",\"function\":"
-    "{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Paris\",\"days\":[1,2.5,null,true]}}}]},"
+    "{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Paris\",\"days\":[1,2.5,null,true]}}}]"
+    "},"
     "{\"role\":\"tool\",\"content\":\"{\\\"temp\\\": 21}\"},"
     "{\"role\":\"assistant\",\"content\":\"It is 21C.\"}]";
 

@@ -20,7 +20,7 @@ typedef struct jarena {
     int exhausted;
 } jarena;
 
-void *ja_alloc(jarena *a, size_t n);  /* zeroed; NULL when out of memory or over the limit */
+void *ja_alloc(jarena *a, size_t n); /* zeroed; NULL when out of memory or over the limit */
 void ja_free(jarena *a);
 
 /* ---- values --------------------------------------------------------------------------- */
@@ -311,16 +311,16 @@ typedef enum jnode_kind {
     S_WITH,   /* items targets, kwv values, b body */
     S_SCOPE,  /* b body run in a child scope ({% generation %}) */
     /* expressions */
-    E_CONST, /* cv */
-    E_NAME,  /* str */
-    E_NSREF, /* str namespace name, str2 attribute */
-    E_LIST,  /* items */
-    E_TUPLE, /* items */
-    E_DICT,  /* items: key, value, key, value... */
-    E_ATTR,  /* a, str */
-    E_ITEM,  /* a, b (E_SLICE for slices) */
-    E_SLICE, /* a start, b stop, c step (each may be NULL) */
-    E_CALL,  /* a callee, items args, kwn/kwv */
+    E_CONST,  /* cv */
+    E_NAME,   /* str */
+    E_NSREF,  /* str namespace name, str2 attribute */
+    E_LIST,   /* items */
+    E_TUPLE,  /* items */
+    E_DICT,   /* items: key, value, key, value... */
+    E_ATTR,   /* a, str */
+    E_ITEM,   /* a, b (E_SLICE for slices) */
+    E_SLICE,  /* a start, b stop, c step (each may be NULL) */
+    E_CALL,   /* a callee, items args, kwn/kwv */
     E_FILTER, /* a operand (NULL in filter blocks), str name, items args, kwn/kwv */
     E_TEST,   /* a operand, str name, items args, kwn/kwv */
     E_NOT,    /* a */
