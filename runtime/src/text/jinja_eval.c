@@ -151,6 +151,7 @@ jv jx_func(jctx *c, int kind, int id, const char *name, jv self) {
 /* ---- iteration -------------------------------------------------------------------------- */
 /* The items a Python for-loop over v would see. */
 int jx_iterate(jctx *c, const jnode *n, jv v, jlist **out) {
+    if (jx_work_of(c, n, v)) return -1;
     switch (v.t) {
     case JV_UNDEF:
         if (v.unsafe) return jx_undef_fail(c, n, v);
@@ -191,6 +192,26 @@ int jx_count_iter(jctx *c, const jnode *n) {
         return jx_fail(c, n, WEFT_ERR_INVALID, "more than %llu loop iterations",
                        (unsigned long long)c->in->lim.max_iterations);
     return 0;
+}
+
+int jx_work(jctx *c, const jnode *n, size_t elements, size_t bytes) {
+    c->work += elements + bytes / 64;
+    uint64_t max = c->in->lim.max_iterations * 256;
+    if (c->work > max)
+        return jx_fail(c, n, WEFT_ERR_INVALID,
+                       "template does more work than allowed (%llu element visits)",
+                       (unsigned long long)max);
+    return 0;
+}
+
+int jx_work_of(jctx *c, const jnode *n, jv v) {
+    switch (v.t) {
+    case JV_STR: return jx_work(c, n, 1, v.u.s->len);
+    case JV_LIST: return jx_work(c, n, v.u.l->len + 1, 0);
+    case JV_DICT:
+    case JV_NS: return jx_work(c, n, v.u.d->len + 1, 0);
+    default: return 0;
+    }
 }
 
 /* ---- lookups ---------------------------------------------------------------------------- */
@@ -393,6 +414,7 @@ static int slice_indices(jctx *c, const jnode *n, int64_t len, const jv *se, int
 
 static int do_slice(jctx *c, const jnode *n, jv obj, const jv *se, jv *out) {
     if (obj.t == JV_UNDEF) return jx_undef_fail(c, n, obj);
+    if (jx_work_of(c, n, obj)) return -1;
     int64_t start, stop, step, cnt;
     if (obj.t == JV_STR) {
         const jstr *s = obj.u.s;
@@ -456,6 +478,7 @@ int jx_getitem(jctx *c, const jnode *n, jv obj, jv key, jv *out) {
         int64_t i = key.u.i, len = (int64_t)obj.u.s->ncp;
         if (i < 0) i += len;
         if (i >= 0 && i < len) {
+            if (obj.u.s->ncp != obj.u.s->len && jx_work(c, n, 1, obj.u.s->len)) return -1;
             size_t a = ju_offset(obj.u.s, (size_t)i), e = a;
             ju_next(obj.u.s->s, obj.u.s->len, &e);
             return jx_mkstr(c, n, obj.u.s->s + a, e - a, out);
@@ -654,6 +677,7 @@ int jx_binop(jctx *c, const jnode *n, int op, jv x, jv y, jv *out) {
 
 /* Python's `a in b`. */
 int jx_contains(jctx *c, const jnode *n, jv item, jv seq, int *res) {
+    if (jx_work_of(c, n, seq)) return -1;
     switch (seq.t) {
     case JV_UNDEF:
         if (seq.unsafe) return jx_undef_fail(c, n, seq);
@@ -685,6 +709,7 @@ int jx_contains(jctx *c, const jnode *n, jv item, jv seq, int *res) {
 }
 
 int jx_compare(jctx *c, const jnode *n, int op, jv x, jv y, int *res) {
+    if ((x.t == JV_LIST || x.t == JV_DICT || x.t == JV_STR) && jx_work_of(c, n, x)) return -1;
     switch (op) {
     case OP_EQ:
         *res = jv_eq(x, y);

@@ -491,6 +491,7 @@ static int str_join(jctx *c, const jnode *n, const jstr *sep, jv seq, jv *out) {
 
 static int str_method(jctx *c, const jnode *n, const jstr *s, const char *m, const jargs *a,
                       jv *out) {
+    if (jx_work(c, n, 1, s->len)) return -1;
     bound b;
     const jstr *x = NULL, *y = NULL;
     int64_t k = -1;
@@ -813,6 +814,7 @@ static int fmt_pad(jbuf *b, const char *s, size_t len, size_t ncp, int64_t width
 /* Python's str % args. Tuples are positional; a value Python treats as a mapping (dict, list,
  * Undefined) may be used by %(key)s and once positionally; anything else is one argument. */
 int jx_percent(jctx *c, const jnode *n, const jstr *fmt, jv args, jv *out) {
+    if (jx_work(c, n, 1, fmt->len)) return -1;
     const jv *pos = &args;
     int64_t arglen = -1, argidx = -2;
     int mapping = 0;
@@ -1681,6 +1683,7 @@ int jx_filter(jctx *c, const jnode *n, int fid, jv v, const jargs *a, jv *out) {
     bound b;
     jstr *s;
     static const char *const none_args[] = {NULL};
+    if (jx_work_of(c, n, v)) return -1;
     switch (fid) {
     case F_ABS:
         if (bind(c, n, "abs", a, none_args, 0, &b)) return -1;
