@@ -341,6 +341,120 @@ def make_cases():
 
 
 # ---- feature suite ------------------------------------------------------------------------------
+# Templates written in the style of published ones (not copies): role alternation checks,
+# system-role rejection, namespace bookkeeping over tool calls, recursive type macros, and
+# multimodal content lists.
+MISTRAL_LIKE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+
+GEMMA_LIKE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}")
+
+DEEPSEEK_LIKE = """{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}
+{%- set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}
+{%- for message in messages %}
+    {%- if message['role'] == 'system' %}{% set ns.system_prompt = message['content'] %}{% endif %}
+{%- endfor %}
+{{- bos_token }}{{ ns.system_prompt }}
+{%- for message in messages %}
+    {%- if message['role'] == 'user' %}
+        {%- set ns.is_tool = false -%}
+        {{- '<|User|>' + message['content'] }}
+    {%- endif %}
+    {%- if message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] is not none %}
+        {%- set ns.is_tool = false -%}
+        {%- for tool in message['tool_calls'] %}
+            {%- if not ns.is_first %}
+                {{- '<|Assistant|><|tool_calls_begin|><|tool_call_begin|>' + tool['type'] + '<|tool_sep|>' + tool['function']['name'] + '\\n```json\\n' + tool['function']['arguments'] + '\\n```<|tool_call_end|>' }}
+                {%- set ns.is_first = true -%}
+            {%- else %}
+                {{- '\\n<|tool_call_begin|>' + tool['type'] + '<|tool_sep|>' + tool['function']['name'] + '\\n```json\\n' + tool['function']['arguments'] + '\\n```<|tool_call_end|>' }}
+            {%- endif %}
+        {%- endfor %}
+        {{- '<|tool_calls_end|><|end_of_sentence|>' }}
+    {%- endif %}
+    {%- if message['role'] == 'assistant' and (message['tool_calls'] is not defined or message['tool_calls'] is none) %}
+        {%- set content = message['content'] %}
+        {%- if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}
+        {%- if ns.is_tool %}{{ '<|tool_outputs_end|>' + content + '<|end_of_sentence|>' }}{% set ns.is_tool = false %}
+        {%- else %}{{ '<|Assistant|>' + content + '<|end_of_sentence|>' }}{% endif %}
+    {%- endif %}
+    {%- if message['role'] == 'tool' %}
+        {%- set ns.is_tool = true -%}
+        {%- if ns.is_output_first %}
+            {{- '<|tool_outputs_begin|><|tool_output_begin|>' + message['content'] + '<|tool_output_end|>' }}
+            {%- set ns.is_output_first = false %}
+        {%- else %}
+            {{- '\\n<|tool_output_begin|>' + message['content'] + '<|tool_output_end|>' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor -%}
+{% if ns.is_tool %}{{ '<|tool_outputs_end|>' }}{% endif %}
+{% if add_generation_prompt and not ns.is_tool %}{{ '<|Assistant|><think>\\n' }}{% endif %}"""
+
+HERMES_LIKE = """{%- macro json_to_python_type(json_spec) %}
+{%- set basic_type_map = {"string": "str", "number": "float", "integer": "int", "boolean": "bool"} %}
+{%- if basic_type_map[json_spec.type] is defined %}
+    {{- basic_type_map[json_spec.type] }}
+{%- elif json_spec.type == "array" %}
+    {{- "list[" +  json_to_python_type(json_spec|items) + "]" if json_spec.items is not mapping else "list[" + json_to_python_type(json_spec['items']) + "]" }}
+{%- elif json_spec.type == "object" %}
+    {%- if json_spec.additionalProperties is defined %}
+        {{- "dict[str, " + json_to_python_type(json_spec.additionalProperties) + ']' }}
+    {%- else %}
+        {{- "dict" }}
+    {%- endif %}
+{%- elif json_spec.type is iterable and json_spec.type is not string %}
+    {{- "Union[" }}{%- for t in json_spec.type %}{{- json_to_python_type({"type": t}) }}{%- if not loop.last %}{{- "," }}{%- endif %}{%- endfor %}{{- "]" }}
+{%- elif json_spec.anyOf is defined %}
+    {{- "Union[" }}{%- for t in json_spec.anyOf %}{{- json_to_python_type(t) }}{%- if not loop.last %}{{- "," }}{%- endif %}{%- endfor %}{{- "]" }}
+{%- else %}
+    {{- "Any" }}
+{%- endif %}
+{%- endmacro %}
+{%- for tool in tools %}
+    {%- if tool.function is defined %}{%- set tool = tool.function %}{%- endif %}
+    {{- '{"type": "function", "function": ' }}
+    {{- '{"name": "' + tool.name + '", ' }}
+    {{- '"description": "' + tool.name + '(' }}
+    {%- for param_name, param_fields in tool.parameters.properties|items %}
+        {{- param_name + ": " + json_to_python_type(param_fields) }}
+        {%- if not loop.last %}{{- ", " }}{%- endif %}
+    {%- endfor %}
+    {{- ")" }}
+    {%- if tool.return is defined %}{{- " -> " + json_to_python_type(tool.return) }}{%- endif %}
+    {{- " - " + tool.description.strip() + "\\n\\n" }}
+    {%- for param_name, param_fields in tool.parameters.properties|items %}
+        {%- if loop.first %}{{- "    Args:\\n" }}{%- endif %}
+        {{- "        " + param_name + "(" + json_to_python_type(param_fields) + "): " + param_fields.description|default('')|trim }}
+    {%- endfor %}
+    {{- '", "parameters": ' }}{{- tool.parameters|tojson }}{{- "}" }}
+{%- endfor %}"""
+
+CONTENT_PARTS = """{%- for message in messages %}
+{{- '<|' + message['role'] + '|>' }}
+{%- if message['content'] is string %}
+    {{- message['content'] }}
+{%- else %}
+    {%- for content in message['content'] %}
+        {%- if content['type'] == 'image' %}{{- '<|image|>' }}
+        {%- elif content['type'] == 'text' %}{{- content['text'] | trim }}{% if not loop.last %} {% endif %}
+        {%- endif %}
+    {%- endfor %}
+    {{- '[' ~ message['content']|selectattr('type', 'equalto', 'text')|map(attribute='text')|map('trim')|join('+') ~ ']' }}
+{%- endif %}
+{{- '<|eot|>\\n' }}
+{%- endfor %}"""
+
 FEATURES = [
     # output and literals
     ("text", "plain text", {}),
@@ -483,6 +597,32 @@ FEATURES = [
     ("messages_loop", "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}", {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "add_generation_prompt": True}),
     ("nested_data", "{{ data.a[1].b }} {{ data['a'][0] }}", {"data": {"a": [1, {"b": "deep"}]}}),
     ("big_int_ops", "{{ 9223372036854775807 }} {{ -9223372036854775807 - 1 }}", {}),
+    # constructs in the style of other published chat templates
+    ("tpl_alternating", MISTRAL_LIKE, {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}], "bos_token": "<s>", "eos_token": "</s>"}),
+    ("err_tpl_alternating", MISTRAL_LIKE, {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "bos_token": "<s>", "eos_token": "</s>"}),
+    ("tpl_gemma_like", GEMMA_LIKE, {"messages": [{"role": "user", "content": "  hi  "}, {"role": "assistant", "content": "yo\n"}], "add_generation_prompt": True, "bos_token": "<bos>"}),
+    ("err_tpl_gemma_system", GEMMA_LIKE, {"messages": [{"role": "system", "content": "s"}], "bos_token": "<bos>"}),
+    ("tpl_deepseek_like", DEEPSEEK_LIKE, {"messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "<think>hidden</think>answer", "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},
+            {"type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+        {"role": "tool", "content": "r1"}, {"role": "tool", "content": "r2"},
+        {"role": "assistant", "content": "final"}, {"role": "user", "content": "q2"}],
+        "add_generation_prompt": True, "bos_token": "<bos>"}),
+    ("tpl_hermes_tools", HERMES_LIKE, {"tools": [
+        {"type": "function", "function": {"name": "get_stock", "description": "Get a stock price.\n  ",
+         "parameters": {"type": "object", "properties": {
+             "symbol": {"type": "string", "description": "Ticker "},
+             "days": {"type": "array", "items": {"type": "integer"}},
+             "opts": {"type": "object", "additionalProperties": {"type": "number"}},
+             "mode": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+             "required": ["symbol"]}, "return": {"type": "number"}}}]}),
+    ("tpl_content_parts", CONTENT_PARTS, {"messages": [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " describe  "}]},
+        {"role": "assistant", "content": "a cat"},
+        {"role": "user", "content": [{"type": "text", "text": "and"}, {"type": "text", "text": "more"}]}]}),
+    ("tpl_chatml_generation", "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}{% if message['role'] == 'assistant' %}{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{% else %}{{ message['content'] + '<|im_end|>' }}{% endif %}{{ '\\n' }}{% endfor %}", {"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]}),
     # errors (the C side must fail too)
     ("err_raise", "{{ raise_exception('custom failure') }}", {}),
     ("err_undefined_attr", "{{ missing.attr }}", {}),
