@@ -777,6 +777,67 @@ UNMATCHABLE = (" at 0x", "j)", "<generator", "<list_reverseiterator", "<built-in
                "<dict_", "<function", "<Macro", "<jinja2", "object at")
 
 
+PROG_VALUES = ["l", "w", "msgs", "s", "d", "x", "range(3)", "[1, 2, 3, 4]", "mixed", "'ab'",
+               "d.items()", "msgs|selectattr('role', 'ne', 'system')"]
+PROG_EXPRS = ["it", "y", "ns.a", "loop.index", "loop.first", "loop.last", "loop.length",
+              "loop.previtem", "loop.revindex0", "n", "it ~ y", "ns.a + 1", "y is defined",
+              "mk(it)", "mk(y, 'q')", "it is string", "loop.index0 % 2", "(it|string)[:3]",
+              "'%s-%d' % (it|string, loop.index)", "ns.b|length"]
+
+
+def gen_program(rng, depth, in_loop):
+    """Statements mixing loops, sets, namespaces and macro calls, to exercise scoping."""
+    out = []
+    for _ in range(rng.randint(1, 4)):
+        r = rng.random()
+        if r < 0.3 and depth > 0:
+            out.append("{%% for it in %s %%}" % rng.choice(PROG_VALUES))
+            out.append(gen_program(rng, depth - 1, True))
+            if rng.random() < 0.2:
+                out.append("{% else %}E")
+            out.append("{% endfor %}")
+        elif r < 0.5 and depth > 0:
+            out.append("{%% if %s %%}" % rng.choice(PROG_EXPRS + ["true", "false"]))
+            out.append(gen_program(rng, depth - 1, in_loop))
+            if rng.random() < 0.5:
+                out.append("{% elif " + rng.choice(PROG_EXPRS) + " %}")
+                out.append(gen_program(rng, depth - 1, in_loop))
+            out.append("{% endif %}")
+        elif r < 0.6:
+            out.append("{%% set y = %s %%}" % rng.choice(PROG_EXPRS))
+        elif r < 0.7:
+            out.append("{%% set ns.a = %s %%}" % rng.choice(PROG_EXPRS))
+        elif r < 0.75:
+            out.append("{%% set ns.b = ns.b ~ %s %%}" % rng.choice(PROG_EXPRS))
+        elif r < 0.8 and in_loop:
+            out.append(rng.choice(["{% break %}", "{% continue %}", "{% if loop.index > 1 %}{% break %}{% endif %}"]))
+        elif r < 0.85:
+            out.append("{%% set blk %%}<{{ %s }}>{%% set y = 'inner' %%}{%% endset %%}{{ blk }}" % rng.choice(PROG_EXPRS))
+        else:
+            out.append("[{{ %s }}]" % rng.choice(PROG_EXPRS))
+    return "".join(out)
+
+
+def make_programs():
+    rng = random.Random(4242)
+    out = []
+    prelude = ("{% set ns = namespace(a=0, b='') %}{% set y = 'top' %}"
+               "{% macro mk(v, suffix='!') %}({{ v }}{{ suffix }}{{ y }}){% set y = 'm' %}{% endmacro %}")
+    for i in range(800):
+        src = prelude + gen_program(rng, 3, False) + "|{{ y }}|{{ ns.a }}|{{ ns.b }}"
+        result, err = render(src, [], False, copy.deepcopy(GEN_VARS))
+        if result is not None and any(m in result for m in UNMATCHABLE):
+            continue
+        rec = {"name": "prog%04d" % i, "template": src, "messages": [], "add_generation_prompt": False,
+               "extra": "GEN_VARS"}
+        if err:
+            rec["error"] = err
+        else:
+            rec["expected"] = result
+        out.append(rec)
+    return out
+
+
 class ComplexProbe(ImmutableSandboxedEnvironment):
     """Flags templates whose ** yields a complex number (weft has no complex type)."""
 
@@ -838,6 +899,9 @@ def main():
     feats = make_features()
     write_jsonl(os.path.join(OUT, "features.jsonl"), feats)
     gen, skipped = make_generated()
+    progs = make_programs()
+    print("programs:", len(progs), "kept,", sum(1 for g in progs if "error" in g), "errors")
+    gen += progs
     # the shared variables go first, once, instead of in every record
     write_jsonl(os.path.join(OUT, "generated.jsonl"), [{"name": "GEN_VARS", "vars": GEN_VARS}] + gen)
     print("generated:", len(gen), "kept,", skipped, "left out (unmatchable reprs)",

@@ -309,8 +309,6 @@ static int loop_attr(jctx *c, const jnode *n, jv obj, const jstr *name, jv *out)
         *out = jx_func(c, JF_METHOD, 0, js_eq(name, "cycle") ? "cycle" : "changed", obj);
     else
         *out = no_attr(c, obj, name);
-    if (out->t == JV_FUNC || out->t == JV_UNDEF) return 0;
-    (void)n;
     return 0;
 }
 
@@ -785,7 +783,7 @@ static int eval_inner(jctx *c, const jnode *n, jv *out) {
         return 0;
     case E_NAME:
         *out = lookup(c, n->str);
-        return out->t == JV_FUNC && !out->u.fn ? jx_nomem(c, n) : 0;
+        return 0; /* an allocation failure here is caught by jx_eval's arena check */
     case E_LIST:
         return eval_seq(c, n, JL_LIST, out);
     case E_TUPLE:
@@ -1078,15 +1076,6 @@ static int exec_for(jctx *c, const jnode *n) {
         }
         items = kept;
     }
-    if (items->len == 0) {
-        if (!n->d) return 0;
-        jscope *sc = new_scope(c, outer);
-        if (!sc) return jx_nomem(c, n);
-        c->sc = sc;
-        int r = exec_node(c, n->d);
-        c->sc = outer;
-        return r;
-    }
     jloop *lp = ja_alloc(c->a, sizeof(jloop));
     if (!lp) return jx_nomem(c, n);
     lp->items = items;
@@ -1094,6 +1083,9 @@ static int exec_for(jctx *c, const jnode *n) {
     lv.u.lp = lp;
     jstr *ln = js_cstr(c->a, "loop");
     if (!ln) return jx_nomem(c, n);
+    /* Jinja2 clears its "run the else block" flag at the end of the loop body, so the else
+     * block also runs when every iteration left through break or continue. */
+    int completed = 0;
     for (size_t i = 0; i < items->len; i++) {
         if (jx_count_iter(c, n)) return -1;
         lp->i = i;
@@ -1105,13 +1097,18 @@ static int exec_for(jctx *c, const jnode *n) {
         if (!r) r = exec_node(c, n->c);
         c->sc = outer;
         if (r) return -1;
-        if (c->ctl == 1) {
-            c->ctl = 0;
-            break;
-        }
+        int ctl = c->ctl;
         c->ctl = 0;
+        if (ctl == 0) completed = 1;
+        if (ctl == 1) break;
     }
-    return 0;
+    if (completed || !n->d) return 0;
+    jscope *sc = new_scope(c, outer);
+    if (!sc) return jx_nomem(c, n);
+    c->sc = sc;
+    int r = exec_node(c, n->d);
+    c->sc = outer;
+    return r;
 }
 
 static int exec_set(jctx *c, const jnode *n, jv v) {

@@ -363,8 +363,6 @@ jv *jd_get(const jdict *d, jv key) {
 
 jv *jd_gets(const jdict *d, const char *key, size_t len) {
     if (d->slots) {
-        jstr tmp_hdr; /* only for hashing: build a temporary value on the stack */
-        (void)tmp_hdr;
         uint64_t h = 1469598103934665603ULL;
         for (size_t i = 0; i < len; i++)
             h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
