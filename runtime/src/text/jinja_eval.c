@@ -206,11 +206,15 @@ int jx_work(jctx *c, const jnode *n, size_t elements, size_t bytes) {
 
 int jx_work_of(jctx *c, const jnode *n, jv v) {
     switch (v.t) {
-    case JV_STR: return jx_work(c, n, 1, v.u.s->len);
-    case JV_LIST: return jx_work(c, n, v.u.l->len + 1, 0);
+    case JV_STR:
+        return jx_work(c, n, 1, v.u.s->len);
+    case JV_LIST:
+        return jx_work(c, n, v.u.l->len + 1, 0);
     case JV_DICT:
-    case JV_NS: return jx_work(c, n, v.u.d->len + 1, 0);
-    default: return 0;
+    case JV_NS:
+        return jx_work(c, n, v.u.d->len + 1, 0);
+    default:
+        return 0;
     }
 }
 
