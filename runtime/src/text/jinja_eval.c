@@ -196,7 +196,7 @@ int jx_count_iter(jctx *c, const jnode *n) {
 
 int jx_work(jctx *c, const jnode *n, size_t elements, size_t bytes) {
     c->work += elements + bytes / 64;
-    uint64_t max = c->in->lim.max_iterations * 256;
+    uint64_t max = c->in->lim.max_iterations * 64;
     if (c->work > max)
         return jx_fail(c, n, WEFT_ERR_INVALID,
                        "template does more work than allowed (%llu element visits)",

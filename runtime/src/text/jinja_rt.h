@@ -71,7 +71,7 @@ jv jx_func(jctx *c, int kind, int id, const char *name, jv self);
 int jx_iterate(jctx *c, const jnode *n, jv v, jlist **out);
 int jx_count_iter(jctx *c, const jnode *n);
 /* Charges O(n) work (list elements, or string bytes / 64) against the work budget, which is
- * 256 units per allowed iteration; bounds CPU for templates that scan big values in loops. */
+ * 64 units per allowed iteration; bounds CPU for templates that scan big values in loops. */
 int jx_work(jctx *c, const jnode *n, size_t elements, size_t bytes);
 /* work units of a value: elements of a list or dict, bytes of a string */
 int jx_work_of(jctx *c, const jnode *n, jv v);
