@@ -18,7 +18,9 @@ outputs are committed under tests/data/tokenizer/ so the C tests need no Python)
    differ), and HF's decode of "ids" with and without skip_special_tokens ("d" / "ds", only when
    they differ from the text).
 
-4. Writes the seed corpus of the fuzz target (tests/fuzz/corpus/tokenizer/): the tokenizers above
+4. Writes normalization.jsonl: strings heavy in combining marks, Hangul, compatibility characters
+   and case, with their NFC, NFD, NFKC and NFKD forms and lowercase from Python's unicodedata.
+5. Writes the seed corpus of the fuzz target (tests/fuzz/corpus/tokenizer/): the tokenizers above
    (mode byte 0), sample strings (modes 1 and 2), a tiny vocab GGUF (mode 3) and id lists (4).
 
 Usage: /work/venv/bin/python tools/scripts/tokenizer_refs.py [--shared DIR] [--out DIR]
@@ -340,6 +342,44 @@ def write_refs(path, header, tok, strings, with_raw=True):
     print("%s: %d strings, %d bytes" % (path, len(strings), os.path.getsize(path)))
 
 
+def normalization_refs(path, n):
+    rng = random.Random(7)
+    marks = [chr(c) for c in list(range(0x300, 0x370)) + [0x5b0, 0x5b4, 0x5bc, 0x93c, 0x94d,
+                                                          0x9bc, 0x9cd, 0x1dc0, 0x20d0, 0x302a,
+                                                          0x3099, 0x309a, 0x0e48, 0x0f71, 0x0f72]]
+    bases = "aeiouAEIOUcnszCNSZ" + "αεηιοωΑΩ" + "аеиоуАЕ" + "\u1100\u1161\u11a8\uac00\u1112" + \
+        "\u3046\u30cf\u0915\u09c7\u0b47\u0bc6\u1025\u0627\u0648"
+    compat = "\ufb01\ufb02\u2460\u00bd\u00b2\u2126\u212b\u3300\uff21\uff41\u1e9b\u01c4\u01c5\u2163\u33a1\ufe64\u2002\u00a0\u3000\u0132\u0149\u00df\u0130\u03a3"
+    out = []
+    for i in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 8)):
+            k = rng.random()
+            if k < 0.45:
+                parts.append(rng.choice(bases) + "".join(rng.choice(marks) for _ in range(rng.randint(0, 4))))
+            elif k < 0.6:
+                parts.append(rng.choice(compat))
+            elif k < 0.7:
+                parts.append(rng.choice(NFC_CASES))
+            elif k < 0.8:
+                parts.append(rng.choice(marks))
+            else:
+                while True:
+                    c = chr(rng.randint(0xA0, 0x2FFFF))
+                    if unicodedata.category(c) not in ("Cn", "Cs", "Co"):
+                        break
+                parts.append(c)
+        t = "".join(parts)
+        out.append(json.dumps({"t": t, "nfc": unicodedata.normalize("NFC", t),
+                               "nfd": unicodedata.normalize("NFD", t),
+                               "nfkc": unicodedata.normalize("NFKC", t),
+                               "nfkd": unicodedata.normalize("NFKD", t)},
+                              ensure_ascii=False, separators=(",", ":")))
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(out) + "\n")
+    print("%s: %d strings, Unicode %s" % (path, n, unicodedata.unidata_version))
+
+
 def tiny_gguf():
     """A vocab-only GGUF v3 with tokenizer.ggml.model "llama" and a handful of pieces."""
     def gstr(x):
@@ -416,6 +456,7 @@ def main():
                     "tokenizers": __import__("tokenizers").__version__},
                    Tokenizer.from_file(os.path.join(args.out, name + ".json")),
                    make_strings(seed, args.small, specials))
+    normalization_refs(os.path.join(args.out, "normalization.jsonl"), 1500)
     fuzz_corpus(os.path.join(repo, "tests", "fuzz", "corpus", "tokenizer"),
                 [os.path.join(args.out, n + ".json") for n in ("stories260K", "spm_legacy")],
                 make_strings(6, 40, SPECIALS_QWEN + SPECIALS_LEGACY))
