@@ -6,11 +6,12 @@ outputs are committed under tests/data/tokenizer/ so the C tests need no Python)
    Llama-2-style tokenizer.json (BPE with byte_fallback; merges ranked by descending score of the
    merged piece, ties in vocabulary order; normalizer Prepend "▁" + Replace " " -> "▁"; decoder
    Replace/ByteFallback/Fuse/Strip; TemplateProcessing adding <s>).
-2. Derives two small variants that exercise the other stages weft supports: "spm_legacy" (the
+2. Derives small variants that exercise the other stages weft supports: "spm_legacy" (the
    same vocabulary with the older Metaspace pre-tokenizer and decoder, NFKC + Lowercase, Digits,
-   and added tokens with lstrip / rstrip / single_word) and "bytelevel_small" (a byte-level BPE
+   and added tokens with lstrip / rstrip / single_word), "bytelevel_small" (a byte-level BPE
    trained here by `tokenizers` with the GPT-2 ByteLevel pre-tokenizer regex, add_prefix_space,
-   RobertaProcessing and added tokens).
+   RobertaProcessing and added tokens) and "bytelevel_llama3" (that vocabulary with Llama 3's
+   Split regex, ignore_merges and a TemplateProcessing BOS).
 3. Generates deterministic strings (many scripts, emoji, code, digits, whitespace runs, special
    and added tokens, NFC edge cases) and writes, per tokenizer, a JSON-lines file: a header
    line naming the tokenizer, then one line per string with the ids HF gives with
@@ -156,6 +157,30 @@ def bytelevel_small_tokenizer(corpus):
     t["added_tokens"].append({"id": n + 1, "content": " the ", "single_word": False,
                               "lstrip": False, "rstrip": False, "normalized": True,
                               "special": False})
+    return t
+
+
+LLAMA3_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?"
+                "[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def bytelevel_llama3_tokenizer(base):
+    t = json.loads(json.dumps(base))
+    t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    t["model"]["ignore_merges"] = True
+    t["post_processor"] = {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        {"type": "TemplateProcessing",
+         "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                    {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                  {"Sequence": {"id": "A", "type_id": 0}},
+                  {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                  {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}]}
     return t
 
 
@@ -429,7 +454,7 @@ def main():
                                                        os.path.join(repo, "..", "shared")))
     ap.add_argument("--out", default=os.path.join(repo, "tests", "data", "tokenizer"))
     ap.add_argument("--qwen", type=int, default=3000)
-    ap.add_argument("--small", type=int, default=1200)
+    ap.add_argument("--small", type=int, default=800)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -437,8 +462,9 @@ def main():
     legacy = spm_legacy_tokenizer(stories)
     corpus = make_strings(99, 4000, SPECIALS_BYTELEVEL)
     bytelevel = bytelevel_small_tokenizer(corpus)
+    llama3 = bytelevel_llama3_tokenizer(bytelevel)
     for name, t in (("stories260K", stories), ("spm_legacy", legacy),
-                    ("bytelevel_small", bytelevel)):
+                    ("bytelevel_small", bytelevel), ("bytelevel_llama3", llama3)):
         with open(os.path.join(args.out, name + ".json"), "w", encoding="utf-8") as f:
             json.dump(t, f, ensure_ascii=False, indent=1)
             f.write("\n")
@@ -450,7 +476,8 @@ def main():
                Tokenizer.from_file(qwen_path), make_strings(1, args.qwen, SPECIALS_QWEN))
     for name, seed, specials in (("stories260K", 2, SPECIALS_SPM),
                                  ("spm_legacy", 3, SPECIALS_LEGACY),
-                                 ("bytelevel_small", 4, SPECIALS_BYTELEVEL)):
+                                 ("bytelevel_small", 4, SPECIALS_BYTELEVEL),
+                                 ("bytelevel_llama3", 8, SPECIALS_BYTELEVEL)):
         write_refs(os.path.join(args.out, "refs_%s.jsonl" % name),
                    {"tokenizer": "data:%s.json" % name,
                     "tokenizers": __import__("tokenizers").__version__},
