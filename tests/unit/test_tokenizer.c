@@ -117,8 +117,11 @@ static void test_invalid_utf8_input(void **state) {
             char *fixed = weft_tok_utf8_repair(bad[i], strlen(bad[i]), &fl);
             int32_t *a, *b;
             size_t na, nb;
-            assert_int_equal(weft_tokenizer_encode(toks[t], bad[i], strlen(bad[i]), 1, 1, &a, &na, &err), WEFT_OK);
-            assert_int_equal(weft_tokenizer_encode(toks[t], fixed, fl, 1, 1, &b, &nb, &err), WEFT_OK);
+            assert_int_equal(
+                weft_tokenizer_encode(toks[t], bad[i], strlen(bad[i]), 1, 1, &a, &na, &err),
+                WEFT_OK);
+            assert_int_equal(weft_tokenizer_encode(toks[t], fixed, fl, 1, 1, &b, &nb, &err),
+                             WEFT_OK);
             assert_int_equal(na, nb);
             assert_memory_equal(a, b, na * sizeof(*a));
             char *dec;
@@ -158,7 +161,8 @@ static void test_accessors(void **state) {
     /* parse_special = 0 leaves special tokens as text but still splits added ones. */
     int32_t *out;
     size_t n;
-    assert_int_equal(weft_tokenizer_encode(q, "<|im_end|><think>", 17, 0, 0, &out, &n, &err), WEFT_OK);
+    assert_int_equal(weft_tokenizer_encode(q, "<|im_end|><think>", 17, 0, 0, &out, &n, &err),
+                     WEFT_OK);
     assert_true(n > 2);
     assert_int_equal(out[n - 1], 151667);
     free(out);
@@ -237,7 +241,8 @@ static void test_detok(void **state) {
 
     /* Byte-level: an emoji split over two tokens. */
     weft_tokenizer *q = load_qwen();
-    assert_int_equal(weft_tokenizer_encode(q, "a \xF0\x9F\xAB\xA0", 6, 0, 1, &ids, &n, &err), WEFT_OK);
+    assert_int_equal(weft_tokenizer_encode(q, "a \xF0\x9F\xAB\xA0", 6, 0, 1, &ids, &n, &err),
+                     WEFT_OK);
     assert_int_equal(n, 4); /* a, " \xF0\x9F", "\xAB", "\xA0" */
     const char *w3[] = {"a", "", "", " \xF0\x9F\xAB\xA0"};
     expect_stream(q, ids, n, w3, "");
@@ -275,9 +280,11 @@ static void test_malformed_json(void **state) {
         {"[]", WEFT_ERR_FORMAT, "(top level)"},
         {"{}", WEFT_ERR_FORMAT, "model"},
         {"{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", WEFT_ERR_UNSUPPORTED, "model.type"},
-        {"{\"model\":{\"vocab\":{\"a\":\"0\"},\"merges\":[]}}", WEFT_ERR_FORMAT, "model.vocab[\"a\"]"},
+        {"{\"model\":{\"vocab\":{\"a\":\"0\"},\"merges\":[]}}", WEFT_ERR_FORMAT,
+         "model.vocab[\"a\"]"},
         {"{\"model\":{\"vocab\":{\"a\":-1},\"merges\":[]}}", WEFT_ERR_FORMAT, "model.vocab[\"a\"]"},
-        {"{\"model\":{\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", WEFT_ERR_FORMAT, "id 0 is used"},
+        {"{\"model\":{\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", WEFT_ERR_FORMAT,
+         "id 0 is used"},
         {"{\"model\":{\"vocab\":{\"a\":0},\"merges\":{}}}", WEFT_ERR_FORMAT, "model.merges"},
         {"{\"model\":{\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}}", WEFT_ERR_FORMAT,
          "model.merges[0]: piece \"ab\""},
@@ -302,7 +309,8 @@ static void test_malformed_json(void **state) {
         {"{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"},{\"type\":"
          "\"Replace\",\"pattern\":{\"String\":\" \"}}]},%s}",
          WEFT_ERR_FORMAT, "normalizer.normalizers[1].content"},
-        {"{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"(\"},\"content\":\"\"},%s}",
+        {"{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"(\"},\"content\":\"\"},%"
+         "s}",
          WEFT_ERR_FORMAT, "normalizer.pattern.Regex"},
         {"{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
          "\"pattern\":{\"Regex\":\"\\\\p{Nope}\"},\"behavior\":\"Isolated\"}]},%s}",
@@ -360,7 +368,8 @@ static void test_malformed_json(void **state) {
     assert_int_equal(ids[2], 0);
     free(ids);
     char *text;
-    assert_int_equal(weft_tokenizer_decode(tok, (int32_t[]){2, 1}, 2, 0, &text, NULL, &err), WEFT_OK);
+    assert_int_equal(weft_tokenizer_decode(tok, (int32_t[]){2, 1}, 2, 0, &text, NULL, &err),
+                     WEFT_OK);
     assert_string_equal(text, "ab b"); /* no decoder: pieces joined by spaces, as HF */
     free(text);
     weft_tokenizer_free(tok);
@@ -411,9 +420,12 @@ static void test_malformed_gguf(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_normalization), cmocka_unit_test(test_utf8_repair),
-        cmocka_unit_test(test_invalid_utf8_input), cmocka_unit_test(test_accessors),
-        cmocka_unit_test(test_detok), cmocka_unit_test(test_malformed_json),
+        cmocka_unit_test(test_normalization),
+        cmocka_unit_test(test_utf8_repair),
+        cmocka_unit_test(test_invalid_utf8_input),
+        cmocka_unit_test(test_accessors),
+        cmocka_unit_test(test_detok),
+        cmocka_unit_test(test_malformed_json),
         cmocka_unit_test(test_malformed_gguf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

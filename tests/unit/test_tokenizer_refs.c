@@ -39,13 +39,14 @@ static void print_ids(const char *what, const int32_t *ids, size_t n, const json
     for (size_t i = 0; i < json_array_size(want); i++)
         fprintf(stderr, " %lld", (long long)json_integer_value(json_array_get(want, i)));
     fprintf(stderr, "\n  %s got: ", what);
-    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
+    for (size_t i = 0; i < n; i++)
+        fprintf(stderr, " %d", ids[i]);
     fprintf(stderr, "\n");
 }
 
 /* Streams ids through the detokenizer; returns the concatenated text (malloc'ed). */
-static char *stream(const weft_tokenizer *tok, const int32_t *ids, size_t n, int skip,
-                    size_t *len, int *pieces_valid) {
+static char *stream(const weft_tokenizer *tok, const int32_t *ids, size_t n, int skip, size_t *len,
+                    int *pieces_valid) {
     weft_detok *d = weft_detok_new(tok, skip);
     assert_non_null(d);
     size_t cap = 64, used = 0;
@@ -63,7 +64,8 @@ static char *stream(const weft_tokenizer *tok, const int32_t *ids, size_t n, int
         /* Each piece is valid UTF-8; had a piece carried a character cut in two as U+FFFD,
          * the concatenation would differ from decode(). */
         if (!weft_tok_utf8_valid(out, ol)) *pieces_valid = 0;
-        while (used + ol + 1 > cap) all = realloc(all, cap *= 2);
+        while (used + ol + 1 > cap)
+            all = realloc(all, cap *= 2);
         memcpy(all + used, out, ol);
         used += ol;
         free(out);
@@ -142,15 +144,19 @@ static void run_refs(const char *file) {
             size_t dl;
             assert_int_equal(weft_tokenizer_decode(tok, ids, n, skip, &dec, &dl, &err), WEFT_OK);
             if (dl != wl || memcmp(dec, w, wl)) {
-                fprintf(stderr, "%s line %d: decode(skip_special=%d) differs:\n  want \"%s\"\n  got  \"%s\"\n",
-                        file, lines + 2, skip, w, dec);
+                fprintf(
+                    stderr,
+                    "%s line %d: decode(skip_special=%d) differs:\n  want \"%s\"\n  got  \"%s\"\n",
+                    file, lines + 2, skip, w, dec);
                 ok = 0;
             }
             size_t sl;
             int valid;
             char *streamed = stream(tok, ids, n, skip, &sl, &valid);
             if (sl != dl || memcmp(streamed, dec, dl) || !valid) {
-                fprintf(stderr, "%s line %d: streaming (skip_special=%d) differs or split a character:\n  want \"%s\"\n  got  \"%s\"\n",
+                fprintf(stderr,
+                        "%s line %d: streaming (skip_special=%d) differs or split a character:\n  "
+                        "want \"%s\"\n  got  \"%s\"\n",
                         file, lines + 2, skip, dec, streamed);
                 ok = 0;
             }

@@ -15,11 +15,29 @@
 #include "util/error.h"
 
 enum {
-    GGUF_U8 = 0, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL,
-    GGUF_STRING, GGUF_ARRAY, GGUF_U64, GGUF_I64, GGUF_F64,
+    GGUF_U8 = 0,
+    GGUF_I8,
+    GGUF_U16,
+    GGUF_I16,
+    GGUF_U32,
+    GGUF_I32,
+    GGUF_F32,
+    GGUF_BOOL,
+    GGUF_STRING,
+    GGUF_ARRAY,
+    GGUF_U64,
+    GGUF_I64,
+    GGUF_F64,
 };
 
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+enum {
+    TT_NORMAL = 1,
+    TT_UNKNOWN = 2,
+    TT_CONTROL = 3,
+    TT_USER_DEFINED = 4,
+    TT_UNUSED = 5,
+    TT_BYTE = 6
+};
 
 typedef struct cur {
     const unsigned char *p;
@@ -50,11 +68,23 @@ static int rd_str(cur *c, const char **s, uint64_t *n) {
 
 static size_t scalar_size(uint32_t t) {
     switch (t) {
-    case GGUF_U8: case GGUF_I8: case GGUF_BOOL: return 1;
-    case GGUF_U16: case GGUF_I16: return 2;
-    case GGUF_U32: case GGUF_I32: case GGUF_F32: return 4;
-    case GGUF_U64: case GGUF_I64: case GGUF_F64: return 8;
-    default: return 0;
+    case GGUF_U8:
+    case GGUF_I8:
+    case GGUF_BOOL:
+        return 1;
+    case GGUF_U16:
+    case GGUF_I16:
+        return 2;
+    case GGUF_U32:
+    case GGUF_I32:
+    case GGUF_F32:
+        return 4;
+    case GGUF_U64:
+    case GGUF_I64:
+    case GGUF_F64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -94,13 +124,31 @@ typedef struct kv {
     int found;
 } kv;
 
-enum { K_MODEL, K_TOKENS, K_SCORES, K_TYPES, K_BOS, K_EOS, K_UNK, K_ADD_BOS, K_ADD_EOS, K_SPACE, K_N };
+enum {
+    K_MODEL,
+    K_TOKENS,
+    K_SCORES,
+    K_TYPES,
+    K_BOS,
+    K_EOS,
+    K_UNK,
+    K_ADD_BOS,
+    K_ADD_EOS,
+    K_SPACE,
+    K_N
+};
 
 static const char *key_names[K_N] = {
-    "tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
-    "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-    "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.add_bos_token",
-    "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_space_prefix",
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.scores",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.unknown_token_id",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.add_eos_token",
+    "tokenizer.ggml.add_space_prefix",
 };
 
 static weft_status fmt(weft_error *err, const char *name, const char *fmt_s, const char *a) {
@@ -111,15 +159,56 @@ static weft_status fmt(weft_error *err, const char *name, const char *fmt_s, con
 static int kv_int(const cur *c, const kv *k, int64_t *out) {
     cur r = {c->p, c->len, k->pos};
     switch (k->type) {
-    case GGUF_U8: { uint8_t v; if (rd(&r, &v, 1)) return -1; *out = v; return 0; }
-    case GGUF_I8: { int8_t v; if (rd(&r, &v, 1)) return -1; *out = v; return 0; }
-    case GGUF_U16: { uint16_t v; if (rd(&r, &v, 2)) return -1; *out = v; return 0; }
-    case GGUF_I16: { int16_t v; if (rd(&r, &v, 2)) return -1; *out = v; return 0; }
-    case GGUF_U32: { uint32_t v; if (rd(&r, &v, 4)) return -1; *out = v; return 0; }
-    case GGUF_I32: { int32_t v; if (rd(&r, &v, 4)) return -1; *out = v; return 0; }
-    case GGUF_U64: { uint64_t v; if (rd(&r, &v, 8) || v > INT64_MAX) return -1; *out = (int64_t)v; return 0; }
-    case GGUF_I64: { int64_t v; if (rd(&r, &v, 8)) return -1; *out = v; return 0; }
-    default: return -1;
+    case GGUF_U8: {
+        uint8_t v;
+        if (rd(&r, &v, 1)) return -1;
+        *out = v;
+        return 0;
+    }
+    case GGUF_I8: {
+        int8_t v;
+        if (rd(&r, &v, 1)) return -1;
+        *out = v;
+        return 0;
+    }
+    case GGUF_U16: {
+        uint16_t v;
+        if (rd(&r, &v, 2)) return -1;
+        *out = v;
+        return 0;
+    }
+    case GGUF_I16: {
+        int16_t v;
+        if (rd(&r, &v, 2)) return -1;
+        *out = v;
+        return 0;
+    }
+    case GGUF_U32: {
+        uint32_t v;
+        if (rd(&r, &v, 4)) return -1;
+        *out = v;
+        return 0;
+    }
+    case GGUF_I32: {
+        int32_t v;
+        if (rd(&r, &v, 4)) return -1;
+        *out = v;
+        return 0;
+    }
+    case GGUF_U64: {
+        uint64_t v;
+        if (rd(&r, &v, 8) || v > INT64_MAX) return -1;
+        *out = (int64_t)v;
+        return 0;
+    }
+    case GGUF_I64: {
+        int64_t v;
+        if (rd(&r, &v, 8)) return -1;
+        *out = v;
+        return 0;
+    }
+    default:
+        return -1;
     }
 }
 
@@ -155,7 +244,8 @@ weft_status tok_load_gguf(const unsigned char *data, size_t len, const char *nam
         return fmt(err, name, "%s: truncated before the key/value count", "header");
     kv keys[K_N];
     memset(keys, 0, sizeof(keys));
-    for (int i = 0; i < K_N; i++) keys[i].key = key_names[i];
+    for (int i = 0; i < K_N; i++)
+        keys[i].key = key_names[i];
     for (uint64_t i = 0; i < n_kv; i++) {
         const char *k;
         uint64_t kn;
@@ -216,8 +306,7 @@ weft_status tok_load_gguf(const unsigned char *data, size_t len, const char *nam
     int32_t *rank_of = malloc(n * sizeof(*rank_of));
     weft_status st = WEFT_OK;
     if (!tok || !cands || !types || !rank_of || tok_vocab_init(&tok->vocab, n, n) ||
-        tok_merges_init(&tok->merges, n * 4) ||
-        !(tok->added = calloc(n, sizeof(*tok->added)))) {
+        tok_merges_init(&tok->merges, n * 4) || !(tok->added = calloc(n, sizeof(*tok->added)))) {
         st = weft_error_set(err, WEFT_ERR_NOMEM, name, "out of memory for %u tokens", n);
         goto done;
     }
@@ -258,7 +347,8 @@ weft_status tok_load_gguf(const unsigned char *data, size_t len, const char *nam
     /* Rank by score, equal scores sharing a rank so that position breaks ties, as in
      * llama.cpp's sentencepiece merge queue. */
     qsort(cands, nc, sizeof(*cands), cmp_cand);
-    for (uint32_t i = 0; i < n; i++) rank_of[i] = -1;
+    for (uint32_t i = 0; i < n; i++)
+        rank_of[i] = -1;
     int32_t rank = -1;
     for (size_t i = 0; i < nc; i++) {
         if (i == 0 || cands[i].score != cands[i - 1].score) rank++;
@@ -268,7 +358,8 @@ weft_status tok_load_gguf(const unsigned char *data, size_t len, const char *nam
         size_t pn;
         const char *p = tok_vocab_piece(&tok->vocab, cands[i].id, &pn);
         if (!p || tok_vocab_find(&tok->vocab, p, pn) != cands[i].id) continue;
-        for (size_t cut = weft_tok_utf8_len(p, pn); cut < pn; cut += weft_tok_utf8_len(p + cut, pn - cut)) {
+        for (size_t cut = weft_tok_utf8_len(p, pn); cut < pn;
+             cut += weft_tok_utf8_len(p + cut, pn - cut)) {
             int32_t l = tok_vocab_find(&tok->vocab, p, cut);
             int32_t rr = tok_vocab_find(&tok->vocab, p + cut, pn - cut);
             if (l < 0 || rr < 0) continue;
@@ -319,16 +410,18 @@ weft_status tok_load_gguf(const unsigned char *data, size_t len, const char *nam
     items[ni].content_len = 3;
     tok->normalizer->n_items = ++ni;
     if (!items[ni - 1].content) st = WEFT_ERR_NOMEM;
-    if (!st) st = tok_pattern_compile(&items[ni - 1].pattern, TOK_PATTERN_STRING, " ", 1,
-                                      "normalizer", name, err);
+    if (!st)
+        st = tok_pattern_compile(&items[ni - 1].pattern, TOK_PATTERN_STRING, " ", 1, "normalizer",
+                                 name, err);
     /* decoder: Replace "▁" -> " ", ByteFallback, Fuse, Strip one leading " " */
     ditems[0].type = TOK_DEC_REPLACE;
     ditems[0].content = strdup(" ");
     ditems[0].content_len = 1;
     tok->decoder->n_items = 1;
     if (!ditems[0].content) st = WEFT_ERR_NOMEM;
-    if (!st) st = tok_pattern_compile(&ditems[0].pattern, TOK_PATTERN_STRING, "\xE2\x96\x81", 3,
-                                      "decoder", name, err);
+    if (!st)
+        st = tok_pattern_compile(&ditems[0].pattern, TOK_PATTERN_STRING, "\xE2\x96\x81", 3,
+                                 "decoder", name, err);
     ditems[1].type = TOK_DEC_BYTEFALLBACK;
     ditems[2].type = TOK_DEC_FUSE;
     ditems[3].type = TOK_DEC_STRIP;
@@ -348,19 +441,24 @@ weft_status tok_load_gguf(const unsigned char *data, size_t len, const char *nam
         ids[j] = -1;
         if (!idkv[j]->found) continue;
         if (kv_int(&c, idkv[j], &v) || v < 0 || v >= n) {
-            st = weft_error_set(err, WEFT_ERR_FORMAT, name, "%s: expected an id below %u", idk[j], n);
+            st = weft_error_set(err, WEFT_ERR_FORMAT, name, "%s: expected an id below %u", idk[j],
+                                n);
             goto done;
         }
         ids[j] = (int32_t)v;
     }
     tok->has_post_processor = 1;
     if (kv_bool(&c, &keys[K_ADD_BOS], 1) && ids[0] >= 0) {
-        if (!(tok->post_prefix = malloc(sizeof(int32_t)))) st = WEFT_ERR_NOMEM;
-        else tok->post_prefix[tok->n_post_prefix++] = ids[0];
+        if (!(tok->post_prefix = malloc(sizeof(int32_t))))
+            st = WEFT_ERR_NOMEM;
+        else
+            tok->post_prefix[tok->n_post_prefix++] = ids[0];
     }
     if (!st && kv_bool(&c, &keys[K_ADD_EOS], 0) && ids[1] >= 0) {
-        if (!(tok->post_suffix = malloc(sizeof(int32_t)))) st = WEFT_ERR_NOMEM;
-        else tok->post_suffix[tok->n_post_suffix++] = ids[1];
+        if (!(tok->post_suffix = malloc(sizeof(int32_t))))
+            st = WEFT_ERR_NOMEM;
+        else
+            tok->post_suffix[tok->n_post_suffix++] = ids[1];
     }
     if (st) {
         weft_error_set(err, st, name, "out of memory");

@@ -49,7 +49,8 @@ static void byte_map_init(void) {
         memcpy(byte_utf8[b], tmp, k);
         byte_utf8_len[b] = (unsigned char)k;
     }
-    for (unsigned cp = 0; cp < 324; cp++) byte_map_cp[cp] = tok_cp_to_byte(cp);
+    for (unsigned cp = 0; cp < 324; cp++)
+        byte_map_cp[cp] = tok_cp_to_byte(cp);
 }
 
 /* ---- patterns ------------------------------------------------------------------------------ */
@@ -59,7 +60,8 @@ weft_status tok_pattern_compile(tok_pattern *p, int kind, const char *s, size_t 
     p->kind = kind;
     if (kind == TOK_PATTERN_STRING) {
         p->literal = malloc(n + 1);
-        if (!p->literal) return weft_error_set(err, WEFT_ERR_NOMEM, name, "%s: out of memory", field);
+        if (!p->literal)
+            return weft_error_set(err, WEFT_ERR_NOMEM, name, "%s: out of memory", field);
         memcpy(p->literal, s, n);
         p->literal[n] = '\0';
         p->literal_len = n;
@@ -166,13 +168,15 @@ static int pattern_spans(const tok_pattern *p, const char *s, size_t n, spans *o
     return 0;
 }
 
-static int replace_all(const tok_pattern *p, const char *content, size_t content_len,
-                       const char *s, size_t n, tok_buf *out) {
+static int replace_all(const tok_pattern *p, const char *content, size_t content_len, const char *s,
+                       size_t n, tok_buf *out) {
     spans sp = {0};
     int rc = pattern_spans(p, s, n, &sp);
     for (size_t i = 0; i < sp.n && !rc; i++) {
-        if (sp.v[i].match) rc = tok_buf_put(out, content, content_len);
-        else rc = tok_buf_put(out, s + sp.v[i].start, sp.v[i].end - sp.v[i].start);
+        if (sp.v[i].match)
+            rc = tok_buf_put(out, content, content_len);
+        else
+            rc = tok_buf_put(out, s + sp.v[i].start, sp.v[i].end - sp.v[i].start);
     }
     if (!rc) rc = tok_buf_reserve(out, 0);
     free(sp.v);
@@ -190,11 +194,16 @@ static int take_buf(tok_buf *b, char **out, size_t *out_len) {
 int tok_normalize(const tok_normalizer *nz, const char *s, size_t n, char **out, size_t *out_len) {
     tok_buf b = {0};
     switch (nz->type) {
-    case TOK_NORM_NFC: return weft_tok_normalize(WEFT_TOK_NFC, s, n, out, out_len);
-    case TOK_NORM_NFD: return weft_tok_normalize(WEFT_TOK_NFD, s, n, out, out_len);
-    case TOK_NORM_NFKC: return weft_tok_normalize(WEFT_TOK_NFKC, s, n, out, out_len);
-    case TOK_NORM_NFKD: return weft_tok_normalize(WEFT_TOK_NFKD, s, n, out, out_len);
-    case TOK_NORM_LOWERCASE: return weft_tok_lowercase(s, n, out, out_len);
+    case TOK_NORM_NFC:
+        return weft_tok_normalize(WEFT_TOK_NFC, s, n, out, out_len);
+    case TOK_NORM_NFD:
+        return weft_tok_normalize(WEFT_TOK_NFD, s, n, out, out_len);
+    case TOK_NORM_NFKC:
+        return weft_tok_normalize(WEFT_TOK_NFKC, s, n, out, out_len);
+    case TOK_NORM_NFKD:
+        return weft_tok_normalize(WEFT_TOK_NFKD, s, n, out, out_len);
+    case TOK_NORM_LOWERCASE:
+        return weft_tok_lowercase(s, n, out, out_len);
     case TOK_NORM_PREPEND:
         if (n && tok_buf_put(&b, nz->content, nz->content_len)) goto oom;
         if (tok_buf_put(&b, s, n)) goto oom;
@@ -212,7 +221,8 @@ int tok_normalize(const tok_normalizer *nz, const char *s, size_t n, char **out,
         }
         while (nz->strip_right && e > a) {
             size_t st = e - 1;
-            while (st > a && ((unsigned char)s[st] & 0xC0) == 0x80) st--;
+            while (st > a && ((unsigned char)s[st] & 0xC0) == 0x80)
+                st--;
             size_t k = weft_tok_utf8_decode(s + st, e - st, &cp);
             if (!k || !weft_tok_is_whitespace(cp)) break;
             e = st;
@@ -241,7 +251,8 @@ int tok_normalize(const tok_normalizer *nz, const char *s, size_t n, char **out,
         *out_len = cur_len;
         return 0;
     }
-    default: break;
+    default:
+        break;
     }
     if (tok_buf_put(&b, s, n)) goto oom;
     return take_buf(&b, out, out_len);
@@ -262,7 +273,8 @@ static int split_pieces(const tok_pattern *p, int behavior, int invert, const to
         rc = pattern_spans(p, s, n, &sp);
         if (rc) break;
         if (invert)
-            for (size_t i = 0; i < sp.n; i++) sp.v[i].match = !sp.v[i].match;
+            for (size_t i = 0; i < sp.n; i++)
+                sp.v[i].match = !sp.v[i].match;
         merged.n = 0;
         int prev_match = 0;
         switch (behavior) {
@@ -307,7 +319,9 @@ static int split_pieces(const tok_pattern *p, int behavior, int invert, const to
                 prev_match = sp.v[i].match;
             }
             break;
-        default: rc = spans_add(&merged, 0, n, 0); break;
+        default:
+            rc = spans_add(&merged, 0, n, 0);
+            break;
         }
         for (size_t i = 0; i < merged.n && !rc; i++) {
             if (merged.v[i].end <= merged.v[i].start) continue;
@@ -368,8 +382,8 @@ static int metaspace_pieces(const tok_pretok *p, const tok_list *in, tok_list *o
         b.len = 0;
         rc = replace_all(&space, p->replacement, p->replacement_len, s, n, &b);
         if (rc) break;
-        int starts = b.len >= p->replacement_len &&
-                     memcmp(b.p, p->replacement, p->replacement_len) == 0;
+        int starts =
+            b.len >= p->replacement_len && memcmp(b.p, p->replacement, p->replacement_len) == 0;
         int prepend = !starts && (p->prepend_scheme == TOK_PREPEND_ALWAYS ||
                                   (p->prepend_scheme == TOK_PREPEND_FIRST && in->first[k]));
         tok_buf c = {0};
@@ -404,12 +418,18 @@ int tok_pretokenize(const tok_pretok *p, tok_list *pieces) {
     case TOK_PRE_PUNCTUATION:
         rc = split_pieces(&p->pattern, p->behavior, p->invert, pieces, &out);
         break;
-    case TOK_PRE_BYTELEVEL: rc = bytelevel_pieces(p, pieces, &out); break;
-    case TOK_PRE_METASPACE: rc = metaspace_pieces(p, pieces, &out); break;
+    case TOK_PRE_BYTELEVEL:
+        rc = bytelevel_pieces(p, pieces, &out);
+        break;
+    case TOK_PRE_METASPACE:
+        rc = metaspace_pieces(p, pieces, &out);
+        break;
     case TOK_PRE_SEQUENCE:
-        for (size_t i = 0; i < p->n_items && !rc; i++) rc = tok_pretokenize(&p->items[i], pieces);
+        for (size_t i = 0; i < p->n_items && !rc; i++)
+            rc = tok_pretokenize(&p->items[i], pieces);
         return rc;
-    default: return 0;
+    default:
+        return 0;
     }
     if (rc) {
         tok_list_free(&out);
@@ -600,14 +620,16 @@ void tok_normalizer_free(tok_normalizer *n) {
     if (!n) return;
     tok_pattern_free(&n->pattern);
     free(n->content);
-    for (size_t i = 0; i < n->n_items; i++) tok_normalizer_free(&n->items[i]);
+    for (size_t i = 0; i < n->n_items; i++)
+        tok_normalizer_free(&n->items[i]);
     free(n->items);
 }
 
 void tok_pretok_free(tok_pretok *p) {
     if (!p) return;
     tok_pattern_free(&p->pattern);
-    for (size_t i = 0; i < p->n_items; i++) tok_pretok_free(&p->items[i]);
+    for (size_t i = 0; i < p->n_items; i++)
+        tok_pretok_free(&p->items[i]);
     free(p->items);
 }
 
@@ -615,6 +637,7 @@ void tok_decoder_free(tok_decoder *d) {
     if (!d) return;
     tok_pattern_free(&d->pattern);
     free(d->content);
-    for (size_t i = 0; i < d->n_items; i++) tok_decoder_free(&d->items[i]);
+    for (size_t i = 0; i < d->n_items; i++)
+        tok_decoder_free(&d->items[i]);
     free(d->items);
 }
