@@ -119,6 +119,7 @@ def stories_tokenizer(tok512):
 # ---- 2. variants ----------------------------------------------------------------------------
 def spm_legacy_tokenizer(base):
     t = json.loads(json.dumps(base))
+    # Normalized added tokens are searched for in their normalized form ("DOG" as "dog").
     t["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]}
     t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Digits", "individual_digits": True},
@@ -131,7 +132,9 @@ def spm_legacy_tokenizer(base):
     t["model"]["fuse_unk"] = False
     n = len(t["model"]["vocab"])
     extra = [("[MASK]", True, True, True, False, False), ("<sep>", True, False, True, False, False),
-             ("cat", False, False, False, True, True), ("[b]", False, True, False, False, True)]
+             ("cat", False, False, False, True, True), ("[b]", False, True, False, False, True),
+             ("DOG", False, False, False, False, True), ("\uff26\uff29", False, False, False,
+                                                         False, True)]
     for k, (content, special, lstrip, rstrip, single, normalized) in enumerate(extra):
         t["added_tokens"].append({"id": n + k, "content": content, "single_word": single,
                                   "lstrip": lstrip, "rstrip": rstrip, "normalized": normalized,
@@ -225,7 +228,7 @@ SPECIALS_QWEN = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</th
                  "<|im_start", "im_end|>", "<|", "|>"]
 SPECIALS_SPM = ["<s>", "</s>", "<unk>", "<s", "s>"]
 SPECIALS_LEGACY = ["[MASK]", "<sep>", "cat", "[b]", "concat", "cat.", " cat ", "[MASK] ",
-                   "  <sep>  ", "<s>", "</s>"]
+                   "  <sep>  ", "<s>", "</s>", "DOG", "dog", "Dog", "\uff26\uff29", "fi", "FI"]
 SPECIALS_BYTELEVEL = ["<|user|>", "<|user|>  ", " the ", "the", "<s>", "</s>", "<pad>"]
 
 WORDS = ["the", "The", "THE", "hello", "Hello", "world", "I'm", "don't", "you're", "we've",

@@ -178,6 +178,10 @@ typedef struct tok_added {
     int32_t id;
     char *content;
     size_t len;
+    /* What is searched for: the content, or for a normalized token the content passed through
+     * the normalizer (as HF builds its normalized trie). Owned when != content. */
+    char *match;
+    size_t match_len;
     uint8_t special, lstrip, rstrip, single_word, normalized;
 } tok_added;
 

@@ -19,38 +19,35 @@ static int byte_printable(unsigned b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
 }
 
-uint32_t tok_byte_to_cp(unsigned char b) {
-    if (byte_printable(b)) return b;
-    uint32_t k = 0;
-    for (unsigned i = 0; i < b; i++)
-        if (!byte_printable(i)) k++;
-    return 256 + k;
-}
-
-int tok_cp_to_byte(uint32_t cp) {
-    if (cp < 256) return byte_printable(cp) ? (int)cp : -1;
-    if (cp >= 256 + 68) return -1;
-    uint32_t k = cp - 256;
-    for (unsigned b = 0; b < 256; b++)
-        if (!byte_printable(b) && k-- == 0) return (int)b;
-    return -1;
-}
-
-/* UTF-8 of each byte's code point, built once. */
+/* UTF-8 of each byte's code point and the reverse map, built once. */
 static char byte_utf8[256][3];
 static unsigned char byte_utf8_len[256];
-static int byte_map_cp[324]; /* code point -> byte, -1 when not in the map */
+static uint16_t byte_cp[256];
+static int16_t byte_map_cp[324]; /* code point -> byte, -1 when not in the map */
 static pthread_once_t byte_map_once = PTHREAD_ONCE_INIT;
 
 static void byte_map_init(void) {
+    uint32_t next = 256;
+    for (unsigned cp = 0; cp < 324; cp++) byte_map_cp[cp] = -1;
     for (unsigned b = 0; b < 256; b++) {
+        uint32_t cp = byte_printable(b) ? b : next++;
+        byte_cp[b] = (uint16_t)cp;
+        byte_map_cp[cp] = (int16_t)b;
         char tmp[4];
-        size_t k = weft_tok_utf8_encode(tok_byte_to_cp((unsigned char)b), tmp);
+        size_t k = weft_tok_utf8_encode(cp, tmp);
         memcpy(byte_utf8[b], tmp, k);
         byte_utf8_len[b] = (unsigned char)k;
     }
-    for (unsigned cp = 0; cp < 324; cp++)
-        byte_map_cp[cp] = tok_cp_to_byte(cp);
+}
+
+uint32_t tok_byte_to_cp(unsigned char b) {
+    pthread_once(&byte_map_once, byte_map_init);
+    return byte_cp[b];
+}
+
+int tok_cp_to_byte(uint32_t cp) {
+    pthread_once(&byte_map_once, byte_map_init);
+    return cp < 324 ? byte_map_cp[cp] : -1;
 }
 
 /* ---- patterns ------------------------------------------------------------------------------ */

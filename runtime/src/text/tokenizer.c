@@ -35,7 +35,10 @@ void weft_tokenizer_free(weft_tokenizer *tok) {
     if (tok->decoder) tok_decoder_free(tok->decoder);
     free(tok->decoder);
     for (size_t i = 0; i < tok->n_added; i++)
+    {
+        if (tok->added[i].match != tok->added[i].content) free(tok->added[i].match);
         free(tok->added[i].content);
+    }
     free(tok->added);
     free(tok->added_order);
     free(tok->is_special);
@@ -50,9 +53,12 @@ static const tok_added *sort_base;
 
 static int cmp_added(const void *a, const void *b) {
     const tok_added *x = &sort_base[*(const uint32_t *)a], *y = &sort_base[*(const uint32_t *)b];
-    unsigned char fx = (unsigned char)x->content[0], fy = (unsigned char)y->content[0];
+    /* Tokens that normalize to nothing can never match: they sort last, outside every
+     * first-byte range. */
+    int fx = x->match_len ? (unsigned char)x->match[0] : 256;
+    int fy = y->match_len ? (unsigned char)y->match[0] : 256;
     if (fx != fy) return fx < fy ? -1 : 1;
-    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    if (x->match_len != y->match_len) return x->match_len > y->match_len ? -1 : 1;
     return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
@@ -94,6 +100,16 @@ weft_status tok_finish(weft_tokenizer *tok, weft_error *err) {
         tok->added_of_id[i] = -1;
     for (size_t i = 0; i < tok->n_added; i++) {
         tok_added *a = &tok->added[i];
+        a->match = a->content;
+        a->match_len = a->len;
+        if (a->normalized && tok->normalizer) {
+            char *m;
+            size_t ml;
+            if (tok_normalize(tok->normalizer, a->content, a->len, &m, &ml))
+                return weft_error_set(err, WEFT_ERR_NOMEM, tok->name, "out of memory");
+            a->match = m;
+            a->match_len = ml;
+        }
         /* A later entry for the same id replaces the earlier, as HF's added vocabulary does. */
         tok->added_of_id[a->id] = (int32_t)i;
         tok->is_special[a->id] = a->special;
@@ -103,7 +119,8 @@ weft_status tok_finish(weft_tokenizer *tok, weft_error *err) {
     if (tok->n_added) qsort(tok->added_order, tok->n_added, sizeof(uint32_t), cmp_added);
     size_t j = 0;
     for (unsigned b = 0; b < 257; b++) {
-        while (j < tok->n_added && (unsigned char)tok->added[tok->added_order[j]].content[0] < b)
+        while (j < tok->n_added && tok->added[tok->added_order[j]].match_len > 0 &&
+               (unsigned char)tok->added[tok->added_order[j]].match[0] < b)
             j++;
         tok->added_start[b] = j;
     }
@@ -224,10 +241,10 @@ static int find_added(enc *e, const char *s, size_t n, size_t from, int normaliz
         unsigned char b = (unsigned char)s[i];
         for (size_t k = tok->added_start[b]; k < tok->added_start[b + 1]; k++) {
             const tok_added *a = &tok->added[tok->added_order[k]];
-            if (a->normalized != normalized || a->len > n - i) continue;
-            if (memcmp(s + i, a->content, a->len) != 0) continue;
+            if (a->normalized != normalized || a->match_len > n - i) continue;
+            if (memcmp(s + i, a->match, a->match_len) != 0) continue;
             *ms = i;
-            *me = i + a->len;
+            *me = i + a->match_len;
             *id = a->id;
             *skip = 0;
             if (a->special && !e->parse_special) *skip = 1;
@@ -349,8 +366,9 @@ static const char *piece_of(const weft_tokenizer *tok, int32_t id, size_t *n) {
     if (id < 0 || (uint32_t)id >= tok->vocab_size) return NULL;
     int32_t a = tok->added_of_id[id];
     if (a >= 0) {
-        *n = tok->added[a].len;
-        return tok->added[a].content;
+        /* HF's id_to_token (and so decode) gives a normalized added token's normalized form. */
+        *n = tok->added[a].match_len;
+        return tok->added[a].match;
     }
     return tok_vocab_piece(&tok->vocab, id, n);
 }
