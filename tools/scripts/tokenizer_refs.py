@@ -19,10 +19,12 @@ outputs are committed under tests/data/tokenizer/ so the C tests need no Python)
    differ), and HF's decode of "ids" with and without skip_special_tokens ("d" / "ds", only when
    they differ from the text).
 
+   It also writes bytelevel_llama3.gguf, the same vocabulary as a llama.cpp vocab GGUF
+   (tokenizer.ggml.model "gpt2", pre "llama-bpe"), which must encode like the tokenizer.json.
 4. Writes normalization.jsonl: strings heavy in combining marks, Hangul, compatibility characters
    and case, with their NFC, NFD, NFKC and NFKD forms and lowercase from Python's unicodedata.
 5. Writes the seed corpus of the fuzz target (tests/fuzz/corpus/tokenizer/): the tokenizers above
-   (mode byte 0), sample strings (modes 1 and 2), a tiny vocab GGUF (mode 3) and id lists (4).
+   (mode byte 0), sample strings (modes 1 and 2), vocab GGUFs (mode 3) and id lists (4).
 
 Usage: /work/venv/bin/python tools/scripts/tokenizer_refs.py [--shared DIR] [--out DIR]
 """
@@ -408,6 +410,41 @@ def normalization_refs(path, n):
     print("%s: %d strings, Unicode %s" % (path, n, unicodedata.unidata_version))
 
 
+def gguf_kv_string(key, value):
+    return gguf_str(key) + struct.pack("<I", 8) + gguf_str(value)
+
+
+def gguf_str(x):
+    b = x.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_from_hf(t, pre, path):
+    """A vocab-only GGUF v3 for a byte-level tokenizer.json (tokenizer.ggml.model "gpt2")."""
+    pieces = {i: p for p, i in t["model"]["vocab"].items()}
+    types = {}
+    for a in t["added_tokens"]:
+        pieces[a["id"]] = a["content"]
+        types[a["id"]] = 3 if a["special"] else 4
+    n = max(pieces) + 1
+    assert sorted(pieces) == list(range(n))
+    merges = [" ".join(m) if isinstance(m, list) else m for m in t["model"]["merges"]]
+    kv = [gguf_kv_string("general.architecture", "llama"),
+          gguf_kv_string("tokenizer.ggml.model", "gpt2"),
+          gguf_kv_string("tokenizer.ggml.pre", pre),
+          gguf_str("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, n) +
+          b"".join(gguf_str(pieces[i]) for i in range(n)),
+          gguf_str("tokenizer.ggml.token_type") + struct.pack("<IIQ", 9, 5, n) +
+          b"".join(struct.pack("<i", types.get(i, 1)) for i in range(n)),
+          gguf_str("tokenizer.ggml.merges") + struct.pack("<IIQ", 9, 8, len(merges)) +
+          b"".join(gguf_str(m) for m in merges),
+          gguf_str("tokenizer.ggml.bos_token_id") + struct.pack("<II", 4, 1),
+          gguf_str("tokenizer.ggml.eos_token_id") + struct.pack("<II", 4, 2),
+          gguf_str("tokenizer.ggml.add_bos_token") + struct.pack("<IB", 7, 1)]
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(kv))
+
+
 def tiny_gguf():
     """A vocab-only GGUF v3 with tokenizer.ggml.model "llama" and a handful of pieces."""
     def gstr(x):
@@ -430,7 +467,7 @@ def tiny_gguf():
     return b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(kv)
 
 
-def fuzz_corpus(out, tokenizer_files, strings):
+def fuzz_corpus(out, tokenizer_files, strings, gguf_files):
     os.makedirs(out, exist_ok=True)
     k = 0
     def w(data):
@@ -444,6 +481,8 @@ def fuzz_corpus(out, tokenizer_files, strings):
         w(b"\x01" + s.encode("utf-8"))
         w(b"\x02" + s.encode("utf-8"))
     w(b"\x03" + tiny_gguf())
+    for path in gguf_files:
+        w(b"\x03" + open(path, "rb").read())
     rng = random.Random(5)
     for mode in (4, 12, 20, 28):
         w(bytes([mode]) + b"".join(struct.pack("<i", rng.randint(-5, 700)) for _ in range(40)))
@@ -471,6 +510,7 @@ def main():
         with open(os.path.join(args.out, name + ".json"), "w", encoding="utf-8") as f:
             json.dump(t, f, ensure_ascii=False, indent=1)
             f.write("\n")
+    gguf_from_hf(llama3, "llama-bpe", os.path.join(args.out, "bytelevel_llama3.gguf"))
 
     qwen_path = os.path.join(args.shared, "models", "qwen3-tokenizer", "tokenizer.json")
     write_refs(os.path.join(args.out, "refs_qwen3.jsonl"),
@@ -489,7 +529,8 @@ def main():
     normalization_refs(os.path.join(args.out, "normalization.jsonl"), 1500)
     fuzz_corpus(os.path.join(repo, "tests", "fuzz", "corpus", "tokenizer"),
                 [os.path.join(args.out, n + ".json") for n in ("stories260K", "spm_legacy")],
-                make_strings(6, 40, SPECIALS_QWEN + SPECIALS_LEGACY))
+                make_strings(6, 40, SPECIALS_QWEN + SPECIALS_LEGACY),
+                [os.path.join(args.out, "bytelevel_llama3.gguf")])
 
 
 if __name__ == "__main__":

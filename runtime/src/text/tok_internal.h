@@ -185,6 +185,17 @@ typedef struct tok_added {
     uint8_t special, lstrip, rstrip, single_word, normalized;
 } tok_added;
 
+/* Pre-tokenizer regexes of well-known families (facts from their published tokenizer.json files):
+ * GPT-2's (ByteLevel use_regex), Llama 3's and Qwen2's (Split). */
+#define TOK_GPT2_REGEX                                                                             \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define TOK_LLAMA3_REGEX                                                                           \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "                     \
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define TOK_QWEN2_REGEX                                                                            \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "                          \
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 /* ---- the tokenizer ------------------------------------------------------------------------ */
 struct weft_tokenizer {
     char name[256]; /* for errors: the file it came from */

@@ -262,9 +262,6 @@ static weft_status parse_normalizer(ctx *c, const json_t *v, const char *path, i
 }
 
 /* ---- pre-tokenizer ------------------------------------------------------------------------- */
-#define GPT2_REGEX                                                                                 \
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
-
 static weft_status builtin_regex(ctx *c, tok_pretok *out, const char *re, const char *path) {
     return tok_pattern_compile(&out->pattern, TOK_PATTERN_REGEX, re, strlen(re), path, c->name,
                                c->err);
@@ -309,7 +306,7 @@ static weft_status parse_pretok(ctx *c, const json_t *v, const char *path, int d
         out->type = TOK_PRE_BYTELEVEL;
         if ((st = get_bool(c, v, path, "add_prefix_space", 1, &out->add_prefix_space))) return st;
         if ((st = get_bool(c, v, path, "use_regex", 1, &out->use_regex))) return st;
-        if (out->use_regex && (st = builtin_regex(c, out, GPT2_REGEX, path))) return st;
+        if (out->use_regex && (st = builtin_regex(c, out, TOK_GPT2_REGEX, path))) return st;
     } else if (!strcmp(type, "Metaspace")) {
         out->type = TOK_PRE_METASPACE;
         if ((st = parse_metaspace(c, v, path, out->replacement, &out->replacement_len,
