@@ -347,35 +347,47 @@ static const weft_tok_lower_entry *lower_of(uint32_t cp) {
 }
 
 int weft_tok_lowercase(const char *s, size_t n, char **out, size_t *out_len) {
-    /* A lowercase mapping has at most 3 code points of at most 4 bytes each per input char,
-     * and every input char is at least one byte. */
-    if (n > (SIZE_MAX - 1) / 12) return -1;
-    char *d = malloc(n * 12 + 1);
-    if (!d) return -1;
-    size_t i = 0, o = 0;
-    while (i < n) {
-        uint32_t cp;
-        size_t k = weft_tok_utf8_decode(s + i, n - i, &cp);
-        if (!k) {
-            d[o++] = s[i++];
-            continue;
+    /* Two passes: size the output exactly, then write it. */
+    size_t need = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        char *d = NULL;
+        if (pass == 1) {
+            d = malloc(need + 1);
+            if (!d) return -1;
         }
-        i += k;
-        if (cp < 0x80) {
-            d[o++] = (char)(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
-            continue;
+        size_t i = 0, o = 0;
+        char tmp[4];
+        while (i < n) {
+            uint32_t cp;
+            size_t k = weft_tok_utf8_decode(s + i, n - i, &cp);
+            if (!k) { /* not UTF-8 here: the byte is kept as it is */
+                if (d) d[o] = s[i];
+                o++;
+                i++;
+                continue;
+            }
+            i += k;
+            const weft_tok_lower_entry *e = NULL;
+            if (cp < 0x80) {
+                if (cp >= 'A' && cp <= 'Z') cp += 32;
+            } else {
+                e = lower_of(cp);
+            }
+            size_t m = e ? e->len : 1;
+            for (size_t j = 0; j < m; j++) {
+                size_t w = weft_tok_utf8_encode(e ? e->to[j] : cp, tmp);
+                if (d) memcpy(d + o, tmp, w);
+                o += w;
+            }
         }
-        const weft_tok_lower_entry *e = lower_of(cp);
-        if (!e) {
-            o += weft_tok_utf8_encode(cp, d + o);
-            continue;
+        if (pass == 0) {
+            need = o;
+        } else {
+            d[o] = '\0';
+            *out = d;
+            *out_len = o;
         }
-        for (size_t j = 0; j < e->len; j++)
-            o += weft_tok_utf8_encode(e->to[j], d + o);
     }
-    d[o] = '\0';
-    *out = d;
-    *out_len = o;
     return 0;
 }
 

@@ -34,8 +34,7 @@ void weft_tokenizer_free(weft_tokenizer *tok) {
     free(tok->pretok);
     if (tok->decoder) tok_decoder_free(tok->decoder);
     free(tok->decoder);
-    for (size_t i = 0; i < tok->n_added; i++)
-    {
+    for (size_t i = 0; i < tok->n_added; i++) {
         if (tok->added[i].match != tok->added[i].content) free(tok->added[i].match);
         free(tok->added[i].content);
     }
@@ -49,17 +48,17 @@ void weft_tokenizer_free(weft_tokenizer *tok) {
     free(tok);
 }
 
-static const tok_added *sort_base;
+typedef struct added_key {
+    int first; /* first byte of the match; 256 for an empty match */
+    size_t len;
+    uint32_t index;
+} added_key;
 
 static int cmp_added(const void *a, const void *b) {
-    const tok_added *x = &sort_base[*(const uint32_t *)a], *y = &sort_base[*(const uint32_t *)b];
-    /* Tokens that normalize to nothing can never match: they sort last, outside every
-     * first-byte range. */
-    int fx = x->match_len ? (unsigned char)x->match[0] : 256;
-    int fy = y->match_len ? (unsigned char)y->match[0] : 256;
-    if (fx != fy) return fx < fy ? -1 : 1;
-    if (x->match_len != y->match_len) return x->match_len > y->match_len ? -1 : 1;
-    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+    const added_key *x = a, *y = b;
+    if (x->first != y->first) return x->first < y->first ? -1 : 1;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->index < y->index ? -1 : 1;
 }
 
 static int decoder_bytes(const tok_decoder *d) {
@@ -115,8 +114,19 @@ weft_status tok_finish(weft_tokenizer *tok, weft_error *err) {
         tok->is_special[a->id] = a->special;
         tok->added_order[i] = (uint32_t)i;
     }
-    sort_base = tok->added;
-    if (tok->n_added) qsort(tok->added_order, tok->n_added, sizeof(uint32_t), cmp_added);
+    /* By first byte, longest first. Tokens that normalize to nothing can never match: they
+     * sort last, outside every first-byte range. */
+    added_key *keys = malloc((tok->n_added ? tok->n_added : 1) * sizeof(*keys));
+    if (!keys) return weft_error_set(err, WEFT_ERR_NOMEM, tok->name, "out of memory");
+    for (size_t i = 0; i < tok->n_added; i++) {
+        const tok_added *a = &tok->added[i];
+        keys[i] =
+            (added_key){a->match_len ? (unsigned char)a->match[0] : 256, a->match_len, (uint32_t)i};
+    }
+    if (tok->n_added) qsort(keys, tok->n_added, sizeof(*keys), cmp_added);
+    for (size_t i = 0; i < tok->n_added; i++)
+        tok->added_order[i] = keys[i].index;
+    free(keys);
     size_t j = 0;
     for (unsigned b = 0; b < 257; b++) {
         while (j < tok->n_added && tok->added[tok->added_order[j]].match_len > 0 &&
