@@ -593,6 +593,42 @@ static weft_status window_text(weft_detok *d, tok_buf *b, size_t *start, weft_er
     return WEFT_OK;
 }
 
+weft_status weft_detok_prime(weft_detok *d, const int32_t *ids, size_t n, weft_error *err) {
+    if (!d || (n && !ids))
+        return weft_error_set(err, WEFT_ERR_INVALID, TOK_SOURCE, "detok: bad argument");
+    if (d->n) return weft_error_set(err, WEFT_ERR_INVALID, TOK_SOURCE, "detok: already started");
+    if (n > 4) { /* a few ids of context are enough for every decoder's "not first" rules */
+        ids += n - 4;
+        n = 4;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t pn;
+        if (!piece_of(d->tok, ids[i], &pn))
+            return weft_error_set(err, WEFT_ERR_INVALID, d->tok->name,
+                                  "detok: id %d is not in the vocabulary (size %u)", ids[i],
+                                  d->tok->vocab_size);
+    }
+    if (!n) return WEFT_OK;
+    int32_t *v = malloc(16 * sizeof(*v));
+    if (!v) return weft_error_set(err, WEFT_ERR_NOMEM, TOK_SOURCE, "detok: out of memory");
+    memcpy(v, ids, n * sizeof(*v));
+    tok_buf b = {0};
+    weft_status st = decode_into(d->tok, v, n, d->skip_special, 1, &b, err);
+    if (st) {
+        free(v);
+        free(b.p);
+        return st;
+    }
+    free(d->ids);
+    free(d->context);
+    d->ids = v;
+    d->cap = 16;
+    d->n = d->n_context = n;
+    d->context = b.p;
+    d->context_len = b.len;
+    return WEFT_OK;
+}
+
 weft_status weft_detok_push(weft_detok *d, int32_t id, char **out, size_t *len, weft_error *err) {
     if (!d || !out) return weft_error_set(err, WEFT_ERR_INVALID, TOK_SOURCE, "detok: bad argument");
     *out = NULL;
