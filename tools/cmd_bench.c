@@ -2,7 +2,8 @@
  * then --gen tokens are decoded greedily with EOS ignored, so every repeat does the same work.
  * A warm-up run comes first (graphs built, caches and pages warm); each repeat then times its
  * decode steps only. Prints tokens/s and ms/token as the median over repeats with the spread
- * (min..max), and with --profile the time per op class. */
+ * (min..max), decode tokens per CPU-second of the process (steadier on a shared machine), and
+ * with --profile the time per op class. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,14 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* CPU time of the whole process (every thread): on a shared machine, tokens per CPU-second is
+ * steadier than per wall second, and for one thread it is what the code would do alone. */
+static double cpu_seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -49,8 +58,8 @@ static double median(double *v, uint32_t n) {
 /* One request; returns decode seconds (steps after the first sampled token) and prefill
  * seconds. */
 static weft_status one_run(weft_engine *e, const int32_t *prompt, uint32_t n_prompt, uint32_t gen,
-                           double *prefill_s, double *decode_s, uint32_t *decoded,
-                           weft_error *err) {
+                           double *prefill_s, double *decode_s, double *decode_cpu_s,
+                           uint32_t *decoded, weft_error *err) {
     weft_request_params rp;
     weft_request_params_default(&rp);
     rp.sampling.temperature = 0.0f;
@@ -61,17 +70,19 @@ static weft_status one_run(weft_engine *e, const int32_t *prompt, uint32_t n_pro
     weft_engine_get_stats(e, &st0);
     weft_status s = weft_request_submit(e, prompt, n_prompt, &rp, NULL, err);
     if (s != WEFT_OK) return s;
-    double t0 = seconds_now(), t1 = t0;
+    double t0 = seconds_now(), t1 = t0, c1 = cpu_seconds_now();
     int first = 1;
     while (weft_engine_active(e)) {
         s = weft_engine_step(e, err);
         if (s < 0) return s;
         if (first) {
             t1 = seconds_now();
+            c1 = cpu_seconds_now();
             first = 0;
         }
     }
     double t2 = seconds_now();
+    *decode_cpu_s = cpu_seconds_now() - c1;
     weft_engine_get_stats(e, &st1);
     *prefill_s = t1 - t0;
     *decode_s = t2 - t1;
@@ -155,18 +166,19 @@ static int bench_decode(int argc, char **argv) {
     if (cfg->bos_token_id >= 0) prompt[0] = cfg->bos_token_id;
 
     double *tps = calloc(repeats, sizeof(double)), *ms = calloc(repeats, sizeof(double));
-    double *pre = calloc(repeats, sizeof(double));
-    weft_status s = tps && ms && pre ? WEFT_OK : WEFT_ERR_NOMEM;
-    double ps, ds;
+    double *pre = calloc(repeats, sizeof(double)), *cps = calloc(repeats, sizeof(double));
+    weft_status s = tps && ms && pre && cps ? WEFT_OK : WEFT_ERR_NOMEM;
+    double ps, ds, dc;
     uint32_t decoded = 0;
-    if (s == WEFT_OK) s = one_run(e, prompt, n_prompt, gen, &ps, &ds, &decoded, &err);
+    if (s == WEFT_OK) s = one_run(e, prompt, n_prompt, gen, &ps, &ds, &dc, &decoded, &err);
     weft_engine_profile_reset(e);
     for (uint32_t r = 0; s == WEFT_OK && r < repeats; r++) {
-        s = one_run(e, prompt, n_prompt, gen, &ps, &ds, &decoded, &err);
+        s = one_run(e, prompt, n_prompt, gen, &ps, &ds, &dc, &decoded, &err);
         if (s != WEFT_OK || decoded == 0 || ds <= 0) break;
         tps[r] = decoded / ds;
         ms[r] = ds * 1e3 / decoded;
         pre[r] = n_prompt / ps;
+        cps[r] = dc > 0 ? decoded / dc : 0;
     }
     int rc = 0;
     if (s != WEFT_OK) {
@@ -180,16 +192,16 @@ static int bench_decode(int argc, char **argv) {
             if (ms[r] > m_max) m_max = ms[r];
         }
         double t_med = median(tps, repeats), m_med = median(ms, repeats);
-        double p_med = median(pre, repeats);
+        double p_med = median(pre, repeats), c_med = median(cps, repeats);
         const weft_candidate *c = weft_engine_candidate(e);
         if (json) {
             printf("{\"bench\":\"decode\",\"candidate\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
                    "\"threads\":%u,\"prompt\":%u,\"gen\":%u,\"repeats\":%u,"
                    "\"tokens_per_s\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f},"
                    "\"ms_per_token\":{\"median\":%.5f,\"min\":%.5f,\"max\":%.5f},"
-                   "\"prefill_tokens_per_s\":%.2f}\n",
-                   c->id, c->model_dir, c->backend, weft_engine_threads(e), n_prompt, gen,
-                   repeats, t_med, t_min, t_max, m_med, m_min, m_max, p_med);
+                   "\"prefill_tokens_per_s\":%.2f,\"tokens_per_cpu_s\":%.2f}\n",
+                   c->id, c->model_dir, c->backend, weft_engine_threads(e), n_prompt, gen, repeats,
+                   t_med, t_min, t_max, m_med, m_min, m_max, p_med, c_med);
         } else {
             printf("decode: %s (%s, %u thread%s), prompt %u, gen %u, %u repeats after warm-up\n",
                    c->model_dir, c->backend, weft_engine_threads(e),
@@ -197,6 +209,8 @@ static int bench_decode(int argc, char **argv) {
             printf("  tokens/s   median %.1f  (min %.1f, max %.1f)\n", t_med, t_min, t_max);
             printf("  ms/token   median %.4f  (min %.4f, max %.4f)\n", m_med, m_min, m_max);
             printf("  prefill    %.1f tokens/s (median)\n", p_med);
+            printf("  cpu time   %.1f decode tokens per CPU-second of the process (median)\n",
+                   c_med);
         }
         if (profile && !json) {
             const char *names[64];
@@ -204,7 +218,8 @@ static int bench_decode(int argc, char **argv) {
             uint64_t calls[64];
             uint32_t n = weft_engine_profile(e, names, secs, calls, 64);
             if (n > 64) n = 64;
-            for (uint32_t i = 0; i < n; i++) total += secs[i];
+            for (uint32_t i = 0; i < n; i++)
+                total += secs[i];
             printf("  time per op class (all timed repeats, prefill included):\n");
             for (uint32_t i = 0; i < n; i++)
                 printf("    %-14s %8.3f ms  %5.1f%%  %llu calls\n", names[i], secs[i] * 1e3,
@@ -214,6 +229,7 @@ static int bench_decode(int argc, char **argv) {
     free(tps);
     free(ms);
     free(pre);
+    free(cps);
     free(prompt);
     weft_engine_close(e);
     return rc;

@@ -26,8 +26,7 @@ int weft_cmd_convert(int argc, char **argv) {
         return 2;
     }
     if (strcmp(argv[1], "llama2c")) {
-        fprintf(stderr, "weft convert: unknown source format '%s' (supported: llama2c)\n",
-                argv[1]);
+        fprintf(stderr, "weft convert: unknown source format '%s' (supported: llama2c)\n", argv[1]);
         return 2;
     }
     if (argc != 5) {

@@ -26,7 +26,8 @@ static void usage(FILE *f) {
             "  show   NAME [--path DIR]...       one plugin's manifest: slots, options, rules\n"
             "  check  [BUNDLE...] [--path DIR]   validate manifests (and binaries, when built)\n\n"
             "Search path: --path dirs, then WEFT_PLUGIN_PATH (colon-separated), then the build\n"
-            "tree, then the install prefix. Each dir is a bundle (holds manifest.yaml) or holds\n"
+            "tree, the install prefix, and last the bundles of the source tree. Each dir is a\n"
+            "bundle (holds manifest.yaml) or holds "
             "bundles one level down. `weft plugins <subcommand> --help` has details.\n");
 }
 
@@ -50,14 +51,13 @@ static void usage_show(FILE *f) {
 }
 
 static void usage_check(FILE *f) {
-    fprintf(f,
-            "usage: weft plugins check [BUNDLE...] [--path DIR]...\n\n"
-            "Checks bundles: BUNDLE is a bundle directory or its manifest.yaml (default: every\n"
-            "bundle on the search path). The manifest is validated strictly; when this build\n"
-            "includes the binary check, the library is also loaded and its descriptor compared\n"
-            "with the manifest. Exit status 1 when any bundle fails.\n\n"
-            "  --path DIR   search DIR first (repeatable; default: none)\n"
-            "  --help       this text\n");
+    fprintf(f, "usage: weft plugins check [BUNDLE...] [--path DIR]...\n\n"
+               "Checks bundles: BUNDLE is a bundle directory or its manifest.yaml (default: every\n"
+               "bundle on the search path). The manifest is validated strictly; when this build\n"
+               "includes the binary check, the library is also loaded and its descriptor compared\n"
+               "with the manifest. Exit status 1 when any bundle fails.\n\n"
+               "  --path DIR   search DIR first (repeatable; default: none)\n"
+               "  --help       this text\n");
 }
 
 /* Collects --path values; leaves other arguments in rest. Returns -1 on a usage error. */
@@ -120,11 +120,13 @@ static int cmd_list(int argc, char **argv) {
     weft_error err;
     weft_error_clear(&err);
     weft_registry *reg = NULL;
-    if (weft_registry_discover(paths, n_paths, 0, &reg, &err)) return weft_cli_fail("plugins", &err);
+    if (weft_registry_discover(paths, n_paths, 0, &reg, &err))
+        return weft_cli_fail("plugins", &err);
 
     if (json) {
         json_t *root = json_object(), *list = json_array(), *dirs = json_array();
-        for (size_t i = 0; i < reg->n_dirs; i++) json_array_append_new(dirs, json_string(reg->dirs[i]));
+        for (size_t i = 0; i < reg->n_dirs; i++)
+            json_array_append_new(dirs, json_string(reg->dirs[i]));
         for (size_t i = 0; i < reg->n; i++) {
             const weft_registry_entry *e = &reg->entries[i];
             json_t *o = json_object();
@@ -163,9 +165,11 @@ static int cmd_list(int argc, char **argv) {
     } else {
         if (!reg->n) {
             printf("no plugin bundles found; searched:");
-            for (size_t i = 0; i < reg->n_dirs; i++) printf(" %s", reg->dirs[i]);
-            printf("%s\n", reg->n_dirs ? "" : " (no existing directory: set WEFT_PLUGIN_PATH or "
-                                              "pass --path)");
+            for (size_t i = 0; i < reg->n_dirs; i++)
+                printf(" %s", reg->dirs[i]);
+            printf("%s\n", reg->n_dirs ? ""
+                                       : " (no existing directory: set WEFT_PLUGIN_PATH or "
+                                         "pass --path)");
         } else {
             printf("%-24s %-10s %-9s %-22s %-9s %-8s %s\n", "NAME", "VERSION", "KIND", "SLOTS",
                    "BACKENDS", "STATUS", "BUNDLE");
@@ -197,10 +201,18 @@ static void print_option(const weft_option_schema *o) {
     static const char *types[] = {"?", "bool", "int", "float", "string", "enum"};
     printf("  %-20s %-6s default ", o->name, types[o->type <= 5 ? o->type : 0]);
     switch (o->type) {
-    case WEFT_SCHEMA_BOOL: printf("%s", o->def.i ? "true" : "false"); break;
-    case WEFT_SCHEMA_INT: printf("%lld", (long long)o->def.i); break;
-    case WEFT_SCHEMA_FLOAT: printf("%g", o->def.f); break;
-    default: printf("%s", o->def.s ? o->def.s : ""); break;
+    case WEFT_SCHEMA_BOOL:
+        printf("%s", o->def.i ? "true" : "false");
+        break;
+    case WEFT_SCHEMA_INT:
+        printf("%lld", (long long)o->def.i);
+        break;
+    case WEFT_SCHEMA_FLOAT:
+        printf("%g", o->def.f);
+        break;
+    default:
+        printf("%s", o->def.s ? o->def.s : "");
+        break;
     }
     if (o->type == WEFT_SCHEMA_INT && (o->has_min || o->has_max)) {
         printf(", range ");
@@ -216,7 +228,8 @@ static void print_option(const weft_option_schema *o) {
     }
     if (o->type == WEFT_SCHEMA_ENUM) {
         printf(", one of ");
-        for (uint32_t k = 0; k < o->n_values; k++) printf("%s%s", k ? "|" : "", o->values[k]);
+        for (uint32_t k = 0; k < o->n_values; k++)
+            printf("%s%s", k ? "|" : "", o->values[k]);
     }
     printf("\n");
     if (o->help && o->help[0]) printf("  %-20s %s\n", "", o->help);
@@ -225,7 +238,8 @@ static void print_option(const weft_option_schema *o) {
 static void print_deps(const char *label, const weft_manifest_dep *d, uint32_t n) {
     if (!n) return;
     printf("%-14s", label);
-    for (uint32_t i = 0; i < n; i++) printf("%s%s %s", i ? ", " : "", d[i].name, d[i].range.text);
+    for (uint32_t i = 0; i < n; i++)
+        printf("%s%s %s", i ? ", " : "", d[i].name, d[i].range.text);
     printf("\n");
 }
 
@@ -278,21 +292,24 @@ static int cmd_show(int argc, char **argv) {
     printf("%-14s%u..%u\n", "abi", m->abi_min, m->abi_max);
     printf("%-14s%s\n", "slots", weft_slots_format(m->slots, ", ", slots, sizeof(slots)));
     printf("%-14s", "backends");
-    for (uint32_t i = 0; i < m->n_backends; i++) printf("%s%s", i ? ", " : "", m->backends[i]);
+    for (uint32_t i = 0; i < m->n_backends; i++)
+        printf("%s%s", i ? ", " : "", m->backends[i]);
     printf("\n%-14s", "platforms");
     if (!m->n_platforms) printf("any");
     for (uint32_t i = 0; i < m->n_platforms; i++) {
         const weft_manifest_platform *p = &m->platforms[i];
         printf("%s%s", i ? "; " : "", p->arch[0] ? p->arch : "any arch");
         if (p->cuda_major) printf(" cuda %u", p->cuda_major);
-        for (uint32_t k = 0; k < p->n_sm; k++) printf("%s%u", k ? "," : " sm ", p->sm[k]);
+        for (uint32_t k = 0; k < p->n_sm; k++)
+            printf("%s%u", k ? "," : " sm ", p->sm[k]);
     }
     printf("\n");
     print_deps("requires", m->requires, m->n_requires);
     print_deps("conflicts", m->conflicts, m->n_conflicts);
     if (m->n_after) {
         printf("%-14s", "after");
-        for (uint32_t i = 0; i < m->n_after; i++) printf("%s%s", i ? ", " : "", m->after[i]);
+        for (uint32_t i = 0; i < m->n_after; i++)
+            printf("%s%s", i ? ", " : "", m->after[i]);
         printf("\n");
     }
     if (m->services) {
@@ -314,7 +331,8 @@ static int cmd_show(int argc, char **argv) {
     if (m->helps_when[0]) printf("%-14s%s\n", "helps when", m->helps_when);
     if (m->n_options) {
         printf("options\n");
-        for (uint32_t i = 0; i < m->n_options; i++) print_option(&m->options[i]);
+        for (uint32_t i = 0; i < m->n_options; i++)
+            print_option(&m->options[i]);
     }
     weft_registry_free(reg);
     return 0;
@@ -324,8 +342,10 @@ static int cmd_show(int argc, char **argv) {
 static int check_one(const char *arg) {
     char path[2048];
     struct stat sb;
-    if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof(path), "%s/manifest.yaml", arg);
-    else snprintf(path, sizeof(path), "%s", arg);
+    if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(path, sizeof(path), "%s/manifest.yaml", arg);
+    else
+        snprintf(path, sizeof(path), "%s", arg);
     weft_error err;
     weft_error_clear(&err);
     weft_plugin_manifest *m = NULL;
@@ -339,11 +359,12 @@ static int check_one(const char *arg) {
 }
 
 static int cmd_check(int argc, char **argv) {
+    /* the binary check, when linked, owns the whole subcommand (its --help included) */
+    if (weft_cmd_plugins_check) return weft_cmd_plugins_check(argc, argv);
     if (weft_cli_wants_help(argc, argv)) {
         usage_check(stdout);
         return 0;
     }
-    if (weft_cmd_plugins_check) return weft_cmd_plugins_check(argc, argv);
     const char *paths[MAX_PATHS], *rest[256];
     size_t n_paths;
     int n_rest;
@@ -354,7 +375,8 @@ static int cmd_check(int argc, char **argv) {
     if (parse_paths(argc, argv, paths, &n_paths, rest, &n_rest, NULL)) return 2;
     int failed = 0, total = 0;
     if (n_rest) {
-        for (int i = 0; i < n_rest; i++, total++) failed += check_one(rest[i]);
+        for (int i = 0; i < n_rest; i++, total++)
+            failed += check_one(rest[i]);
     } else {
         weft_error err;
         weft_error_clear(&err);

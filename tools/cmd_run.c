@@ -18,12 +18,6 @@
 
 #define RUN_MAX_STOPS 16
 
-/* Chat templates are their own module; a build without it says so instead of failing to link
- * (the same convention as the command table in weft.c). */
-#pragma weak weft_chat_template_load
-#pragma weak weft_chat_render
-#pragma weak weft_chat_template_free
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: weft run [options] PROMPT\n"
@@ -86,9 +80,6 @@ static weft_status encode_prompt(weft_engine *e, const char *prompt, int chat, i
         return weft_error_set(err, WEFT_ERR_NOT_FOUND, weft_engine_candidate(e)->model_dir,
                               "the model has no tokenizer.json; weft run needs one");
     if (!chat) return weft_tokenizer_encode(tok, prompt, strlen(prompt), 1, 1, ids, n, err);
-    if (!weft_chat_template_load || !weft_chat_render || !weft_chat_template_free)
-        return weft_error_set(err, WEFT_ERR_UNSUPPORTED, "run",
-                              "--chat: chat templates are not in this build");
     weft_chat_template *t = NULL;
     weft_status s = weft_chat_template_load(weft_engine_candidate(e)->model_dir, &t, err);
     if (s != WEFT_OK) return s;
@@ -120,13 +111,13 @@ int weft_cmd_run(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VALUE()                                                                           \
-    do {                                                                                       \
-        if (!val) {                                                                            \
-            fprintf(stderr, "weft run: %s needs a value\n", a);                               \
-            return 2;                                                                          \
-        }                                                                                      \
-        i++;                                                                                   \
+#define NEED_VALUE()                                                                               \
+    do {                                                                                           \
+        if (!val) {                                                                                \
+            fprintf(stderr, "weft run: %s needs a value\n", a);                                    \
+            return 2;                                                                              \
+        }                                                                                          \
+        i++;                                                                                       \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -191,8 +182,8 @@ int weft_cmd_run(int argc, char **argv) {
         } else if (!prompt) {
             prompt = a;
         } else {
-            fprintf(stderr, "weft run: one PROMPT expected; quote it (got '%s' and '%s')\n",
-                    prompt, a);
+            fprintf(stderr, "weft run: one PROMPT expected; quote it (got '%s' and '%s')\n", prompt,
+                    a);
             return 2;
         }
 #undef NEED_VALUE
@@ -251,8 +242,9 @@ int weft_cmd_run(int argc, char **argv) {
     rp.callback = on_event;
     rp.user = &rs;
     if (verbose)
-        fprintf(stderr, "weft run: %zu prompt tokens, seed %llu, temperature %g, top-p %g, "
-                        "top-k %u, %u threads\n",
+        fprintf(stderr,
+                "weft run: %zu prompt tokens, seed %llu, temperature %g, top-p %g, "
+                "top-k %u, %u threads\n",
                 n_ids, (unsigned long long)seed, (double)temperature, (double)top_p, top_k,
                 weft_engine_threads(e));
     /* Show the prompt as typed (not for chat: the template's text is not the user's). */
@@ -279,9 +271,8 @@ int weft_cmd_run(int argc, char **argv) {
         rc = 1;
     }
     if (verbose && rc == 0)
-        fprintf(stderr, "weft run: %u tokens in %.3f s (%.1f tok/s), finish: %s\n",
-                rs.n_generated, dt, dt > 0 ? rs.n_generated / dt : 0.0,
-                weft_finish_name(rs.finish));
+        fprintf(stderr, "weft run: %u tokens in %.3f s (%.1f tok/s), finish: %s\n", rs.n_generated,
+                dt, dt > 0 ? rs.n_generated / dt : 0.0, weft_finish_name(rs.finish));
     weft_engine_close(e);
     return rc;
 }

@@ -28,14 +28,14 @@
 typedef struct llama_state {
     const weft_host_services *host;
     uint32_t act_dtype;
+    int act_auto; /* activation_dtype: auto = the checkpoint's float dtype (per graph) */
     int device_inputs; /* attention reads in.kv_slots, lm_head in.logit_rows */
 } llama_state;
 
 /* The host's error_set is variadic and cannot take a va_list: format here, pass the text. */
 static weft_status fail(const llama_state *s, weft_error *err, int32_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static weft_status fail(const llama_state *s, weft_error *err, int32_t code, const char *fmt,
-                        ...) {
+static weft_status fail(const llama_state *s, weft_error *err, int32_t code, const char *fmt, ...) {
     char msg[480];
     va_list ap;
     va_start(ap, fmt);
@@ -59,7 +59,9 @@ static weft_status llama_create(const weft_host_services *host, const weft_optio
     s->act_dtype = WEFT_DTYPE_F32;
     const weft_option *o = host->option && opts ? host->option(opts, "activation_dtype") : NULL;
     if (o && o->type == WEFT_OPTION_STRING && o->s) {
-        if (!strcmp(o->s, "f32"))
+        if (!strcmp(o->s, "auto"))
+            s->act_auto = 1;
+        else if (!strcmp(o->s, "f32"))
             s->act_dtype = WEFT_DTYPE_F32;
         else if (!strcmp(o->s, "bf16"))
             s->act_dtype = WEFT_DTYPE_BF16;
@@ -67,7 +69,7 @@ static weft_status llama_create(const weft_host_services *host, const weft_optio
             s->act_dtype = WEFT_DTYPE_F16;
         else {
             host->error_set(err, WEFT_ERR_INVALID, LLAMA_NAME,
-                            "option activation_dtype: expected f32, bf16 or f16, got '%s'", o->s);
+                            "option activation_dtype: expected auto, f32, bf16 or f16, got '%s'", o->s);
             host->free(s);
             return WEFT_ERR_INVALID;
         }
@@ -128,8 +130,7 @@ static weft_status llama_configure(void *st, const char *config_json, weft_model
                 return fail(s, err, WEFT_ERR_UNSUPPORTED,
                             "config.json: mlp_bias: expected false, got true");
             if (!silu)
-                return fail(s, err, WEFT_ERR_UNSUPPORTED,
-                            "config.json: hidden_act: expected silu");
+                return fail(s, err, WEFT_ERR_UNSUPPORTED, "config.json: hidden_act: expected silu");
             if (partial)
                 return fail(s, err, WEFT_ERR_UNSUPPORTED,
                             "config.json: partial_rotary_factor: expected 1");
@@ -141,9 +142,12 @@ static weft_status llama_configure(void *st, const char *config_json, weft_model
         const char *field;
         uint32_t value;
     } need[] = {
-        {"vocab_size", cfg->vocab_size},         {"hidden_size", cfg->hidden_size},
-        {"intermediate_size", cfg->intermediate_size}, {"num_hidden_layers", cfg->n_layers},
-        {"num_attention_heads", cfg->n_heads},   {"num_key_value_heads", cfg->n_kv_heads},
+        {"vocab_size", cfg->vocab_size},
+        {"hidden_size", cfg->hidden_size},
+        {"intermediate_size", cfg->intermediate_size},
+        {"num_hidden_layers", cfg->n_layers},
+        {"num_attention_heads", cfg->n_heads},
+        {"num_key_value_heads", cfg->n_kv_heads},
         {"head_dim", cfg->head_dim},
     };
     for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
@@ -156,8 +160,8 @@ static weft_status llama_configure(void *st, const char *config_json, weft_model
                     "num_key_value_heads (%u)",
                     cfg->n_heads, cfg->n_kv_heads);
     if (cfg->head_dim % 2)
-        return fail(s, err, WEFT_ERR_INVALID,
-                    "config.json: head_dim must be even for RoPE, got %u", cfg->head_dim);
+        return fail(s, err, WEFT_ERR_INVALID, "config.json: head_dim must be even for RoPE, got %u",
+                    cfg->head_dim);
     if (!(cfg->rms_eps > 0.0f)) cfg->rms_eps = 1e-6f;
     if (!(cfg->rope_theta > 0.0f)) cfg->rope_theta = 10000.0f;
     return WEFT_OK;
@@ -177,8 +181,7 @@ typedef struct builder {
 
 static uint32_t act(builder *b, const char *name, int64_t cols) {
     int64_t shape[2] = {b->T, cols};
-    return b->gs->tensor_add(b->g, WEFT_TENSOR_ACTIVATION, b->s->act_dtype, 2, shape, name,
-                             b->err);
+    return b->gs->tensor_add(b->g, WEFT_TENSOR_ACTIVATION, b->s->act_dtype, 2, shape, name, b->err);
 }
 
 /* A weight bound to checkpoint tensor `source`, whose shape must be `shape` (rank 1 or 2). Its
@@ -228,7 +231,8 @@ static int node(builder *b, uint32_t op, const char *name, int32_t layer, const 
     n.op = op;
     n.layer = layer;
     n.n_in = n_in;
-    for (uint32_t i = 0; i < n_in; i++) n.in[i] = in[i];
+    for (uint32_t i = 0; i < n_in; i++)
+        n.in[i] = in[i];
     n.n_out = 1;
     n.out[0] = out;
     if (p) n.p = *p;
@@ -236,13 +240,13 @@ static int node(builder *b, uint32_t op, const char *name, int32_t layer, const 
     return b->gs->node_add(b->g, &n, UINT32_MAX, b->err) < 0 ? -1 : 0;
 }
 
-#define TRY(x)                                                                                 \
-    do {                                                                                       \
-        if ((x) == WEFT_TENSOR_NONE) return WEFT_ERR_INVALID;                                  \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((x) == WEFT_TENSOR_NONE) return WEFT_ERR_INVALID;                                      \
     } while (0)
-#define TRYN(x)                                                                                \
-    do {                                                                                       \
-        if ((x) < 0) return WEFT_ERR_INVALID;                                                  \
+#define TRYN(x)                                                                                    \
+    do {                                                                                           \
+        if ((x) < 0) return WEFT_ERR_INVALID;                                                      \
     } while (0)
 
 /* rmsnorm node named `name` over x with weight w; group 0 = whole row. */
@@ -302,8 +306,8 @@ static weft_status build_layer(builder *b, int32_t l, uint32_t *x, uint32_t pos)
     const int64_t D = c->hidden_size, hd = c->head_dim, H = c->n_heads, KV = c->n_kv_heads;
     const int64_t F = c->intermediate_size;
     char nm[WEFT_NAME_MAX], src[WEFT_NAME_MAX], nn[48];
-#define W(canon, source, rank, d0, d1)                                                          \
-    (snprintf(nm, sizeof(nm), "layers.%d." canon, l),                                           \
+#define W(canon, source, rank, d0, d1)                                                             \
+    (snprintf(nm, sizeof(nm), "layers.%d." canon, l),                                              \
      snprintf(src, sizeof(src), "model.layers.%d." source, l), weight(b, nm, src, rank, d0, d1))
 #define NN(suffix) (snprintf(nn, sizeof(nn), "layers.%d." suffix, l), nn)
 
@@ -350,8 +354,8 @@ static weft_status build_layer(builder *b, int32_t l, uint32_t *x, uint32_t pos)
     TRY(o = act(b, NN("attn.y"), H * hd));
     {
         uint32_t in[5] = {q, k, v, pos, b->kv_slots};
-        TRYN(node(b, WEFT_OP_ATTENTION, NN("attn"), l, in,
-                  b->kv_slots == WEFT_TENSOR_NONE ? 4 : 5, o, &p));
+        TRYN(node(b, WEFT_OP_ATTENTION, NN("attn"), l, in, b->kv_slots == WEFT_TENSOR_NONE ? 4 : 5,
+                  o, &p));
     }
     TRY(a = linear(b, NN("attn.o"), l, o, w_o, WEFT_TENSOR_NONE, D));
     {
@@ -387,21 +391,35 @@ static weft_status llama_build_graph(void *st, const weft_model_config *cfg,
                                      weft_graph *g, weft_error *err) {
     llama_state *s = st;
     if (!s || !cfg || !bucket || !gs || !g) return WEFT_ERR_INVALID;
-    if (bucket->max_tokens == 0 || bucket->max_logits == 0 || bucket->max_logits > bucket->max_tokens)
+    if (bucket->max_tokens == 0 || bucket->max_logits == 0 ||
+        bucket->max_logits > bucket->max_tokens)
         return fail(s, err, WEFT_ERR_INVALID,
                     "bucket: expected 1 <= max_logits (%u) <= max_tokens (%u)", bucket->max_logits,
                     bucket->max_tokens);
-    builder b = {.s = s, .cfg = cfg, .gs = gs, .g = g, .err = err, .T = bucket->max_tokens,
+    builder b = {.s = s,
+                 .cfg = cfg,
+                 .gs = gs,
+                 .g = g,
+                 .err = err,
+                 .T = bucket->max_tokens,
                  .kv_slots = WEFT_TENSOR_NONE};
     if (s->host && s->host->get_service)
         b.ws = s->host->get_service(s->host, WEFT_SERVICE_WEIGHTS, 1);
+    if (s->act_auto) { /* compute in the checkpoint's float dtype (device backends) */
+        weft_weight_info info;
+        memset(&info, 0, sizeof(info));
+        s->act_dtype = WEFT_DTYPE_F32;
+        if (b.ws && b.ws->find(b.ws->self, "model.embed_tokens.weight", &info, err) == WEFT_OK &&
+            (info.dtype == WEFT_DTYPE_BF16 || info.dtype == WEFT_DTYPE_F16))
+            s->act_dtype = info.dtype;
+    }
     const int64_t D = cfg->hidden_size, V = cfg->vocab_size;
     int64_t t_shape[1] = {b.T};
     uint32_t tokens, pos, w_embed, w_norm, w_head, x, xn, logits;
-    TRY(tokens = gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, t_shape,
-                                WEFT_INPUT_TOKENS, err));
-    TRY(pos = gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, t_shape,
-                             WEFT_INPUT_POSITIONS, err));
+    TRY(tokens = gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, t_shape, WEFT_INPUT_TOKENS,
+                                err));
+    TRY(pos = gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, t_shape, WEFT_INPUT_POSITIONS,
+                             err));
     uint32_t logit_rows = WEFT_TENSOR_NONE;
     if (s->device_inputs) {
         int64_t r_shape[1] = {bucket->max_logits};
@@ -424,9 +442,9 @@ static weft_status llama_build_graph(void *st, const weft_model_config *cfg,
     TRY(xn = rmsnorm(&b, "norm", -1, x, w_norm, D, 0));
     /* Tied embeddings: the head reads the embedding table under its own canonical name, so a
      * pass can still treat the head as a separate weight (quantize it differently). */
-    TRY(w_head = weight(&b, "lm_head",
-                        cfg->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", 2, V,
-                        D));
+    TRY(w_head =
+            weight(&b, "lm_head",
+                   cfg->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", 2, V, D));
     int64_t l_shape[2] = {bucket->max_logits, V};
     TRY(logits = gs->tensor_add(g, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, 2, l_shape,
                                 WEFT_OUTPUT_LOGITS, err));

@@ -41,7 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     weft_plugin_manifest *pm = NULL;
     if (weft_plugin_manifest_parse(text, size, "fuzz.yaml", &pm, &err) == WEFT_OK) {
         weft_plugin_manifest *copy = NULL;
-        if (weft_plugin_manifest_dup(pm, &copy, &err) != WEFT_OK) abort(); /* a re-parse must pass */
+        if (weft_plugin_manifest_dup(pm, &copy, &err) != WEFT_OK)
+            abort(); /* a re-parse must pass */
         if (strcmp(copy->name, pm->name) || copy->n_options != pm->n_options) abort();
         weft_plugin_manifest_free(copy);
         weft_options opts;
@@ -54,9 +55,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (weft_candidate_manifest_parse(text, size, "fuzz.yaml", &cm, &err) == WEFT_OK) {
         for (uint32_t i = 0; i < cm->n_techniques; i++) {
             weft_options opts;
-            if (weft_options_build(schema(), cm->techniques[i].options,
-                                   cm->techniques[i].n_options, "fuzz.yaml",
-                                   "techniques[0].options", &opts, &err) == WEFT_OK)
+            if (weft_options_build(schema(), cm->techniques[i].options, cm->techniques[i].n_options,
+                                   "fuzz.yaml", "techniques[0].options", &opts, &err) == WEFT_OK)
                 weft_options_free(&opts);
         }
         weft_candidate_manifest_free(cm);

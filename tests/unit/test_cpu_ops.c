@@ -15,8 +15,11 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "weft/plugin.h"
+/* The stories260K step-graph driver shared with the plugin's benchmark. */
+#include "../../plugins/backends/cpu/bench/cpu_stories.h"
 
 #define MAX_IMPLS 128
 #define MAX_T 16
@@ -185,8 +188,10 @@ static void tg_init(tgraph *tg, fixture *f, uint32_t op, const char *name) {
     tg->node.op = op;
     tg->node.layer = 0;
     snprintf(tg->node.name, sizeof(tg->node.name), "%s", name);
-    for (int i = 0; i < WEFT_NODE_MAX_IN; i++) tg->node.in[i] = WEFT_TENSOR_NONE;
-    for (int i = 0; i < WEFT_NODE_MAX_OUT; i++) tg->node.out[i] = WEFT_TENSOR_NONE;
+    for (int i = 0; i < WEFT_NODE_MAX_IN; i++)
+        tg->node.in[i] = WEFT_TENSOR_NONE;
+    for (int i = 0; i < WEFT_NODE_MAX_OUT; i++)
+        tg->node.out[i] = WEFT_TENSOR_NONE;
 }
 
 /* A tensor of rank 1 (d1 < 0) or 2, with a buffer from the backend's allocator. */
@@ -202,9 +207,9 @@ static uint32_t tg_tensor(tgraph *tg, uint32_t dtype, int64_t d0, int64_t d1, co
     snprintf(t->name, sizeof(t->name), "%s", name);
     uint64_t bytes = (uint64_t)d0 * (d1 < 0 ? 1 : d1) * esize(dtype);
     weft_error err = new_error();
-    assert_int_equal(tg->f->desc->backend->alloc(tg->f->st, bytes, WEFT_MEMORY_DEVICE,
-                                                 &tg->buf[id], &err),
-                     WEFT_OK);
+    assert_int_equal(
+        tg->f->desc->backend->alloc(tg->f->st, bytes, WEFT_MEMORY_DEVICE, &tg->buf[id], &err),
+        WEFT_OK);
     assert_int_equal((uintptr_t)tg->buf[id].ptr % 64, 0);
     memset(tg->buf[id].ptr, 0, bytes);
     return id;
@@ -273,8 +278,8 @@ static void tg_run(tgraph *tg, uint32_t T, uint32_t key, const char *layout) {
 
 /* Runs the node and requires a refusal: accepts says no and run returns INVALID with a message
  * containing `needle`. */
-static void tg_run_bad(tgraph *tg, uint32_t T, uint32_t key, const char *layout,
-                       const char *needle, int expect_refused_by_accepts) {
+static void tg_run_bad(tgraph *tg, uint32_t T, uint32_t key, const char *layout, const char *needle,
+                       int expect_refused_by_accepts) {
     weft_error err = new_error();
     int32_t accepted = 1;
     weft_status s = tg_run_impl(tg, T, key, layout, &accepted, &err);
@@ -345,14 +350,24 @@ static void fill(void *p, double *ref, int64_t n, uint32_t dt) {
     }
 }
 
+static const uint32_t dts_float[3] = {WEFT_DTYPE_F32, WEFT_DTYPE_BF16, WEFT_DTYPE_F16};
+
+static const char *cpu_op_label(uint32_t op) {
+    static const char *const names[] = {
+        "none",       "embed", "linear",      "rmsnorm", "rope",   "attention",
+        "swiglu",     "add",   "activation",  "lm_head", "sample", "moe",
+        "all_reduce", "scale", "add_rmsnorm", "copy",    "split"};
+    return op < sizeof(names) / sizeof(names[0]) ? names[op] : "user";
+}
+
 static double *dalloc(int64_t n) {
     double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
     assert_non_null(p);
     return p;
 }
 
-static void expect_close(const float *got, const double *want, int64_t n, double atol,
-                         double rtol, const char *what) {
+static void expect_close(const float *got, const double *want, int64_t n, double atol, double rtol,
+                         const char *what) {
     for (int64_t i = 0; i < n; i++) {
         double d = fabs((double)got[i] - want[i]);
         if (!(d <= atol + rtol * fabs(want[i]))) {
@@ -380,7 +395,8 @@ static void test_negotiate(void **state) {
     assert_int_equal(d->size, sizeof(weft_plugin_descriptor));
     assert_non_null(d->backend);
     assert_null(d->model);
-    for (int i = 0; i < 8; i++) assert_int_equal(d->reserved[i], 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(d->reserved[i], 0);
     assert_int_equal(entry(2, 3, &chosen, &d, &err), WEFT_ERR_ABI);
     assert_null(d);
     assert_non_null(strstr(err.message, "2..3"));
@@ -406,7 +422,8 @@ static void test_memory(void **state) {
     assert_int_equal((uintptr_t)a.ptr % 64, 0);
     assert_int_equal(a.bytes, 1000);
     unsigned char src[1000], back[1000];
-    for (int i = 0; i < 1000; i++) src[i] = (unsigned char)(i * 7);
+    for (int i = 0; i < 1000; i++)
+        src[i] = (unsigned char)(i * 7);
     assert_int_equal(be->upload(f->st, &a, 0, src, 1000, &err), WEFT_OK);
     assert_int_equal(be->copy(f->st, &b, 100, &a, 0, 900, be->stream(f->st), &err), WEFT_OK);
     assert_int_equal(be->synchronize(f->st, NULL, &err), WEFT_OK);
@@ -457,7 +474,8 @@ static void linear_case(fixture *f, uint32_t wdt, int bias, uint32_t T, int64_t 
     }
     /* Rows beyond n_tokens must stay untouched. */
     float *out = tg_ptr(&tg, y);
-    for (int64_t i = 0; i < MAX_T * N; i++) out[i] = 12345.0f;
+    for (int64_t i = 0; i < MAX_T * N; i++)
+        out[i] = 12345.0f;
     tg_run(&tg, T, wdt, "");
     for (uint32_t t = 0; t < T; t++)
         for (int64_t n = 0; n < N; n++) {
@@ -468,13 +486,19 @@ static void linear_case(fixture *f, uint32_t wdt, int bias, uint32_t T, int64_t 
             }
             double d = fabs(out[t * N + n] - s);
             if (!(d <= 1e-5 * mag + 1e-6)) {
-                fprintf(stderr, "linear %s T=%u N=%lld K=%lld bias=%d: y[%u][%lld] = %.9g, want "
-                        "%.9g\n", wdt == WEFT_DTYPE_F32 ? "f32" : wdt == WEFT_DTYPE_BF16 ? "bf16" : "f16",
-                        T, (long long)N, (long long)K, bias, t, (long long)n, (double)out[t * N + n], s);
+                fprintf(stderr,
+                        "linear %s T=%u N=%lld K=%lld bias=%d: y[%u][%lld] = %.9g, want "
+                        "%.9g\n",
+                        wdt == WEFT_DTYPE_F32    ? "f32"
+                        : wdt == WEFT_DTYPE_BF16 ? "bf16"
+                                                 : "f16",
+                        T, (long long)N, (long long)K, bias, t, (long long)n,
+                        (double)out[t * N + n], s);
                 fail();
             }
         }
-    for (int64_t i = (int64_t)T * N; i < MAX_T * N; i++) assert_true(out[i] == 12345.0f);
+    for (int64_t i = (int64_t)T * N; i < MAX_T * N; i++)
+        assert_true(out[i] == 12345.0f);
     free(rx), free(rw), free(rb), free(want);
     tg_free(&tg);
 }
@@ -555,7 +579,8 @@ static void test_lm_head(void **state) {
         for (int r = 0; r < 2; r++)
             for (int64_t v = 0; v < V; v++) {
                 double s = 0;
-                for (int64_t k = 0; k < D; k++) s += rx[tg.logit_rows[r] * D + k] * rw[v * D + k];
+                for (int64_t k = 0; k < D; k++)
+                    s += rx[tg.logit_rows[r] * D + k] * rw[v * D + k];
                 want[r * V + v] = s;
             }
         expect_close(tg_ptr(&tg, y), want, 2 * V, 1e-5, 1e-5, "lm_head");
@@ -589,7 +614,8 @@ static void test_embed(void **state) {
         tg_run(&tg, 5, dts[d], "");
         double *want = dalloc(5 * D);
         for (int t = 0; t < 5; t++)
-            for (int64_t k = 0; k < D; k++) want[t * D + k] = rt[pick[t] * D + k];
+            for (int64_t k = 0; k < D; k++)
+                want[t * D + k] = rt[pick[t] * D + k];
         expect_close(tg_ptr(&tg, y), want, 5 * D, 0, 0, "embed");
         ids[2] = 50;
         tg_run_bad(&tg, 5, dts[d], "", "outside the vocabulary", 0);
@@ -603,9 +629,11 @@ static void test_embed(void **state) {
 /* ---- RMSNORM and ADD_RMSNORM -------------------------------------------------------------- */
 static void ref_rmsnorm(const double *x, const double *w, double *y, int64_t n, double eps) {
     double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
     double inv = 1.0 / sqrt(ss / n + eps);
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * inv * w[i];
 }
 
 static void rmsnorm_case(fixture *f, int64_t D, int64_t group, uint32_t wdt, uint32_t T) {
@@ -636,8 +664,8 @@ static void test_rmsnorm(void **state) {
     fixture *f = *state;
     rmsnorm_case(f, 64, 0, WEFT_DTYPE_F32, 1);
     rmsnorm_case(f, 37, 0, WEFT_DTYPE_BF16, 7);
-    rmsnorm_case(f, 64, 8, WEFT_DTYPE_F32, 3);   /* per-head q/k norm: 8 heads of 8 */
-    rmsnorm_case(f, 96, 32, WEFT_DTYPE_F16, 16); /* 3 groups */
+    rmsnorm_case(f, 64, 8, WEFT_DTYPE_F32, 3);    /* per-head q/k norm: 8 heads of 8 */
+    rmsnorm_case(f, 96, 32, WEFT_DTYPE_F16, 16);  /* 3 groups */
     rmsnorm_case(f, 4096, 0, WEFT_DTYPE_F32, 16); /* big enough for the pool */
 }
 
@@ -663,8 +691,10 @@ static void test_add_rmsnorm(void **state) {
     fill(tg_ptr(&tg, res), rr, MAX_T * D, WEFT_DTYPE_F32);
     fill(tg_ptr(&tg, w), rw, D, WEFT_DTYPE_BF16);
     tg_run(&tg, T, WEFT_DTYPE_F32, "");
-    for (int64_t i = 0; i < T * D; i++) sum[i] = rx[i] + rr[i];
-    for (uint32_t t = 0; t < T; t++) ref_rmsnorm(sum + t * D, rw, want + t * D, D, (double)1e-6f);
+    for (int64_t i = 0; i < T * D; i++)
+        sum[i] = rx[i] + rr[i];
+    for (uint32_t t = 0; t < T; t++)
+        ref_rmsnorm(sum + t * D, rw, want + t * D, D, (double)1e-6f);
     expect_close(tg_ptr(&tg, res), sum, T * D, 1e-6, 1e-6, "add_rmsnorm r");
     expect_close(tg_ptr(&tg, y), want, T * D, 1e-6, 1e-5, "add_rmsnorm y");
     free(rx), free(rr), free(rw), free(sum), free(want);
@@ -699,7 +729,8 @@ static void ref_rope(const rope_cfg *c, const double *x, double *y, int32_t pos)
     for (int64_t h = 0; h < c->H; h++) {
         const double *xh = x + h * c->hd;
         double *yh = y + h * c->hd;
-        for (int64_t d = 0; d < c->hd; d++) yh[d] = xh[d];
+        for (int64_t d = 0; d < c->hd; d++)
+            yh[d] = xh[d];
         for (int64_t i = 0; i < P; i++) {
             double a = pos * ref_inv_freq(c, i);
             int64_t i0 = c->layout ? 2 * i : i, i1 = c->layout ? 2 * i + 1 : i + P;
@@ -723,7 +754,8 @@ static void rope_setup(tgraph *tg, fixture *f, const rope_cfg *c, uint32_t *x, u
     pp->f[0] = (float)c->theta, pp->f[1] = (float)c->factor, pp->f[2] = (float)c->low;
     pp->f[3] = (float)c->high, pp->f[4] = (float)c->orig;
     int32_t *ps = tg_ptr(tg, p);
-    const int32_t pos[MAX_T] = {0, 1, 5, 17, 100, 1000, 4095, 8191, 20000, 3, 2, 1, 0, 7, 9, 131071};
+    const int32_t pos[MAX_T] = {0,     1, 5, 17, 100, 1000, 4095, 8191,
+                                20000, 3, 2, 1,  0,   7,    9,    131071};
     memcpy(ps, pos, sizeof(pos));
 }
 
@@ -737,7 +769,8 @@ static void rope_case(fixture *f, rope_cfg c, uint32_t T, int in_place) {
     fill(tg_ptr(&tg, x), rx, MAX_T * W, WEFT_DTYPE_F32);
     /* Positions are exact in float; the angle is pos * inv_freq. */
     const int32_t *pos = tg_ptr(&tg, tg.node.in[1]);
-    for (uint32_t t = 0; t < T; t++) ref_rope(&c, rx + t * W, want + t * W, pos[t]);
+    for (uint32_t t = 0; t < T; t++)
+        ref_rope(&c, rx + t * W, want + t * W, pos[t]);
     tg_run(&tg, T, WEFT_DTYPE_F32, "");
     /* f32 cos/sin of angles up to ~1e5 rad: the angle alone carries ~1e-3 relative error in
      * f32 (HF computes it so); the plugin computes the angle in double, so 2e-5 holds. */
@@ -835,7 +868,8 @@ static double round_to(double v, uint32_t dt) {
     double best = 0, bd = INFINITY;
     for (uint32_t h = 0; h < 0x7c00; h++) { /* brute force over finite positive halves */
         double d = fabs(ref_f16((uint16_t)h) - fabs(v));
-        if (d < bd || (d == bd && (h & 1) == 0)) bd = d, best = ref_f16((uint16_t)h); /* ties: even */
+        if (d < bd || (d == bd && (h & 1) == 0))
+            bd = d, best = ref_f16((uint16_t)h); /* ties: even */
     }
     return v < 0 ? -best : best;
 }
@@ -847,15 +881,22 @@ static void attn_world_init(attn_world *aw, fixture *f, int64_t Hq, int64_t Hkv,
     uint64_t bytes = (uint64_t)A_SLOTS * A_MAXSEQ * Hkv * hd * esize(dt);
     weft_error err = new_error();
     for (int l = 0; l < 2; l++) {
-        assert_int_equal(f->desc->backend->alloc(f->st, bytes, WEFT_MEMORY_DEVICE, &aw->k[l], &err), 0);
-        assert_int_equal(f->desc->backend->alloc(f->st, bytes, WEFT_MEMORY_DEVICE, &aw->v[l], &err), 0);
+        assert_int_equal(f->desc->backend->alloc(f->st, bytes, WEFT_MEMORY_DEVICE, &aw->k[l], &err),
+                         0);
+        assert_int_equal(f->desc->backend->alloc(f->st, bytes, WEFT_MEMORY_DEVICE, &aw->v[l], &err),
+                         0);
         memset(aw->k[l].ptr, 0xff, bytes); /* NaN garbage: must never be read */
         memset(aw->v[l].ptr, 0xff, bytes);
     }
-    aw->desc = (weft_kv_contiguous){.size = sizeof(weft_kv_contiguous), .n_layers = 2,
-                                    .n_slots = A_SLOTS, .max_seq = A_MAXSEQ,
-                                    .n_kv_heads = (uint32_t)Hkv, .head_dim = (uint32_t)hd,
-                                    .dtype = dt, .k = aw->k, .v = aw->v};
+    aw->desc = (weft_kv_contiguous){.size = sizeof(weft_kv_contiguous),
+                                    .n_layers = 2,
+                                    .n_slots = A_SLOTS,
+                                    .max_seq = A_MAXSEQ,
+                                    .n_kv_heads = (uint32_t)Hkv,
+                                    .head_dim = (uint32_t)hd,
+                                    .dtype = dt,
+                                    .k = aw->k,
+                                    .v = aw->v};
     for (int s = 0; s < A_SLOTS; s++) {
         aw->hk[s] = dalloc(A_MAXSEQ * Hkv * hd);
         aw->hv[s] = dalloc(A_MAXSEQ * Hkv * hd);
@@ -867,7 +908,8 @@ static void attn_world_free(attn_world *aw, fixture *f) {
         f->desc->backend->free(f->st, &aw->k[l]);
         f->desc->backend->free(f->st, &aw->v[l]);
     }
-    for (int s = 0; s < A_SLOTS; s++) free(aw->hk[s]), free(aw->hv[s]);
+    for (int s = 0; s < A_SLOTS; s++)
+        free(aw->hk[s]), free(aw->hv[s]);
 }
 
 /* One step: rows given as (slot, position) pairs; checks the output against a naive softmax
@@ -894,7 +936,8 @@ static void attn_step(attn_world *aw, fixture *f, uint32_t T, const int32_t *slo
     uint32_t n_seqs = 0;
     for (uint32_t r = 0; r < T; r++) {
         uint32_t s = 0;
-        while (s < n_seqs && tg.seqs[s].kv_slot != slot_of_row[r]) s++;
+        while (s < n_seqs && tg.seqs[s].kv_slot != slot_of_row[r])
+            s++;
         if (s == n_seqs) tg.seqs[n_seqs++].kv_slot = slot_of_row[r];
         tg.seq_of_row[r] = (int32_t)s;
         tg.positions[r] = pos[r];
@@ -921,14 +964,17 @@ static void attn_step(attn_world *aw, fixture *f, uint32_t T, const int32_t *slo
             double sc[A_MAXSEQ];
             for (int64_t s = lo; s <= pos[r]; s++) {
                 double d = 0;
-                for (int64_t e = 0; e < hd; e++) d += rq[r * QW + h * hd + e] * hk[s * KW + g * hd + e];
+                for (int64_t e = 0; e < hd; e++)
+                    d += rq[r * QW + h * hd + e] * hk[s * KW + g * hd + e];
                 sc[s] = d * scale;
                 if (sc[s] > mx) mx = sc[s];
             }
-            for (int64_t s = lo; s <= pos[r]; s++) sum += exp(sc[s] - mx);
+            for (int64_t s = lo; s <= pos[r]; s++)
+                sum += exp(sc[s] - mx);
             for (int64_t e = 0; e < hd; e++) {
                 double acc = 0;
-                for (int64_t s = lo; s <= pos[r]; s++) acc += exp(sc[s] - mx) / sum * hv[s * KW + g * hd + e];
+                for (int64_t s = lo; s <= pos[r]; s++)
+                    acc += exp(sc[s] - mx) / sum * hv[s * KW + g * hd + e];
                 want[r * QW + h * hd + e] = acc;
             }
         }
@@ -945,7 +991,8 @@ static void attn_step(attn_world *aw, fixture *f, uint32_t T, const int32_t *slo
                                                             : ref_f16(c16[off]);
                 double want_c = (kv ? aw->hv : aw->hk)[slot_of_row[r]][pos[r] * KW + i];
                 if (got != want_c) {
-                    fprintf(stderr, "cache %c slot %d pos %d [%lld]: got %.9g want %.9g (from %.9g)\n",
+                    fprintf(stderr,
+                            "cache %c slot %d pos %d [%lld]: got %.9g want %.9g (from %.9g)\n",
                             kv ? 'v' : 'k', slot_of_row[r], pos[r], (long long)i, got, want_c,
                             (kv ? rv : rk)[r * KW + i]);
                     fail();
@@ -954,7 +1001,11 @@ static void attn_step(attn_world *aw, fixture *f, uint32_t T, const int32_t *slo
     }
     double tol = aw->dtype == WEFT_DTYPE_F32 ? 2e-6 : 1e-5;
     char what[64];
-    snprintf(what, sizeof(what), "attention %s hd %lld window %lld", aw->dtype == WEFT_DTYPE_F32 ? "f32" : aw->dtype == WEFT_DTYPE_BF16 ? "bf16" : "f16", (long long)hd, (long long)aw->window);
+    snprintf(what, sizeof(what), "attention %s hd %lld window %lld",
+             aw->dtype == WEFT_DTYPE_F32    ? "f32"
+             : aw->dtype == WEFT_DTYPE_BF16 ? "bf16"
+                                            : "f16",
+             (long long)hd, (long long)aw->window);
     expect_close(tg_ptr(&tg, o), want, T * QW, tol, 1e-5, what);
     free(rq), free(rk), free(rv), free(want);
     tg_free(&tg);
@@ -992,7 +1043,8 @@ static void test_attention_long(void **state) {
     int32_t slots[MAX_T], pos[MAX_T];
     for (int32_t start = 0; start < A_MAXSEQ; start += MAX_T) {
         uint32_t n = A_MAXSEQ - start < MAX_T ? (uint32_t)(A_MAXSEQ - start) : MAX_T;
-        for (uint32_t r = 0; r < n; r++) slots[r] = 1, pos[r] = start + (int32_t)r;
+        for (uint32_t r = 0; r < n; r++)
+            slots[r] = 1, pos[r] = start + (int32_t)r;
         attn_step(&aw, f, n, slots, pos, 0);
     }
     attn_world_free(&aw, f);
@@ -1014,18 +1066,26 @@ static void ew_case(fixture *f, uint32_t op, int64_t kind, float scalar, uint32_
     double *ra = dalloc(MAX_T * N), *rb = dalloc(MAX_T * N), *want = dalloc(T * N);
     fill(tg_ptr(&tg, a), ra, MAX_T * N, WEFT_DTYPE_F32);
     float *as = tg_ptr(&tg, a);
-    for (int64_t i = 0; i < MAX_T * N; i++) as[i] *= 8.0f, ra[i] *= 8.0; /* reach the tails */
+    for (int64_t i = 0; i < MAX_T * N; i++)
+        as[i] *= 8.0f, ra[i] *= 8.0; /* reach the tails */
     if (two) fill(tg_ptr(&tg, b), rb, MAX_T * N, WEFT_DTYPE_F32);
     tg_run(&tg, T, WEFT_DTYPE_F32, "");
     for (int64_t i = 0; i < T * N; i++) {
         double x = ra[i];
         switch (op) {
-        case WEFT_OP_SWIGLU: want[i] = x / (1 + exp(-x)) * rb[i]; break;
-        case WEFT_OP_ADD: want[i] = x + rb[i]; break;
-        case WEFT_OP_SCALE: want[i] = x * scalar; break;
+        case WEFT_OP_SWIGLU:
+            want[i] = x / (1 + exp(-x)) * rb[i];
+            break;
+        case WEFT_OP_ADD:
+            want[i] = x + rb[i];
+            break;
+        case WEFT_OP_SCALE:
+            want[i] = x * scalar;
+            break;
         default:
-            want[i] = kind == 0 ? x / (1 + exp(-x)) : kind == 1 ? 0.5 * x * (1 + erf(x / sqrt(2.0)))
-                                                               : (x > 0 ? x : 0);
+            want[i] = kind == 0   ? x / (1 + exp(-x))
+                      : kind == 1 ? 0.5 * x * (1 + erf(x / sqrt(2.0)))
+                                  : (x > 0 ? x : 0);
         }
     }
     expect_close(tg_ptr(&tg, y), want, T * N, 1e-6, 1e-5, "elementwise");
@@ -1061,7 +1121,8 @@ static void test_copy(void **state) {
         double *rx = dalloc(MAX_T * N);
         fill(xs, rx, MAX_T * N, WEFT_DTYPE_F32);
         /* Scale some into the f16 subnormal range, overflow and exact ties. */
-        for (int64_t i = 0; i < MAX_T * N; i += 7) xs[i] *= 1e-5f;
+        for (int64_t i = 0; i < MAX_T * N; i += 7)
+            xs[i] *= 1e-5f;
         xs[1] = 70000.0f, xs[2] = -65520.0f, xs[3] = 65519.0f, xs[4] = 1.0f + 0x1p-11f;
         xs[5] = 1.0f + 3 * 0x1p-11f, xs[6] = 1.0f + 0x1p-8f, xs[8] = 0x1p-25f;
         tg_run(&tg, 2, WEFT_DTYPE_F32, "");
@@ -1217,27 +1278,296 @@ static void test_bad_shapes(void **state) {
     tg_free(&tg);
 
     /* A NULL context is refused, not dereferenced. */
-    const weft_op_impl *impl = f->ops.find(f->ops.self, WEFT_OP_ADD, "cpu", WEFT_DTYPE_F32, "",
-                                           NULL, NULL);
+    const weft_op_impl *impl =
+        f->ops.find(f->ops.self, WEFT_OP_ADD, "cpu", WEFT_DTYPE_F32, "", NULL, NULL);
     assert_non_null(impl);
     weft_error err = new_error();
     assert_int_equal(impl->run(impl->state, NULL, NULL, &err), WEFT_ERR_INVALID);
     assert_true(strlen(err.message) > 0);
 }
 
+/* Random nodes: for each registered implementation a well-formed node of random sizes is built
+ * (so the kernels run on odd shapes), then, in most iterations, one to three random mutations
+ * are applied (a dtype, a dimension, an id out of range or absent, a parameter, a short buffer,
+ * too many rows, a corrupt batch or kv cache). Every run must return OK or an error with a
+ * message; under ASan any out-of-bounds access fails the test. */
+static uint32_t rnd_dim(uint32_t max) {
+    return 1 + rnd_u32() % max;
+}
+
+typedef struct rnd_cache {
+    weft_buffer k[2], v[2];
+    weft_kv_contiguous desc;
+} rnd_cache;
+
+/* Builds a well-formed node for impl's op; returns the number of rows T to run with. */
+static uint32_t random_node(tgraph *tg, const weft_op_impl *impl, rnd_cache *rc) {
+    const uint32_t op = impl->op, key = impl->dtype ? impl->dtype : WEFT_DTYPE_F32;
+    const uint32_t T = rnd_u32() % (MAX_T + 1), R = MAX_T;
+    const uint32_t f32 = WEFT_DTYPE_F32, i32 = WEFT_DTYPE_I32;
+    int64_t K = rnd_dim(40), N = rnd_dim(40);
+    tg_simple_batch(tg, T);
+    switch (op) {
+    case WEFT_OP_LINEAR:
+    case WEFT_OP_LM_HEAD: {
+        tg_in(tg, 0, tg_tensor(tg, f32, R, K, "x"));
+        tg_in(tg, 1, tg_tensor(tg, key, N, K, "w"));
+        if (op == WEFT_OP_LINEAR && rnd_u32() % 2) tg_in(tg, 2, tg_tensor(tg, key, N, -1, "b"));
+        tg_out(tg, 0, tg_tensor(tg, f32, R, N, "y"));
+        if (op == WEFT_OP_LM_HEAD) {
+            tg->batch.n_logits = T ? rnd_u32() % (T + 1) : 0;
+            for (uint32_t i = 0; i < tg->batch.n_logits; i++)
+                tg->logit_rows[i] = (int32_t)(rnd_u32() % T);
+        }
+        break;
+    }
+    case WEFT_OP_EMBED: {
+        uint32_t tok = tg_tensor(tg, i32, R, -1, "tokens");
+        tg_in(tg, 0, tok);
+        tg_in(tg, 1, tg_tensor(tg, key, N, K, "table"));
+        tg_out(tg, 0, tg_tensor(tg, f32, R, K, "x"));
+        for (uint32_t r = 0; r < R; r++)
+            ((int32_t *)tg_ptr(tg, tok))[r] = (int32_t)(rnd_u32() % N);
+        break;
+    }
+    case WEFT_OP_RMSNORM:
+    case WEFT_OP_ADD_RMSNORM: {
+        int64_t g = rnd_dim(8), D = g * rnd_dim(5);
+        int grouped = op == WEFT_OP_RMSNORM && rnd_u32() % 2;
+        tg_in(tg, 0, tg_tensor(tg, f32, R, D, "x"));
+        if (op == WEFT_OP_ADD_RMSNORM) tg_in(tg, 1, tg_tensor(tg, f32, R, D, "res"));
+        tg_in(tg, op == WEFT_OP_ADD_RMSNORM ? 2 : 1,
+              tg_tensor(tg, dts_float[rnd_u32() % 3], grouped ? g : D, -1, "w"));
+        tg_out(tg, 0, tg_tensor(tg, f32, R, D, "y"));
+        if (op == WEFT_OP_ADD_RMSNORM)
+            tg_out(tg, 1, rnd_u32() % 2 ? tg->node.in[1] : tg_tensor(tg, f32, R, D, "r"));
+        tg->node.p.i[0] = grouped ? g : 0;
+        tg->node.p.f[0] = 1e-5f;
+        break;
+    }
+    case WEFT_OP_ROPE: {
+        int64_t H = rnd_dim(4), hd = 2 * rnd_dim(6), rot = 2 * rnd_dim((uint32_t)hd / 2);
+        uint32_t x = tg_tensor(tg, f32, R, H * hd, "x"), pos = tg_tensor(tg, i32, R, -1, "pos");
+        tg_in(tg, 0, x), tg_in(tg, 1, pos);
+        tg_out(tg, 0, rnd_u32() % 2 ? x : tg_tensor(tg, f32, R, H * hd, "y"));
+        weft_op_params *p = &tg->node.p;
+        p->i[0] = H, p->i[1] = hd, p->i[2] = rot == hd ? 0 : rot, p->i[3] = rnd_u32() % 2;
+        p->i[4] = rnd_u32() % 3, p->f[0] = 10000.0f, p->f[1] = 4.0f, p->f[2] = 1.0f;
+        p->f[3] = 4.0f, p->f[4] = 64.0f;
+        for (uint32_t r = 0; r < R; r++)
+            ((int32_t *)tg_ptr(tg, pos))[r] = (int32_t)(rnd_u32() % 5000);
+        break;
+    }
+    case WEFT_OP_ATTENTION: {
+        int64_t Hkv = rnd_dim(3), G = rnd_dim(3), hd = rnd_dim(12), Hq = Hkv * G;
+        uint32_t slots = rnd_dim(3), max_seq = 8 + rnd_u32() % 70, dt = key;
+        uint64_t bytes = (uint64_t)slots * max_seq * Hkv * hd * esize(dt);
+        for (int l = 0; l < 2; l++) {
+            weft_error e = new_error();
+            assert_int_equal(tg->f->desc->backend->alloc(tg->f->st, bytes, 0, &rc->k[l], &e), 0);
+            assert_int_equal(tg->f->desc->backend->alloc(tg->f->st, bytes, 0, &rc->v[l], &e), 0);
+            memset(rc->k[l].ptr, 0, bytes), memset(rc->v[l].ptr, 0, bytes);
+        }
+        rc->desc = (weft_kv_contiguous){.size = sizeof(rc->desc),
+                                        .n_layers = 2,
+                                        .n_slots = slots,
+                                        .max_seq = max_seq,
+                                        .n_kv_heads = (uint32_t)Hkv,
+                                        .head_dim = (uint32_t)hd,
+                                        .dtype = dt,
+                                        .k = rc->k,
+                                        .v = rc->v};
+        tg->kv.size = sizeof(tg->kv);
+        snprintf(tg->kv.layout, sizeof(tg->kv.layout), "contiguous");
+        tg->kv.desc = &rc->desc;
+        uint32_t pos = tg_tensor(tg, i32, R, -1, "pos");
+        tg_in(tg, 0, tg_tensor(tg, f32, R, Hq * hd, "q"));
+        tg_in(tg, 1, tg_tensor(tg, f32, R, Hkv * hd, "k"));
+        tg_in(tg, 2, tg_tensor(tg, f32, R, Hkv * hd, "v"));
+        tg_in(tg, 3, pos);
+        tg_out(tg, 0, tg_tensor(tg, f32, R, Hq * hd, "o"));
+        weft_op_params *p = &tg->node.p;
+        p->i[0] = rnd_u32() % 2, p->i[1] = Hq, p->i[2] = Hkv, p->i[3] = hd;
+        p->i[4] = rnd_u32() % 3 ? 0 : rnd_dim(6);
+        tg->batch.n_seqs = 2;
+        tg->seqs[1].kv_slot = (int32_t)(rnd_u32() % slots);
+        tg->seqs[0].kv_slot = (int32_t)(rnd_u32() % slots);
+        for (uint32_t r = 0; r < R; r++) {
+            tg->seq_of_row[r] = (int32_t)(rnd_u32() % 2);
+            ((int32_t *)tg_ptr(tg, pos))[r] = (int32_t)(rnd_u32() % max_seq);
+        }
+        break;
+    }
+    case WEFT_OP_SWIGLU:
+    case WEFT_OP_ADD:
+    case WEFT_OP_ACTIVATION:
+    case WEFT_OP_SCALE: {
+        uint32_t a = tg_tensor(tg, f32, R, N, "a");
+        tg_in(tg, 0, a);
+        if (op == WEFT_OP_SWIGLU || op == WEFT_OP_ADD) tg_in(tg, 1, tg_tensor(tg, f32, R, N, "b"));
+        tg_out(tg, 0, rnd_u32() % 2 ? a : tg_tensor(tg, f32, R, N, "y"));
+        tg->node.p.i[0] = rnd_u32() % 3;
+        tg->node.p.f[0] = 0.5f;
+        break;
+    }
+    case WEFT_OP_COPY: {
+        uint32_t to = key == i32 ? i32 : dts_float[rnd_u32() % 3];
+        tg_in(tg, 0, tg_tensor(tg, key, R, N, "x"));
+        tg_out(tg, 0, tg_tensor(tg, to, R, N, "y"));
+        tg->node.p.i[0] = rnd_u32() % 2 ? to : 0;
+        break;
+    }
+    case WEFT_OP_SPLIT: {
+        uint32_t n = rnd_dim(4);
+        int64_t total = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t w = rnd_dim(9);
+            tg->node.p.i[i] = w;
+            total += w;
+        }
+        tg_in(tg, 0, tg_tensor(tg, key, R, total, "x"));
+        for (uint32_t i = 0; i < n; i++)
+            tg_out(tg, i, tg_tensor(tg, key, R, tg->node.p.i[i], "y"));
+        break;
+    }
+    default:
+        fail_msg("op %u has no random builder", op);
+    }
+    return T;
+}
+
+/* One random corruption of a well-formed node. */
+static uint32_t random_mutation(tgraph *tg, uint32_t T) {
+    static const uint32_t any_dt[6] = {WEFT_DTYPE_F32, WEFT_DTYPE_BF16, WEFT_DTYPE_F16,
+                                       WEFT_DTYPE_I32, WEFT_DTYPE_Q8_0, 999};
+    weft_tensor *t = &tg->t[rnd_u32() % tg->g.n_tensors];
+    switch (rnd_u32() % 12) {
+    case 0:
+        t->dtype = any_dt[rnd_u32() % 6];
+        break;
+    case 1:
+        t->shape[rnd_u32() % 2] += (int64_t)(rnd_u32() % 5) - 2;
+        break;
+    case 2:
+        t->rank = rnd_u32() % 4;
+        break;
+    case 3:
+        tg->node.in[rnd_u32() % WEFT_NODE_MAX_IN] = rnd_u32() % 3 ? 99 : WEFT_TENSOR_NONE;
+        break;
+    case 4:
+        tg->node.p.i[rnd_u32() % WEFT_PARAMS_I] = (int64_t)(rnd_u32() % 9) - 3;
+        break;
+    case 5:
+        tg->node.p.f[rnd_u32() % WEFT_PARAMS_F] = rnd_u32() % 2 ? NAN : -1.0f;
+        break;
+    case 6:
+        tg->buf[t->id].bytes = tg->buf[t->id].bytes * (rnd_u32() % 4) / 4;
+        break;
+    case 7:
+        return T + 1 + rnd_u32() % 20; /* more rows than the tensors hold */
+    case 8:
+        tg->seq_of_row[rnd_u32() % MAX_T] = (int32_t)(rnd_u32() % 5) - 2;
+        break;
+    case 9:
+        tg->logit_rows[rnd_u32() % MAX_T] = (int32_t)(rnd_u32() % 40) - 2;
+        break;
+    case 10:
+        if (tg->kv.desc) {
+            weft_kv_contiguous *c = (weft_kv_contiguous *)tg->kv.desc;
+            switch (rnd_u32() % 4) {
+            case 0:
+                c->n_slots += 3;
+                break;
+            case 1:
+                c->max_seq *= 2;
+                break;
+            case 2:
+                c->k[rnd_u32() % 2].bytes /= 2;
+                break;
+            default:
+                c->dtype = any_dt[rnd_u32() % 6];
+                break;
+            }
+        } else {
+            tg->node.n_in = rnd_u32() % (WEFT_NODE_MAX_IN + 1);
+        }
+        break;
+    default:
+        tg->node.n_out = rnd_u32() % (WEFT_NODE_MAX_OUT + 1);
+        break;
+    }
+    return T;
+}
+
+static void test_random_nodes(void **state) {
+    fixture *f = *state;
+    uint32_t ok = 0, refused = 0;
+    for (int it = 0; it < 4000; it++) {
+        const weft_op_impl *impl = &f->impls[rnd_u32() % f->n_impls];
+        tgraph tg;
+        rnd_cache rc;
+        memset(&rc, 0, sizeof(rc));
+        tg_init(&tg, f, impl->op, "random");
+        uint32_t T = random_node(&tg, impl, &rc);
+        int mutated = rnd_u32() % 4 != 0;
+        for (uint32_t m = mutated ? 1 + rnd_u32() % 3 : 0; m > 0; m--)
+            T = random_mutation(&tg, T);
+        weft_error err = new_error();
+        int32_t accepted = impl->accepts ? impl->accepts(impl->state, &tg.g, &tg.node) : 1;
+        weft_exec_ctx ctx;
+        memset(&ctx, 0, sizeof(ctx));
+        ctx.size = sizeof(ctx);
+        ctx.n_tokens = T;
+        ctx.graph = &tg.g;
+        tg.g.bucket.max_tokens = 64;
+        tg.batch.size = sizeof(tg.batch);
+        tg.batch.n_tokens = T;
+        tg.batch.positions = tg.positions;
+        tg.batch.seq_of_row = tg.seq_of_row;
+        tg.batch.seqs = tg.seqs;
+        tg.batch.logit_rows = tg.logit_rows;
+        ctx.batch = &tg.batch;
+        ctx.data = tg.buf;
+        ctx.kv = tg.kv.desc ? &tg.kv : NULL;
+        weft_status s = impl->run(impl->state, &ctx, &tg.node, &err);
+        assert_true(s == WEFT_OK || s < 0);
+        if (s == WEFT_OK) {
+            ok++;
+            assert_int_equal(accepted, 1); /* run never takes a node accepts refused */
+            if (!mutated) assert_true(accepted);
+        } else {
+            refused++;
+            if (!mutated)
+                fprintf(stderr, "well-formed %s node refused: %s\n", cpu_op_label(impl->op),
+                        err.message);
+            assert_true(mutated);
+            assert_true(strlen(err.message) > 0);
+        }
+        for (int l = 0; l < 2; l++) {
+            f->desc->backend->free(f->st, &rc.k[l]);
+            f->desc->backend->free(f->st, &rc.v[l]);
+        }
+        tg_free(&tg);
+    }
+    fprintf(stderr, "random nodes: %u ran, %u refused\n", ok, refused);
+    assert_true(ok > 1000 && refused > 1000);
+}
+
 /* Every builtin op the backend promises has an implementation for backend "cpu". */
 static void test_registered(void **state) {
     fixture *f = *state;
-    const uint32_t ops[] = {WEFT_OP_EMBED,  WEFT_OP_LINEAR,     WEFT_OP_RMSNORM, WEFT_OP_ROPE,
-                            WEFT_OP_SWIGLU, WEFT_OP_ADD,        WEFT_OP_ACTIVATION,
-                            WEFT_OP_LM_HEAD, WEFT_OP_SCALE,     WEFT_OP_ADD_RMSNORM,
-                            WEFT_OP_COPY,   WEFT_OP_SPLIT};
+    const uint32_t ops[] = {WEFT_OP_EMBED,       WEFT_OP_LINEAR,  WEFT_OP_RMSNORM,
+                            WEFT_OP_ROPE,        WEFT_OP_SWIGLU,  WEFT_OP_ADD,
+                            WEFT_OP_ACTIVATION,  WEFT_OP_LM_HEAD, WEFT_OP_SCALE,
+                            WEFT_OP_ADD_RMSNORM, WEFT_OP_COPY,    WEFT_OP_SPLIT};
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
         assert_non_null(f->ops.find(f->ops.self, ops[i], "cpu", WEFT_DTYPE_F32, "", NULL, NULL));
-    assert_non_null(f->ops.find(f->ops.self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_BF16, "", NULL, NULL));
-    assert_non_null(f->ops.find(f->ops.self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_F16, "", NULL, NULL));
-    assert_non_null(f->ops.find(f->ops.self, WEFT_OP_ATTENTION, "cpu", WEFT_DTYPE_F32,
-                                "contiguous", NULL, NULL));
+    assert_non_null(
+        f->ops.find(f->ops.self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_BF16, "", NULL, NULL));
+    assert_non_null(
+        f->ops.find(f->ops.self, WEFT_OP_LINEAR, "cpu", WEFT_DTYPE_F16, "", NULL, NULL));
+    assert_non_null(f->ops.find(f->ops.self, WEFT_OP_ATTENTION, "cpu", WEFT_DTYPE_F32, "contiguous",
+                                NULL, NULL));
     for (uint32_t i = 0; i < f->n_impls; i++) {
         assert_string_equal(f->impls[i].backend, "cpu");
         assert_non_null(f->impls[i].run);
@@ -1264,16 +1594,110 @@ static void test_options(void **state) {
     f->desc->destroy(st);
 }
 
+/* ---- stories260K end to end against Hugging Face transformers ----------------------------- */
+/* One tensor of reference.safetensors, read with its dtype and element count checked. */
+static void *read_reference(const char *path, const char *name, const char *dtype, size_t count) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    uint64_t hlen = 0;
+    void *out = NULL;
+    char *hdr = NULL;
+    if (fread(&hlen, 8, 1, fp) != 1 || hlen > (1u << 20)) goto done;
+    hdr = calloc(1, (size_t)hlen + 1);
+    if (!hdr || fread(hdr, 1, (size_t)hlen, fp) != hlen) goto done;
+    json_error_t jerr;
+    json_t *root = json_loads(hdr, 0, &jerr);
+    json_t *t = root ? json_object_get(root, name) : NULL;
+    json_t *off = t ? json_object_get(t, "data_offsets") : NULL;
+    const char *dt = t ? json_string_value(json_object_get(t, "dtype")) : NULL;
+    if (off && dt && strcmp(dt, dtype) == 0) {
+        uint64_t a = (uint64_t)json_integer_value(json_array_get(off, 0));
+        uint64_t b = (uint64_t)json_integer_value(json_array_get(off, 1));
+        if (b - a == count * 4 && fseek(fp, (long)(8 + hlen + a), SEEK_SET) == 0) {
+            out = malloc(count * 4);
+            if (out && fread(out, 4, count, fp) != count) free(out), out = NULL;
+        }
+    }
+    json_decref(root);
+done:
+    free(hdr);
+    fclose(fp);
+    return out;
+}
+
+static const char *shared_dir(void) {
+    const char *s = getenv("WEFT_SHARED_DIR");
+    return s && *s ? s : WEFT_SHARED_DIR;
+}
+
+/* Prefill of the reference's 256 tokens in chunks of 16 (logits of every row against HF's
+ * no-cache forward pass), then greedy decoding from BOS one token per step (tokens against
+ * HF's greedy continuation). This runs the real checkpoint through every f32 kernel and the
+ * kv cache across steps. */
+static void test_stories260k(void **state) {
+    fixture *f = *state;
+    char path[1024], msg[600];
+    snprintf(path, sizeof(path), "%s/models/stories260K/stories260K.bin", shared_dir());
+    stories_model m;
+    if (stories_load(path, &m, msg, sizeof(msg))) fprintf(stderr, "%s\n", msg);
+    assert_non_null(m.data);
+    snprintf(path, sizeof(path), "%s/reference/stories260K/reference.safetensors", shared_dir());
+    const int T = 256;
+    int32_t *ids = read_reference(path, "input_ids", "I32", (size_t)T);
+    int32_t *greedy = read_reference(path, "greedy_ids", "I32", (size_t)T);
+    float *ref = read_reference(path, "logits", "F32", (size_t)T * m.vocab);
+    assert_non_null(ids);
+    assert_non_null(greedy);
+    assert_non_null(ref);
+    stories_engine *e = calloc(1, sizeof(*e));
+    assert_non_null(e);
+    const uint32_t chunk = 16;
+    if (stories_build(e, &m, f->desc->backend, f->st, &f->ops, chunk, (uint32_t)T, msg,
+                      sizeof(msg)))
+        fprintf(stderr, "%s\n", msg);
+    assert_int_equal(e->g.n_nodes, 1 + 15 * m.n_layers + 2);
+    double max_diff = 0;
+    for (int p0 = 0; p0 < T; p0 += (int)chunk) {
+        const float *lg = NULL;
+        if (stories_step(e, ids + p0, chunk, p0, 1, &lg, msg, sizeof(msg)))
+            fprintf(stderr, "%s\n", msg);
+        assert_non_null(lg);
+        for (uint32_t r = 0; r < chunk; r++)
+            for (int v = 0; v < m.vocab; v++) {
+                double d = fabs((double)lg[r * m.vocab + v] - ref[(p0 + (int)r) * m.vocab + v]);
+                if (d > max_diff) max_diff = d;
+            }
+    }
+    /* Logits are O(10); f32 sums in a different order differ by ~2e-5 here. */
+    fprintf(stderr, "stories260K: max |logit - reference| = %g\n", max_diff);
+    assert_true(max_diff <= 2e-4);
+    int32_t tok = greedy[0];
+    for (int pos = 0; pos + 1 < T; pos++) {
+        const float *lg = NULL;
+        if (stories_step(e, &tok, 1, pos, 0, &lg, msg, sizeof(msg))) fprintf(stderr, "%s\n", msg);
+        assert_non_null(lg);
+        tok = stories_argmax(lg, (uint32_t)m.vocab);
+        if (tok != greedy[pos + 1])
+            fprintf(stderr, "greedy token %d: got %d, reference %d\n", pos + 1, tok,
+                    greedy[pos + 1]);
+        assert_int_equal(tok, greedy[pos + 1]);
+    }
+    stories_free(e);
+    free(e);
+    free(ids), free(greedy), free(ref), free(m.data);
+}
+
 #define CPU_TESTS                                                                                  \
-    cmocka_unit_test(test_negotiate), cmocka_unit_test(test_memory),                              \
-        cmocka_unit_test(test_registered), cmocka_unit_test(test_options),                        \
-        cmocka_unit_test(test_linear), cmocka_unit_test(test_linear_repeat),                      \
-        cmocka_unit_test(test_lm_head), cmocka_unit_test(test_embed),                             \
-        cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_add_rmsnorm),                       \
-        cmocka_unit_test(test_rope), cmocka_unit_test(test_rope_closed_form),                     \
-        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_long),                  \
-        cmocka_unit_test(test_elementwise), cmocka_unit_test(test_copy),                          \
-        cmocka_unit_test(test_split), cmocka_unit_test(test_bad_shapes)
+    cmocka_unit_test(test_negotiate), cmocka_unit_test(test_memory),                               \
+        cmocka_unit_test(test_registered), cmocka_unit_test(test_options),                         \
+        cmocka_unit_test(test_linear), cmocka_unit_test(test_linear_repeat),                       \
+        cmocka_unit_test(test_lm_head), cmocka_unit_test(test_embed),                              \
+        cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_add_rmsnorm),                        \
+        cmocka_unit_test(test_rope), cmocka_unit_test(test_rope_closed_form),                      \
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_long),                   \
+        cmocka_unit_test(test_elementwise), cmocka_unit_test(test_copy),                           \
+        cmocka_unit_test(test_split), cmocka_unit_test(test_bad_shapes),                           \
+        cmocka_unit_test(test_random_nodes), cmocka_unit_test(test_stories260k)
 
 int main(void) {
     const struct CMUnitTest tests[] = {CPU_TESTS};

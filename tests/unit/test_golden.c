@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <math.h>
@@ -195,6 +196,88 @@ static void rm_dir(const char *dir) {
     rmdir(dir);
 }
 
+/* bf16 weights: tiny-qwen2's checkpoint rounded to bf16 (norms and biases too) runs through the
+ * same graph with bf16 weight tensors; its logits stay near the fp32 reference (the rounding of
+ * the weights is the only difference, about 2^-9 relative per weight). */
+static int copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    int ok = a && b;
+    char buf[4096];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof(buf), a)) > 0)
+        ok = fwrite(buf, 1, n, b) == n;
+    if (a) fclose(a);
+    if (b && fclose(b)) ok = 0;
+    return ok ? 0 : -1;
+}
+
+static void test_bf16_weights(void **state) {
+    (void)state;
+    char src[1024], dir[64], path[1200];
+    snprintf(src, sizeof(src), "%s/reference/tiny-qwen2", shared_dir());
+    snprintf(dir, sizeof(dir), "/tmp/weft-bf16-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    weft_error err;
+    weft_error_clear(&err);
+    snprintf(path, sizeof(path), "%s/model.safetensors", src);
+    weft_safetensors *st = NULL;
+    if (weft_safetensors_open_file(path, &st, &err) != WEFT_OK) fail_msg("%s", err.message);
+    weft_st_writer *w = weft_st_writer_new();
+    assert_non_null(w);
+    for (size_t i = 0; i < weft_safetensors_count(st); i++) {
+        const weft_st_tensor *t = weft_safetensors_at(st, i);
+        assert_int_equal(t->dtype, WEFT_DTYPE_F32);
+        size_t n = t->bytes / 4;
+        uint16_t *h = malloc(n * 2);
+        assert_non_null(h);
+        for (size_t k = 0; k < n; k++) {
+            float f;
+            memcpy(&f, t->data + 4 * k, 4);
+            h[k] = weft_f32_to_bf16(f);
+        }
+        assert_int_equal(
+            weft_st_writer_add(w, t->name, WEFT_DTYPE_BF16, t->rank, t->shape, h, n * 2, &err),
+            WEFT_OK);
+        free(h);
+    }
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    assert_int_equal(weft_st_writer_write(w, path, NULL, &err), WEFT_OK);
+    weft_st_writer_free(w);
+    weft_safetensors_close(st);
+    char from[1200];
+    snprintf(from, sizeof(from), "%s/config.json", src);
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    assert_int_equal(copy_file(from, path), 0);
+
+    reference r;
+    reference_open("tiny-qwen2", &r);
+    weft_engine *e = open_engine(dir);
+    char buf[65536] = {0};
+    FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
+    assert_int_equal(weft_engine_print_graph(e, 1, f, NULL, &err), WEFT_OK);
+    fclose(f);
+    assert_non_null(strstr(buf, "layers.0.attn.q:bf16[256,256]"));
+    assert_non_null(strstr(buf, "layers.0.attn.q_bias:bf16[256]"));
+    float *logits = malloc(sizeof(float) * r.n_input * r.vocab);
+    assert_int_equal(weft_engine_score(e, r.input_ids, r.n_input, logits, &err), WEFT_OK);
+    double max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < r.n_input * r.vocab; i++) {
+        double d = fabs((double)logits[i] - (double)r.logits[i]);
+        if (!(d <= max_diff)) max_diff = d;
+        if (fabs((double)r.logits[i]) > max_ref) max_ref = fabs((double)r.logits[i]);
+    }
+    printf("tiny-qwen2 bf16 weights: relative logit error %.3g\n", max_diff / max_ref);
+    assert_true(max_diff / max_ref < 3e-2);
+    assert_true(max_diff / max_ref > 1e-5); /* the weights really were rounded */
+    free(logits);
+    weft_engine_close(e);
+    weft_safetensors_close(r.st);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* The converted stories260K lives in a temporary directory for the test's duration; teardown
  * removes it even when an assertion failed. */
 static char stories_dir[64];
@@ -232,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_qwen3),
         cmocka_unit_test(test_tiny_llama3),
         cmocka_unit_test(test_tiny_qwen2),
+        cmocka_unit_test(test_bf16_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -39,10 +39,12 @@ static void fixture_load(fixture *f, const char *bundle) {
     char path[1024];
     weft_error err;
     weft_error_clear(&err);
-    snprintf(path, sizeof(path), "%s/%s/manifest.yaml", FAKES, bundle);
+    /* the template builds into the normal plugin dir, the fakes into the test-only one */
+    const char *dir = strncmp(bundle, "template.", 9) ? FAKES : WEFT_BUILD_PLUGIN_DIR;
+    snprintf(path, sizeof(path), "%s/%s/manifest.yaml", dir, bundle);
     weft_status st = weft_plugin_manifest_load(path, &f->m, &err);
     if (st != WEFT_OK) fail_msg("%s: %s", path, err.message);
-    snprintf(f->library, sizeof(f->library), "%s/%s/%s", FAKES, bundle, f->m->library);
+    snprintf(f->library, sizeof(f->library), "%s/%s/%s", dir, bundle, f->m->library);
     weft_plugin_expect ex = {f->m->name,    f->m->version_text, f->m->kind, f->m->slots,
                              f->m->abi_min, f->m->abi_max,      NULL};
     f->ex = ex;
@@ -381,6 +383,145 @@ static void test_host_services(void **state) {
     weft_host_free(b);
 }
 
+/* ---- fake.pass and the template pass on a real graph -------------------------------------
+ * The engine's graph service is not part of this module, so this test carries a small one
+ * with the documented semantics (append or insert a node, remove one, rewrite uses from an
+ * index, add a tensor); the engine's own tests run the passes on the real service. */
+#define G_MAX 32
+static weft_tensor g_tensors[G_MAX];
+static weft_node g_nodes[G_MAX];
+
+static uint32_t g_tensor_add(weft_graph *g, uint32_t kind, uint32_t dtype, uint32_t rank,
+                             const int64_t *shape, const char *name, weft_error *err) {
+    if (g->n_tensors >= G_MAX || rank > WEFT_MAX_DIMS) return WEFT_TENSOR_NONE;
+    weft_tensor *t = &g->tensors[g->n_tensors];
+    memset(t, 0, sizeof(*t));
+    t->id = g->n_tensors;
+    t->kind = kind;
+    t->dtype = dtype;
+    t->rank = rank;
+    for (uint32_t d = 0; d < rank; d++)
+        t->shape[d] = shape[d];
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    return g->n_tensors++;
+}
+
+static uint32_t g_weight_add(weft_graph *g, const char *canonical, const char *source,
+                             uint32_t dtype, uint32_t rank, const int64_t *shape, weft_error *err) {
+    uint32_t id = g_tensor_add(g, WEFT_TENSOR_WEIGHT, dtype, rank, shape, canonical, err);
+    if (id != WEFT_TENSOR_NONE) snprintf(g->tensors[id].source, WEFT_NAME_MAX, "%s", source);
+    return id;
+}
+
+static int32_t g_node_add(weft_graph *g, const weft_node *n, uint32_t before, weft_error *err) {
+    if (g->n_nodes >= G_MAX) return -1;
+    uint32_t at = before < g->n_nodes ? before : g->n_nodes;
+    memmove(&g->nodes[at + 1], &g->nodes[at], (g->n_nodes - at) * sizeof(*n));
+    g->nodes[at] = *n;
+    g->n_nodes++;
+    return (int32_t)at;
+}
+
+static int32_t g_node_remove(weft_graph *g, uint32_t index, weft_error *err) {
+    if (index >= g->n_nodes) return -1;
+    memmove(&g->nodes[index], &g->nodes[index + 1], (g->n_nodes - index - 1) * sizeof(weft_node));
+    g->n_nodes--;
+    return 0;
+}
+
+static int32_t g_replace_uses(weft_graph *g, uint32_t from, uint32_t to, uint32_t start) {
+    int32_t n = 0;
+    for (uint32_t i = start; i < g->n_nodes; i++)
+        for (uint32_t k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] == from) {
+                g->nodes[i].in[k] = to;
+                n++;
+            }
+    return n;
+}
+
+static void load_created(const char *bundle, const weft_manifest_value *vals, uint32_t n_vals,
+                         weft_loaded_plugin *p, fixture *f) {
+    weft_error err;
+    weft_error_clear(&err);
+    fixture_load(f, bundle);
+    weft_options opts;
+    assert_int_equal(weft_plugin_open(f->library, &f->ex, p, &err), WEFT_OK);
+    assert_int_equal(weft_options_build(f->m, vals, n_vals, "test", "options", &opts, &err),
+                     WEFT_OK);
+    assert_int_equal(weft_plugin_instantiate(p, weft_host_services_of(host), &opts, &err), WEFT_OK);
+    weft_options_free(&opts);
+}
+
+static void test_passes_on_a_graph(void **state) {
+    weft_graph_service gs;
+    memset(&gs, 0, sizeof(gs));
+    gs.size = sizeof(gs);
+    gs.version = 1;
+    gs.tensor_add = g_tensor_add;
+    gs.weight_add = g_weight_add;
+    gs.node_add = g_node_add;
+    gs.node_remove = g_node_remove;
+    gs.replace_uses = g_replace_uses;
+    weft_model_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.size = sizeof(cfg);
+    snprintf(cfg.architecture, sizeof(cfg.architecture), "FakeForCausalLM");
+    cfg.vocab_size = 8;
+    cfg.hidden_size = 4;
+    cfg.dtype = WEFT_DTYPE_F32;
+    weft_bucket bucket = {sizeof(bucket), 4, 1, 1, 0, {0}};
+    weft_error err;
+    weft_error_clear(&err);
+
+    for (int run = 0; run < 2; run++) {
+        /* the fake model's graph: embed, norm, lm_head */
+        weft_graph g;
+        memset(&g, 0, sizeof(g));
+        g.size = sizeof(g);
+        g.tensors = g_tensors;
+        g.nodes = g_nodes;
+        fixture fm, fp, ft;
+        weft_loaded_plugin model, pass, tmpl;
+        load_created("fake.model", NULL, 0, &model, &fm);
+        assert_int_equal(model.desc->model->configure(model.state, "{}", &cfg, &err), WEFT_OK);
+        assert_int_equal(model.desc->model->build_graph(model.state, &cfg, &bucket, &gs, &g, &err),
+                         WEFT_OK);
+        assert_int_equal(g.n_nodes, 3);
+        uint32_t normed = g.nodes[2].in[0];
+
+        weft_manifest_value factor;
+        memset(&factor, 0, sizeof(factor));
+        snprintf(factor.key, sizeof(factor.key), "factor");
+        factor.text = run == 0 ? "1.0" : "2.0";
+        load_created("fake.pass", &factor, 1, &pass, &fp);
+        assert_int_equal(pass.desc->pass->run(pass.state, &cfg, &gs, &g, &err), WEFT_OK);
+        assert_int_equal(g.n_nodes, 4);
+        assert_int_equal(g.nodes[2].op, WEFT_OP_SCALE);
+        assert_true(g.nodes[2].p.f[0] == (run == 0 ? 1.0f : 2.0f));
+        assert_int_equal(g.nodes[2].in[0], normed);
+        assert_int_equal(g.nodes[3].op, WEFT_OP_LM_HEAD);
+        assert_int_equal(g.nodes[3].in[0], g.nodes[2].out[0]); /* the head reads the scale */
+
+        load_created("template.drop-identity-scale", NULL, 0, &tmpl, &ft);
+        assert_int_equal(tmpl.desc->pass->run(tmpl.state, &cfg, &gs, &g, &err), WEFT_OK);
+        if (run == 0) { /* factor 1: removed, the head reads the norm again */
+            assert_int_equal(g.n_nodes, 3);
+            assert_int_equal(g.nodes[2].op, WEFT_OP_LM_HEAD);
+            assert_int_equal(g.nodes[2].in[0], normed);
+        } else { /* factor 2 is not an identity: kept */
+            assert_int_equal(g.n_nodes, 4);
+            assert_int_equal(g.nodes[2].op, WEFT_OP_SCALE);
+        }
+        weft_plugin_close(&tmpl);
+        weft_plugin_close(&pass);
+        weft_plugin_close(&model);
+        fixture_free(&ft);
+        fixture_free(&fp);
+        fixture_free(&fm);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_loads_and_runs),  cmocka_unit_test(test_refused_negotiation),
@@ -389,6 +530,7 @@ int main(void) {
         cmocka_unit_test(test_failing_create),       cmocka_unit_test(test_manifest_disagrees),
         cmocka_unit_test(test_tampered_library),     cmocka_unit_test(test_descriptor_reuse),
         cmocka_unit_test(test_crash_in_constructor), cmocka_unit_test(test_host_services),
+        cmocka_unit_test(test_passes_on_a_graph),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <math.h>
@@ -29,78 +30,68 @@ typedef struct bad_case {
 static const bad_case bad_plugin[] = {
     {"abi-missing-max.yaml",
      "5:6: abi.max: expected this required key, found nothing (it is missing)"},
-    {"abi-reversed.yaml",
-     "5:20: abi.max: expected max >= min (2), found 1"},
-    {"after-self.yaml",
-     "9:17: after[1]: expected another plugin's name, found the plugin itself"},
-    {"alias.yaml",
-     "9:10: summary: expected plain YAML without aliases, found alias *s"},
-    {"anchor.yaml",
-     "9:10: summary: expected plain YAML without anchors, found anchor &s"},
+    {"abi-reversed.yaml", "5:20: abi.max: expected max >= min (2), found 1"},
+    {"after-self.yaml", "9:17: after[1]: expected another plugin's name, found the plugin itself"},
+    {"alias.yaml", "9:10: summary: expected plain YAML without aliases, found alias *s"},
+    {"anchor.yaml", "9:10: summary: expected plain YAML without anchors, found anchor &s"},
     {"architectures-on-technique.yaml",
      "9:16: architectures: expected architectures only in kind model, found it in kind technique"},
-    {"backend-kind-wrong-list.yaml",
-     "7:11: backends: expected a backend plugin to list exactly its own name [cpu], found another list"},
-    {"bad-arch.yaml",
-     "10:12: platforms[0].arch: expected one of x86_64|aarch64, found riscv64"},
-    {"bad-backend.yaml",
-     "7:17: backends[1]: expected one of cpu|cuda, found tpu"},
-    {"bad-kind.yaml",
-     "3:7: kind: expected one of backend|model|technique|feature, found plugin"},
-    {"bad-name.yaml",
-     "2:7: name: expected a plugin name of 1..63 characters [a-z0-9._-] starting with a letter or digit, found KV.Test"},
-    {"bad-range.yaml",
-     "10:31: requires[0].version: expected comparators like \">=1.2.0\", \"^1.2\", \"~1.2.3\", \"1.x\" or \"*\", found \">=1.2 <\""},
+    {"backend-kind-wrong-list.yaml", "7:11: backends: expected a backend plugin to list exactly "
+                                     "its own name [cpu], found another list"},
+    {"bad-arch.yaml", "10:12: platforms[0].arch: expected one of x86_64|aarch64, found riscv64"},
+    {"bad-backend.yaml", "7:17: backends[1]: expected one of cpu|cuda, found tpu"},
+    {"bad-kind.yaml", "3:7: kind: expected one of backend|model|technique|feature, found plugin"},
+    {"bad-name.yaml", "2:7: name: expected a plugin name of 1..63 characters [a-z0-9._-] starting "
+                      "with a letter or digit, found KV.Test"},
+    {"bad-range.yaml", "10:31: requires[0].version: expected comparators like \">=1.2.0\", "
+                       "\"^1.2\", \"~1.2.3\", \"1.x\" or \"*\", found \">=1.2 <\""},
     {"bad-semver.yaml",
-     "4:10: version: expected a semver 2.0 version MAJOR.MINOR.PATCH[-PRE][+BUILD] (numbers without leading zeros), found \"1.02.0\""},
+     "4:10: version: expected a semver 2.0 version MAJOR.MINOR.PATCH[-PRE][+BUILD] (numbers "
+     "without leading zeros), found \"1.02.0\""},
     {"bad-service.yaml",
-     "9:19: services[1]: expected one of graph|weights|device|kv|ops|threads|profile|tokens|collective|host_memory, found memory"},
-    {"bad-slot.yaml",
-     "8:13: slots[1]: expected a slot (backend|model|scheduler|kv|pass|ops|executor|sampler|decoder|drafter|placement|parallel|feature), found cache"},
-    {"deep-nesting.yaml",
-     "9:57: options.a.help[0][0][0][0][0][0][0][0][0][0][0][0][0]: expected nesting at most 16 levels deep, found deeper"},
+     "9:19: services[1]: expected one of "
+     "graph|weights|device|kv|ops|threads|profile|tokens|collective|host_memory, found memory"},
+    {"bad-slot.yaml", "8:13: slots[1]: expected a slot "
+                      "(backend|model|scheduler|kv|pass|ops|executor|sampler|decoder|drafter|"
+                      "placement|parallel|feature), found cache"},
+    {"deep-nesting.yaml", "9:57: options.a.help[0][0][0][0][0][0][0][0][0][0][0][0][0]: expected "
+                          "nesting at most 16 levels deep, found deeper"},
     {"duplicate-key.yaml",
      "9:1: name: expected each key once in a mapping, found it again (first at line 2)"},
     {"duplicate-slot.yaml",
      "8:18: slots[2]: expected each entry once, found kv again (first at line 8)"},
-    {"empty-backends.yaml",
-     "7:11: backends: expected a non-empty list, found []"},
-    {"empty.yaml",
-     "1:1: expected a mapping of manifest fields, found an empty document"},
-    {"format-2.yaml",
-     "1:9: format: expected 1 (the manifest format this runtime reads), found 2"},
+    {"empty-backends.yaml", "7:11: backends: expected a non-empty list, found []"},
+    {"empty.yaml", "1:1: expected a mapping of manifest fields, found an empty document"},
+    {"format-2.yaml", "1:9: format: expected 1 (the manifest format this runtime reads), found 2"},
     {"library-path.yaml",
-     "6:10: library: expected a file name inside the bundle directory ([A-Za-z0-9._+-], no '/', not starting with '.'), found ../lib/libevil.so"},
+     "6:10: library: expected a file name inside the bundle directory ([A-Za-z0-9._+-], no '/', "
+     "not starting with '.'), found ../lib/libevil.so"},
     {"missing-library.yaml",
      "1:1: library: expected this required key, found nothing (it is missing)"},
     {"model-no-architectures.yaml",
-     "1:1: architectures: expected the list of Hugging Face architectures a model plugin runs, found nothing (it is missing)"},
-    {"not-a-mapping.yaml",
-     "1:1: expected a mapping of manifest fields, found a list"},
+     "1:1: architectures: expected the list of Hugging Face architectures a model plugin runs, "
+     "found nothing (it is missing)"},
+    {"not-a-mapping.yaml", "1:1: expected a mapping of manifest fields, found a list"},
     {"nul-in-scalar.yaml",
      "9:10: summary: expected text without NUL characters, found a NUL character"},
-    {"null-value.yaml",
-     "6:9: library: expected a library file name, found nothing"},
-    {"option-bad-name.yaml",
-     "10:3: options.Page-Size: expected an option name of 1..63 characters [a-z0-9_] starting with a letter, found Page-Size"},
+    {"null-value.yaml", "6:9: library: expected a library file name, found nothing"},
+    {"option-bad-name.yaml", "10:3: options.Page-Size: expected an option name of 1..63 characters "
+                             "[a-z0-9_] starting with a letter, found Page-Size"},
     {"option-bool-default.yaml",
      "10:34: options.verbose.default: expected true or false, found yes"},
     {"option-default-out-of-range.yaml",
      "12:14: options.page_size.default: expected an integer in 16..1024, found 8"},
     {"option-enum-default.yaml",
      "13:14: options.layout.default: expected one of nhd|hnd, found nch"},
-    {"option-enum-no-values.yaml",
-     "10:11: options.layout.values: expected the list of allowed values of this enum option, found nothing (it is missing)"},
-    {"option-float-nan.yaml",
-     "10:29: options.f.default: expected a number, found .nan"},
-    {"option-min-gt-max.yaml",
-     "10:45: options.n.max: expected max >= min (2), found 1.5"},
-    {"option-min-on-string.yaml",
-     "10:42: options.label.min: expected min and max only on int and float options, found them on a string option"},
+    {"option-enum-no-values.yaml", "10:11: options.layout.values: expected the list of allowed "
+                                   "values of this enum option, found nothing (it is missing)"},
+    {"option-float-nan.yaml", "10:29: options.f.default: expected a number, found .nan"},
+    {"option-min-gt-max.yaml", "10:45: options.n.max: expected max >= min (2), found 1.5"},
+    {"option-min-on-string.yaml", "10:42: options.label.min: expected min and max only on int and "
+                                  "float options, found them on a string option"},
     {"option-unknown-type.yaml",
      "10:13: options.n.type: expected one of bool|int|float|string|enum, found integer"},
-    {"quoted-int.yaml",
-     "5:12: abi.min: expected an integer in 1..65535, found \"1\""},
+    {"quoted-int.yaml", "5:12: abi.min: expected an integer in 1..65535, found \"1\""},
     {"requires-and-conflicts.yaml",
      "10:13: conflicts[0]: expected a plugin not also in requires, found kv.paged in both"},
     {"requires-self.yaml",
@@ -109,14 +100,14 @@ static const bad_case bad_plugin[] = {
      "8:8: slots: expected slot backend only in kind backend, found it in kind technique"},
     {"sm-without-cuda.yaml",
      "10:24: platforms[0].sm: expected sm only beside a cuda major version, found sm without cuda"},
-    {"syntax-error.yaml",
-     "10:1: expected valid YAML, found a syntax error: did not find expected ',' or '}' while parsing a flow mapping"},
-    {"tag.yaml",
-     "2:7: name: expected plain YAML without tags, found tag tag:yaml.org,2002:str"},
-    {"two-documents.yaml",
-     "9:1: expected one YAML document, found a second one"},
+    {"syntax-error.yaml", "10:1: expected valid YAML, found a syntax error: did not find expected "
+                          "',' or '}' while parsing a flow mapping"},
+    {"tag.yaml", "2:7: name: expected plain YAML without tags, found tag tag:yaml.org,2002:str"},
+    {"two-documents.yaml", "9:1: expected one YAML document, found a second one"},
     {"unknown-key.yaml",
-     "9:1: sumary: expected a known key (format, name, kind, version, abi, library, summary, platforms, backends, slots, requires, conflicts, after, services, options, helps_when, architectures), found unknown key sumary"},
+     "9:1: sumary: expected a known key (format, name, kind, version, abi, library, summary, "
+     "platforms, backends, slots, requires, conflicts, after, services, options, helps_when, "
+     "architectures), found unknown key sumary"},
     {"wrong-type-version.yaml",
      "4:10: version: expected a semver version MAJOR.MINOR.PATCH, found a list"},
 };
@@ -124,30 +115,26 @@ static const bad_case bad_plugin[] = {
 static const bad_case bad_candidate[] = {
     {"backend-map-missing-name.yaml",
      "4:10: backend.name: expected this required key, found nothing (it is missing)"},
-    {"bad-candidate-name.yaml",
-     "2:12: candidate: expected a plugin name of 1..63 characters [a-z0-9._-] starting with a letter or digit, found my candidate"},
-    {"bad-technique-range.yaml",
-     "6:31: techniques[0].version: expected a version like 1.2.3, 1.2, 1.x or *, found \"1.2.3.4\""},
-    {"dup-option.yaml",
-     "9:7: techniques[0].options.page_size: expected each key once in a mapping, found it again (first at line 8)"},
-    {"duplicate-technique.yaml",
-     "8:12: techniques[2].name: expected each technique once, found kv.paged again (first at line 6)"},
-    {"missing-model.yaml",
-     "1:1: model: expected this required key, found nothing (it is missing)"},
-    {"negative-threads.yaml",
-     "5:20: serving.threads: expected an integer in 0..4096, found -1"},
-    {"option-not-scalar.yaml",
-     "7:26: techniques[0].options.page_size: expected a single value (bool, number or text), found a list"},
-    {"ppl-ratio-below-one.yaml",
-     "6:14: quality.ppl_ratio: expected a number in 1..100, found 0.5"},
-    {"technique-unknown-field.yaml",
-     "6:22: techniques[0].option: expected a known key (name, version, options), found unknown key option"},
-    {"techniques-not-list.yaml",
-     "5:13: techniques: expected a list, found kv.paged"},
-    {"unknown-backend.yaml",
-     "4:10: backend: expected one of cpu|cuda, found tpu"},
+    {"bad-candidate-name.yaml", "2:12: candidate: expected a plugin name of 1..63 characters "
+                                "[a-z0-9._-] starting with a letter or digit, found my candidate"},
+    {"bad-technique-range.yaml", "6:31: techniques[0].version: expected a version like 1.2.3, 1.2, "
+                                 "1.x or *, found \"1.2.3.4\""},
+    {"dup-option.yaml", "9:7: techniques[0].options.page_size: expected each key once in a "
+                        "mapping, found it again (first at line 8)"},
+    {"duplicate-technique.yaml", "8:12: techniques[2].name: expected each technique once, found "
+                                 "kv.paged again (first at line 6)"},
+    {"missing-model.yaml", "1:1: model: expected this required key, found nothing (it is missing)"},
+    {"negative-threads.yaml", "5:20: serving.threads: expected an integer in 0..4096, found -1"},
+    {"option-not-scalar.yaml", "7:26: techniques[0].options.page_size: expected a single value "
+                               "(bool, number or text), found a list"},
+    {"ppl-ratio-below-one.yaml", "6:14: quality.ppl_ratio: expected a number in 1..100, found 0.5"},
+    {"technique-unknown-field.yaml", "6:22: techniques[0].option: expected a known key (name, "
+                                     "version, options), found unknown key option"},
+    {"techniques-not-list.yaml", "5:13: techniques: expected a list, found kv.paged"},
+    {"unknown-backend.yaml", "4:10: backend: expected one of cpu|cuda, found tpu"},
     {"unknown-key.yaml",
-     "5:1: technique: expected a known key (format, candidate, model, backend, model_plugin, techniques, serving, quality), found unknown key technique"},
+     "5:1: technique: expected a known key (format, candidate, model, backend, model_plugin, "
+     "techniques, serving, quality), found unknown key technique"},
 };
 
 static void test_bad_plugin_manifests(void **state) {
@@ -163,7 +150,8 @@ static void test_bad_plugin_manifests(void **state) {
         if (st == WEFT_OK) fail_msg("%s parsed but should have been refused", path);
         assert_null(m);
         assert_int_equal(st, WEFT_ERR_FORMAT);
-        if (strcmp(err.message, want)) fail_msg("%s:\n  got  %s\n  want %s", path, err.message, want);
+        if (strcmp(err.message, want))
+            fail_msg("%s:\n  got  %s\n  want %s", path, err.message, want);
     }
 }
 
@@ -171,7 +159,8 @@ static void test_bad_candidate_manifests(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof(bad_candidate) / sizeof(bad_candidate[0]); i++) {
         char path[256], want[1024];
-        snprintf(path, sizeof(path), "tests/data/manifests/bad-candidate/%s", bad_candidate[i].file);
+        snprintf(path, sizeof(path), "tests/data/manifests/bad-candidate/%s",
+                 bad_candidate[i].file);
         snprintf(want, sizeof(want), "%s:%s", path, bad_candidate[i].message);
         weft_error err;
         memset(&err, 0, sizeof(err));
@@ -179,7 +168,8 @@ static void test_bad_candidate_manifests(void **state) {
         weft_status st = weft_candidate_manifest_load(path, &m, &err);
         if (st == WEFT_OK) fail_msg("%s parsed but should have been refused", path);
         assert_null(m);
-        if (strcmp(err.message, want)) fail_msg("%s:\n  got  %s\n  want %s", path, err.message, want);
+        if (strcmp(err.message, want))
+            fail_msg("%s:\n  got  %s\n  want %s", path, err.message, want);
     }
 }
 
@@ -425,8 +415,9 @@ static void test_parse_from_buffer(void **state) {
     assert_string_equal(err.message, "mem.yaml:10:1: expected valid YAML, found a syntax error: "
                                      "could not find expected ':' while scanning a simple key");
     assert_int_equal(weft_plugin_manifest_parse(NULL, 0, NULL, &m, &err), WEFT_ERR_FORMAT);
-    assert_string_equal(err.message,
-                        "<buffer>:1:1: expected a mapping of manifest fields, found an empty document");
+    assert_string_equal(
+        err.message,
+        "<buffer>:1:1: expected a mapping of manifest fields, found an empty document");
 }
 
 static void test_document_guards(void **state) {
@@ -444,7 +435,8 @@ static void test_document_guards(void **state) {
                                      "found 1048577 bytes");
     /* a list longer than 1024 entries */
     size_t used = (size_t)snprintf(text, big, "format: 1\nafter: [");
-    for (int i = 0; i < 1100; i++) used += (size_t)snprintf(text + used, big - used, "a%d, ", i);
+    for (int i = 0; i < 1100; i++)
+        used += (size_t)snprintf(text + used, big - used, "a%d, ", i);
     used += (size_t)snprintf(text + used, big - used, "z]\n");
     assert_int_equal(weft_plugin_manifest_parse(text, used, "long.yaml", &m, &err),
                      WEFT_ERR_FORMAT);
@@ -455,7 +447,8 @@ static void test_document_guards(void **state) {
     used = (size_t)snprintf(text, big, "x:\n");
     for (int i = 0; i < 700; i++) {
         used += (size_t)snprintf(text + used, big - used, "  k%d: [", i);
-        for (int k = 0; k < 30; k++) used += (size_t)snprintf(text + used, big - used, "1, ");
+        for (int k = 0; k < 30; k++)
+            used += (size_t)snprintf(text + used, big - used, "1, ");
         used += (size_t)snprintf(text + used, big - used, "1]\n");
     }
     assert_int_equal(weft_plugin_manifest_parse(text, used, "nodes.yaml", &m, &err),
@@ -482,7 +475,7 @@ static void test_options_build(void **state) {
 
     char t0[] = "64", t1[] = "hnd", t2[] = "true", t3[] = "0.5", t4[] = "12";
     weft_manifest_value vals[] = {
-        {"page_size", t0, 0, {7, 18}}, {"layout", t1, 0, {8, 15}},
+        {"page_size", t0, 0, {7, 18}},      {"layout", t1, 0, {8, 15}},
         {"prefix_hashing", t2, 0, {9, 23}}, {"pool_fraction", t3, 0, {10, 22}},
         {"label", t4, 1, {11, 14}},
     };
@@ -513,9 +506,11 @@ static void test_options_build(void **state) {
         {"page_size", "0", 0,
          "c.yaml:7:18: techniques[0].options.page_size: expected an integer in 16..1024, found 0"},
         {"page_size", "16", 1,
-         "c.yaml:7:18: techniques[0].options.page_size: expected an integer in 16..1024, found \"16\""},
+         "c.yaml:7:18: techniques[0].options.page_size: expected an integer in 16..1024, found "
+         "\"16\""},
         {"page_size", "1.5", 0,
-         "c.yaml:7:18: techniques[0].options.page_size: expected an integer in 16..1024, found 1.5"},
+         "c.yaml:7:18: techniques[0].options.page_size: expected an integer in 16..1024, found "
+         "1.5"},
         {"pool_fraction", "2", 0,
          "c.yaml:7:18: techniques[0].options.pool_fraction: expected a number in 0.1..1, found 2"},
         {"prefix_hashing", "1", 0,
@@ -529,9 +524,9 @@ static void test_options_build(void **state) {
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         weft_manifest_value v = {"", (char *)bad[i].text, bad[i].quoted, {7, 18}};
         snprintf(v.key, sizeof(v.key), "%s", bad[i].key);
-        assert_int_equal(weft_options_build(m, &v, 1, "c.yaml", "techniques[0].options", &opts,
-                                            &err),
-                         WEFT_ERR_FORMAT);
+        assert_int_equal(
+            weft_options_build(m, &v, 1, "c.yaml", "techniques[0].options", &opts, &err),
+            WEFT_ERR_FORMAT);
         assert_string_equal(err.message, bad[i].want);
         assert_null(opts.items);
     }
@@ -550,9 +545,9 @@ static void test_names(void **state) {
     assert_true(weft_slot_is_chain(WEFT_SLOT_FEATURE));
     assert_false(weft_slot_is_chain(WEFT_SLOT_KV));
     char buf[64];
-    assert_string_equal(weft_slots_format(WEFT_SLOT_KV | WEFT_SLOT_PASS | WEFT_SLOT_BACKEND, ",",
-                                          buf, sizeof(buf)),
-                        "backend,kv,pass");
+    assert_string_equal(
+        weft_slots_format(WEFT_SLOT_KV | WEFT_SLOT_PASS | WEFT_SLOT_BACKEND, ",", buf, sizeof(buf)),
+        "backend,kv,pass");
     assert_int_equal(weft_service_from_name("host_memory"), WEFT_SERVICE_HOST_MEMORY);
     assert_int_equal(weft_service_from_name("collective"), WEFT_SERVICE_COLLECTIVE);
     assert_string_equal(weft_service_name(WEFT_SERVICE_TOKENS), "tokens");

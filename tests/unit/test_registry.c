@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <limits.h>
@@ -114,7 +115,8 @@ static void test_extra_dirs(void **state) {
     weft_registry *reg = NULL;
     weft_error err;
     memset(&err, 0, sizeof(err));
-    assert_int_equal(weft_registry_discover(dirs, 5, WEFT_REGISTRY_ONLY_EXTRA, &reg, &err), WEFT_OK);
+    assert_int_equal(weft_registry_discover(dirs, 5, WEFT_REGISTRY_ONLY_EXTRA, &reg, &err),
+                     WEFT_OK);
     check_tree(reg, WEFT_ORIGIN_EXTRA);
     /* the missing dir is skipped; d1 listed twice is searched twice but adds nothing */
     assert_int_equal(reg->n_dirs, 4);
@@ -185,7 +187,8 @@ static void test_env_path(void **state) {
     weft_registry_free(reg);
 
     /* ONLY_EXTRA ignores the environment */
-    assert_int_equal(weft_registry_discover(NULL, 0, WEFT_REGISTRY_ONLY_EXTRA, &reg, &err), WEFT_OK);
+    assert_int_equal(weft_registry_discover(NULL, 0, WEFT_REGISTRY_ONLY_EXTRA, &reg, &err),
+                     WEFT_OK);
     assert_int_equal(reg->n, 0);
     assert_int_equal(reg->n_dirs, 0);
     weft_registry_free(reg);

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <limits.h>
@@ -77,17 +78,16 @@ static void refuse(const char *backend, const char *techniques, const weft_resol
 
 static void test_resolve_chain_order_and_options(void **state) {
     (void)state;
-    weft_candidate_manifest *m =
-        candidate("{name: cpu, options: {threads: 4}}", "llama",
-                  "techniques:\n"
-                  "  - fuse.c\n"
-                  "  - fuse.b\n"
-                  "  - fuse.a\n"
-                  "  - name: kv.paged\n"
-                  "    options: {page_size: 64}\n"
-                  "  - quant.w8a16\n"
-                  "  - feat.json\n"
-                  "serving: {max_model_len: 256, threads: 3}\n");
+    weft_candidate_manifest *m = candidate("{name: cpu, options: {threads: 4}}", "llama",
+                                           "techniques:\n"
+                                           "  - fuse.c\n"
+                                           "  - fuse.b\n"
+                                           "  - fuse.a\n"
+                                           "  - name: kv.paged\n"
+                                           "    options: {page_size: 64}\n"
+                                           "  - quant.w8a16\n"
+                                           "  - feat.json\n"
+                                           "serving: {max_model_len: 256, threads: 3}\n");
     weft_error err;
     memset(&err, 0, sizeof(err));
     weft_resolved_candidate *rc = NULL;
@@ -97,7 +97,7 @@ static void test_resolve_chain_order_and_options(void **state) {
     weft_registry_free(reg);
     reg = NULL;
 
-    static const char *const want[] = {"cpu",    "llama",       "fuse.a",  "fuse.b",
+    static const char *const want[] = {"cpu",    "llama",       "fuse.a",   "fuse.b",
                                        "fuse.c", "quant.w8a16", "kv.paged", "feat.json"};
     assert_int_equal(rc->n_plugins, 8);
     for (uint32_t i = 0; i < rc->n_plugins; i++) {
@@ -130,7 +130,10 @@ static void test_resolve_chain_order_and_options(void **state) {
     assert_int_equal(weft_options_find(&kv->options, "page_size")->i, 64);
     assert_string_equal(weft_options_find(&kv->options, "layout")->s, "nhd");
     assert_int_equal(weft_options_find(&rc->plugins[7].options, "strict")->i, 1);
-    assert_int_equal(rc->plugins[1].options.count, 0);
+    /* llama's schema: activation_dtype (default f32) and device_inputs (default false) */
+    assert_int_equal(rc->plugins[1].options.count, 2);
+    assert_string_equal(weft_options_find(&rc->plugins[1].options, "activation_dtype")->s, "f32");
+    assert_int_equal(weft_options_find(&rc->plugins[1].options, "device_inputs")->i, 0);
     assert_null(weft_resolved_slot(rc, WEFT_SLOT_SCHEDULER)); /* runtime default */
     assert_string_equal(weft_resolved_slot(rc, WEFT_SLOT_OPS)->name, "fuse.b");
 
@@ -148,13 +151,13 @@ static void test_resolve_chain_order_and_options(void **state) {
     weft_resolved_free(rc);
 
     const char *dirs[] = {"tests/data/manifests/registry", "plugins/backends", "models"};
-    assert_int_equal(weft_registry_discover(dirs, 3, WEFT_REGISTRY_ONLY_EXTRA, &reg, &err), WEFT_OK);
+    assert_int_equal(weft_registry_discover(dirs, 3, WEFT_REGISTRY_ONLY_EXTRA, &reg, &err),
+                     WEFT_OK);
 }
 
 static void test_refusals(void **state) {
     (void)state;
-    refuse("cpu", "techniques: [kv.paged, kv.int8]\n",
-           NULL,
+    refuse("cpu", "techniques: [kv.paged, kv.int8]\n", NULL,
            "technique kv.int8 1.0.0 conflicts with kv.paged 1.0.0 (both fill slot kv): remove one "
            "of them from manifests/x.yaml");
     refuse("cpu", "techniques: [fuse.c, fuse.b, fuse.a, fuse.d]\n", NULL,
@@ -351,8 +354,9 @@ static void test_model_dir_resolve(void **state) {
     assert_string_equal(err.message, want);
 
     char cmd[3 * PATH_MAX];
-    snprintf(cmd, sizeof(cmd), "mkdir -p '%s/models/stories260k' '%s/models/Qwen--Qwen3-0.6B' "
-                               "'%s/proj/manifests' '%s/proj/tiny'",
+    snprintf(cmd, sizeof(cmd),
+             "mkdir -p '%s/models/stories260k' '%s/models/Qwen--Qwen3-0.6B' "
+             "'%s/proj/manifests' '%s/proj/tiny'",
              cache, cache, tmp, tmp);
     assert_int_equal(system(cmd), 0);
     char real[PATH_MAX];
@@ -407,8 +411,8 @@ static void test_model_dir_resolve(void **state) {
     const char *text = "format: 1\ncandidate: x\nmodel: stories15m\nbackend: cpu\n"
                        "model_plugin: llama\n";
     weft_candidate_manifest *m = NULL;
-    assert_int_equal(weft_candidate_manifest_parse(text, strlen(text), "manifests/x.yaml", &m, &err),
-                     WEFT_OK);
+    assert_int_equal(
+        weft_candidate_manifest_parse(text, strlen(text), "manifests/x.yaml", &m, &err), WEFT_OK);
     weft_resolved_candidate *rc = NULL;
     weft_resolve_options o = {sizeof(o), 0, NULL, "x86_64"};
     assert_int_equal(weft_resolve(m, reg, &o, &rc, &err), WEFT_ERR_NOT_FOUND);

@@ -647,7 +647,7 @@ static void test_chi_square(void **state) {
     const float l[V] = {1.2f, 2.5f, 0.3f, -0.4f, 2.1f, 1.9f, -1.5f, 0.8f, 1.6f, -0.9f, 0.0f, 2.3f};
     uint32_t counts[V];
     double e[V];
-    int df;
+    int df = 0;
     weft_sampler_params p;
 
     /* (a) plain softmax at T = 1. */

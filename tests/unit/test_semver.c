@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <string.h>
@@ -37,9 +38,14 @@ static void test_parse(void **state) {
     assert_int_equal(v.major, 9007199254740991ull);
 
     static const char *const bad[] = {
-        "", "1", "1.2", "1.2.3.4", "01.2.3", "1.02.3", "1.2.03", "v1.2.3", "1.2.3-",
-        "1.2.3+", "1.2.3-01", "1.2.3-a..b", "1.2.3-a.", "1.2.3+a..b", "1.2.3 ", " 1.2.3",
-        "1.2.3-é", "1.2.-1", "-1.2.3", "1.2.3-a+b+c", "9007199254740992.0.0", "1..3", "a.b.c",
+        "",         "1",           "1.2",
+        "1.2.3.4",  "01.2.3",      "1.02.3",
+        "1.2.03",   "v1.2.3",      "1.2.3-",
+        "1.2.3+",   "1.2.3-01",    "1.2.3-a..b",
+        "1.2.3-a.", "1.2.3+a..b",  "1.2.3 ",
+        " 1.2.3",   "1.2.3-é",     "1.2.-1",
+        "-1.2.3",   "1.2.3-a+b+c", "9007199254740992.0.0",
+        "1..3",     "a.b.c",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         weft_error err;
@@ -49,18 +55,19 @@ static void test_parse(void **state) {
     }
     weft_error err;
     weft_semver_parse("1.2", &v, &err);
-    assert_string_equal(err.message, "expected a semver 2.0 version MAJOR.MINOR.PATCH[-PRE][+BUILD] "
-                                     "(numbers without leading zeros), found \"1.2\"");
+    assert_string_equal(err.message,
+                        "expected a semver 2.0 version MAJOR.MINOR.PATCH[-PRE][+BUILD] "
+                        "(numbers without leading zeros), found \"1.2\"");
 }
 
 static void test_precedence(void **state) {
     (void)state;
     /* semver 2.0.0, section 11, in increasing order */
     static const char *const chain[] = {
-        "1.0.0-alpha",      "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta",
-        "1.0.0-beta.2",     "1.0.0-beta.11", "1.0.0-rc.1",       "1.0.0",
-        "1.0.1",            "1.1.0",         "2.0.0-0",          "2.0.0",
-        "2.1.0",            "2.1.1",         "10.0.0",
+        "1.0.0-alpha",  "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta",
+        "1.0.0-beta.2", "1.0.0-beta.11", "1.0.0-rc.1",       "1.0.0",
+        "1.0.1",        "1.1.0",         "2.0.0-0",          "2.0.0",
+        "2.1.0",        "2.1.1",         "10.0.0",
     };
     size_t n = sizeof(chain) / sizeof(chain[0]);
     for (size_t i = 0; i < n; i++)

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 prompt=${1:-"Once upon a time"}
 tools/scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)"
 weft=build/bin/weft
 cache=${WEFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft}

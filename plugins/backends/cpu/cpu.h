@@ -12,11 +12,13 @@
 
 #define CPU_SOURCE "cpu"
 #define CPU_ALIGN 64
+#define CPU_MAX_ELEMS ((int64_t)1 << 46) /* elements of any one tensor */
 
 /* Hot loops are compiled twice when the compiler can dispatch at load time: a baseline x86-64
  * version and an x86-64-v3 (AVX2 + FMA) one, chosen by the dynamic loader. The plugin keeps
  * portable baseline flags otherwise. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(WEFT_CPU_NO_CLONES)
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(WEFT_CPU_NO_CLONES) && \
+    (!defined(__clang__) || __clang_major__ >= 14)
 #define CPU_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define CPU_HOT
@@ -94,7 +96,7 @@ CPU_INLINE uint16_t cpu_f32_to_f16(float f) {
     uint32_t u = cpu_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
     if (a < 0x38800000u) {                                   /* below 2^-14: subnormal half */
         /* The value in units of 2^-24, rounded to nearest even by the FPU itself. */
@@ -135,8 +137,8 @@ const weft_tensor *cpu_tensor(const weft_graph *g, const weft_node *node, uint32
  * negative or the product overflows. */
 int64_t cpu_row_elems(const weft_tensor *t);
 /* Checks dtype and rank (rank 0 = any) and that shape[0] >= rows when rows > 0. */
-weft_status cpu_check(const weft_tensor *t, const weft_node *node, const char *what,
-                      uint32_t dtype, uint32_t rank, weft_error *err);
+weft_status cpu_check(const weft_tensor *t, const weft_node *node, const char *what, uint32_t dtype,
+                      uint32_t rank, weft_error *err);
 
 /* Common step preamble: ctx, graph and data present, n_tokens within the bucket. */
 weft_status cpu_check_ctx(const weft_exec_ctx *ctx, const weft_node *node, weft_error *err);
@@ -146,13 +148,12 @@ void *cpu_data(const weft_exec_ctx *ctx, const weft_node *node, uint32_t id, uin
 
 /* ---- op registration (one file per family) ------------------------------------------------ */
 /* Adds one implementation for backend "cpu". */
-weft_status cpu_add_impl(const weft_ops_service *ops, cpu_backend *b, uint32_t op,
-                         uint32_t dtype, const char *layout, weft_op_fn run,
+weft_status cpu_add_impl(const weft_ops_service *ops, cpu_backend *b, uint32_t op, uint32_t dtype,
+                         const char *layout, weft_op_fn run,
                          int32_t (*accepts)(void *, const weft_graph *, const weft_node *),
                          weft_error *err);
 weft_status cpu_register_linear(cpu_backend *b, const weft_ops_service *ops, weft_error *err);
 weft_status cpu_register_attention(cpu_backend *b, const weft_ops_service *ops, weft_error *err);
-weft_status cpu_register_elementwise(cpu_backend *b, const weft_ops_service *ops,
-                                     weft_error *err);
+weft_status cpu_register_elementwise(cpu_backend *b, const weft_ops_service *ops, weft_error *err);
 
 #endif

@@ -12,8 +12,8 @@
 #include "cpu.h"
 #include "cpu_simd.h"
 
-#define CPU_KBLOCK 512            /* K elements per block in the multi-row path */
-#define CPU_INLINE_MACS 32768     /* below this many multiply-adds a product runs inline */
+#define CPU_KBLOCK 512        /* K elements per block in the multi-row path */
+#define CPU_INLINE_MACS 65536 /* below this many multiply-adds a product runs inline */
 #define CPU_TASKS_PER_THREAD 4
 
 typedef struct cpu_lin_job {
@@ -41,12 +41,31 @@ CPU_INLINE float cpu_lin_bias(const cpu_lin_job *j, int64_t n) {
 }
 
 /* One x row against weight rows [n0, n1), whole K: the GEMV path. */
-CPU_INLINE void cpu_lin_row(const cpu_lin_job *j, const float *x, float *y, int64_t n0,
-                            int64_t n1, uint32_t dt) {
+CPU_INLINE void cpu_lin_row(const cpu_lin_job *j, const float *x, float *y, int64_t n0, int64_t n1,
+                            uint32_t dt) {
     const int64_t K = j->K, K8 = K & ~(int64_t)7;
     const size_t es = dt == WEFT_DTYPE_F32 ? 4 : 2;
     const char *w = j->w;
     int64_t n = n0;
+    /* Eight weight rows at a time: eight independent FMA chains cover the FMA latency. */
+    for (; n + 8 <= n1; n += 8) {
+        const char *wr = w + (size_t)n * K * es;
+        const size_t rs = (size_t)K * es;
+        cpu_v8f a[8];
+        for (int i = 0; i < 8; i++)
+            a[i] = cpu_v8_zero();
+        for (int64_t k = 0; k < K8; k += 8) {
+            cpu_v8f xv = cpu_v8_ld(x + k);
+            for (int i = 0; i < 8; i++)
+                a[i] += xv * cpu_v8_load(wr + i * rs, k, dt);
+        }
+        for (int i = 0; i < 8; i++) {
+            float s = cpu_v8_sum(a[i]);
+            for (int64_t k = K8; k < K; k++)
+                s += x[k] * cpu_load(wr + i * rs, k, dt);
+            y[n + i] = s + cpu_lin_bias(j, n + i);
+        }
+    }
     for (; n + 4 <= n1; n += 4) {
         const void *w0 = w + (size_t)n * K * es, *w1 = w + (size_t)(n + 1) * K * es;
         const void *w2 = w + (size_t)(n + 2) * K * es, *w3 = w + (size_t)(n + 3) * K * es;
@@ -73,17 +92,19 @@ CPU_INLINE void cpu_lin_row(const cpu_lin_job *j, const float *x, float *y, int6
     for (; n < n1; n++) {
         const void *w0 = w + (size_t)n * K * es;
         cpu_v8f a0 = cpu_v8_zero();
-        for (int64_t k = 0; k < K8; k += 8) a0 += cpu_v8_ld(x + k) * cpu_v8_load(w0, k, dt);
+        for (int64_t k = 0; k < K8; k += 8)
+            a0 += cpu_v8_ld(x + k) * cpu_v8_load(w0, k, dt);
         float s0 = cpu_v8_sum(a0);
-        for (int64_t k = K8; k < K; k++) s0 += x[k] * cpu_load(w0, k, dt);
+        for (int64_t k = K8; k < K; k++)
+            s0 += x[k] * cpu_load(w0, k, dt);
         y[n] = s0 + cpu_lin_bias(j, n);
     }
 }
 
 /* Partial sums over K block [k0, k1) for four rows against weight rows [n0, n1); the first
  * block stores (with the bias), later ones add. */
-CPU_INLINE void cpu_lin_block4(const cpu_lin_job *j, int64_t r, int64_t n0, int64_t n1,
-                               int64_t k0, int64_t k1, uint32_t dt) {
+CPU_INLINE void cpu_lin_block4(const cpu_lin_job *j, int64_t r, int64_t n0, int64_t n1, int64_t k0,
+                               int64_t k1, uint32_t dt) {
     const int64_t K = j->K;
     const int64_t k8 = k0 + ((k1 - k0) & ~(int64_t)7);
     const size_t es = dt == WEFT_DTYPE_F32 ? 4 : 2;
@@ -158,16 +179,18 @@ CPU_INLINE void cpu_lin_block4(const cpu_lin_job *j, int64_t r, int64_t n0, int6
 }
 
 /* Rows [r0, r1) x outputs [n0, n1). */
-CPU_INLINE void cpu_lin_tile(const cpu_lin_job *j, int64_t r0, int64_t r1, int64_t n0,
-                             int64_t n1, uint32_t dt) {
+CPU_INLINE void cpu_lin_tile(const cpu_lin_job *j, int64_t r0, int64_t r1, int64_t n0, int64_t n1,
+                             uint32_t dt) {
     int64_t r4 = r0 + ((r1 - r0) & ~(int64_t)3);
     if (r4 > r0) {
         for (int64_t k0 = 0; k0 < j->K || k0 == 0; k0 += CPU_KBLOCK) {
             int64_t k1 = k0 + CPU_KBLOCK < j->K ? k0 + CPU_KBLOCK : j->K;
-            for (int64_t r = r0; r < r4; r += 4) cpu_lin_block4(j, r, n0, n1, k0, k1, dt);
+            for (int64_t r = r0; r < r4; r += 4)
+                cpu_lin_block4(j, r, n0, n1, k0, k1, dt);
         }
     }
-    for (int64_t r = r4; r < r1; r++) cpu_lin_row(j, cpu_lin_x(j, r), j->y + r * j->y_stride, n0, n1, dt);
+    for (int64_t r = r4; r < r1; r++)
+        cpu_lin_row(j, cpu_lin_x(j, r), j->y + r * j->y_stride, n0, n1, dt);
 }
 
 CPU_HOT static void cpu_lin_task(void *arg, uint32_t task, uint32_t worker) {
@@ -177,9 +200,15 @@ CPU_HOT static void cpu_lin_task(void *arg, uint32_t task, uint32_t worker) {
     int64_t r0 = tr * j->r_chunk, r1 = r0 + j->r_chunk < j->n_rows ? r0 + j->r_chunk : j->n_rows;
     if (n0 >= n1 || r0 >= r1) return;
     switch (j->w_dtype) {
-    case WEFT_DTYPE_F32: cpu_lin_tile(j, r0, r1, n0, n1, WEFT_DTYPE_F32); break;
-    case WEFT_DTYPE_BF16: cpu_lin_tile(j, r0, r1, n0, n1, WEFT_DTYPE_BF16); break;
-    default: cpu_lin_tile(j, r0, r1, n0, n1, WEFT_DTYPE_F16); break;
+    case WEFT_DTYPE_F32:
+        cpu_lin_tile(j, r0, r1, n0, n1, WEFT_DTYPE_F32);
+        break;
+    case WEFT_DTYPE_BF16:
+        cpu_lin_tile(j, r0, r1, n0, n1, WEFT_DTYPE_BF16);
+        break;
+    default:
+        cpu_lin_tile(j, r0, r1, n0, n1, WEFT_DTYPE_F16);
+        break;
     }
 }
 
@@ -215,14 +244,17 @@ static void cpu_lin_run(cpu_backend *b, cpu_lin_job *j) {
 /* ---- LINEAR ------------------------------------------------------------------------------ */
 static weft_status cpu_linear_check(const weft_graph *g, const weft_node *node, weft_error *err) {
     if (node->n_in < 2 || node->n_in > 3 || node->n_out != 1)
-        return cpu_node_error(err, node, "expected 2-3 inputs (x, w [, bias]) and 1 output, got "
-                              "%u inputs and %u outputs", node->n_in, node->n_out);
+        return cpu_node_error(err, node,
+                              "expected 2-3 inputs (x, w [, bias]) and 1 output, got "
+                              "%u inputs and %u outputs",
+                              node->n_in, node->n_out);
     const weft_tensor *x = cpu_tensor(g, node, node->in[0], "input x", err);
     const weft_tensor *w = x ? cpu_tensor(g, node, node->in[1], "weight", err) : NULL;
     const weft_tensor *y = w ? cpu_tensor(g, node, node->out[0], "output y", err) : NULL;
     if (!y) return WEFT_ERR_INVALID;
     if (cpu_check(x, node, "input x", WEFT_DTYPE_F32, 2, err) ||
-        cpu_check(w, node, "weight", 0, 2, err) || cpu_check(y, node, "output y", WEFT_DTYPE_F32, 2, err))
+        cpu_check(w, node, "weight", 0, 2, err) ||
+        cpu_check(y, node, "output y", WEFT_DTYPE_F32, 2, err))
         return WEFT_ERR_INVALID;
     if (!cpu_is_float(w->dtype) || w->layout[0] != '\0')
         return cpu_node_error(err, node, "weight '%s': expected dense f32, bf16 or f16, got %s%s%s",
@@ -233,17 +265,21 @@ static weft_status cpu_linear_check(const weft_graph *g, const weft_node *node, 
         return cpu_node_error(err, node, "input x '%s' has %lld columns, weight '%s' expects %lld",
                               x->name, (long long)x->shape[1], w->name, (long long)K);
     if (y->shape[1] != N || y->shape[0] != x->shape[0])
-        return cpu_node_error(err, node, "output y '%s': expected shape (%lld, %lld), got (%lld, "
-                              "%lld)", y->name, (long long)x->shape[0], (long long)N,
-                              (long long)y->shape[0], (long long)y->shape[1]);
+        return cpu_node_error(err, node,
+                              "output y '%s': expected shape (%lld, %lld), got (%lld, "
+                              "%lld)",
+                              y->name, (long long)x->shape[0], (long long)N, (long long)y->shape[0],
+                              (long long)y->shape[1]);
     if (node->in[0] == node->out[0])
         return cpu_node_error(err, node, "output y must not alias input x");
     if (node->n_in == 3 && node->in[2] != WEFT_TENSOR_NONE) {
         const weft_tensor *bias = cpu_tensor(g, node, node->in[2], "bias", err);
         if (!bias || cpu_check(bias, node, "bias", 0, 1, err)) return WEFT_ERR_INVALID;
         if (!cpu_is_float(bias->dtype) || bias->shape[0] != N)
-            return cpu_node_error(err, node, "bias '%s': expected %lld f32/bf16/f16 values, got "
-                                  "%lld %s", bias->name, (long long)N, (long long)bias->shape[0],
+            return cpu_node_error(err, node,
+                                  "bias '%s': expected %lld f32/bf16/f16 values, got "
+                                  "%lld %s",
+                                  bias->name, (long long)N, (long long)bias->shape[0],
                                   cpu_dtype_name(bias->dtype));
     }
     return WEFT_OK;
@@ -273,8 +309,8 @@ static weft_status cpu_linear_run(void *st, const weft_exec_ctx *ctx, const weft
     if (node->n_in == 3 && node->in[2] != WEFT_TENSOR_NONE) {
         const weft_tensor *bias = &g->tensors[node->in[2]];
         j.b_dtype = bias->dtype;
-        j.bias = cpu_data(ctx, node, node->in[2], (uint64_t)N * cpu_dtype_size(bias->dtype),
-                          "bias", err);
+        j.bias = cpu_data(ctx, node, node->in[2], (uint64_t)N * cpu_dtype_size(bias->dtype), "bias",
+                          err);
         if (!j.bias) return WEFT_ERR_INVALID;
     }
     j.x_stride = K;
@@ -288,8 +324,7 @@ static weft_status cpu_linear_run(void *st, const weft_exec_ctx *ctx, const weft
 }
 
 /* ---- LM_HEAD ----------------------------------------------------------------------------- */
-static weft_status cpu_lm_head_check(const weft_graph *g, const weft_node *node,
-                                     weft_error *err) {
+static weft_status cpu_lm_head_check(const weft_graph *g, const weft_node *node, weft_error *err) {
     if (node->n_in != 2 || node->n_out != 1)
         return cpu_node_error(err, node, "expected 2 inputs (x, w) and 1 output, got %u and %u",
                               node->n_in, node->n_out);
@@ -298,14 +333,17 @@ static weft_status cpu_lm_head_check(const weft_graph *g, const weft_node *node,
     const weft_tensor *y = w ? cpu_tensor(g, node, node->out[0], "logits", err) : NULL;
     if (!y) return WEFT_ERR_INVALID;
     if (cpu_check(x, node, "input x", WEFT_DTYPE_F32, 2, err) ||
-        cpu_check(w, node, "weight", 0, 2, err) || cpu_check(y, node, "logits", WEFT_DTYPE_F32, 2, err))
+        cpu_check(w, node, "weight", 0, 2, err) ||
+        cpu_check(y, node, "logits", WEFT_DTYPE_F32, 2, err))
         return WEFT_ERR_INVALID;
     if (!cpu_is_float(w->dtype) || w->layout[0] != '\0')
         return cpu_node_error(err, node, "weight '%s': expected dense f32, bf16 or f16, got %s",
                               w->name, cpu_dtype_name(w->dtype));
     if (x->shape[1] != w->shape[1] || y->shape[1] != w->shape[0])
-        return cpu_node_error(err, node, "x (%lld cols), w (%lld, %lld), logits (%lld cols) do "
-                              "not agree", (long long)x->shape[1], (long long)w->shape[0],
+        return cpu_node_error(err, node,
+                              "x (%lld cols), w (%lld, %lld), logits (%lld cols) do "
+                              "not agree",
+                              (long long)x->shape[1], (long long)w->shape[0],
                               (long long)w->shape[1], (long long)y->shape[1]);
     return WEFT_OK;
 }
@@ -325,15 +363,17 @@ static weft_status cpu_lm_head_run(void *st, const weft_exec_ctx *ctx, const wef
     if (!batch) return cpu_node_error(err, node, "expected the step's batch, got NULL");
     int64_t T = ctx->n_tokens, R = batch->n_logits, V = w->shape[0], D = w->shape[1];
     if (T > x->shape[0] || R > y->shape[0])
-        return cpu_node_error(err, node, "step has %lld rows and %lld logit rows, tensors hold "
-                              "%lld and %lld", (long long)T, (long long)R,
-                              (long long)x->shape[0], (long long)y->shape[0]);
+        return cpu_node_error(err, node,
+                              "step has %lld rows and %lld logit rows, tensors hold "
+                              "%lld and %lld",
+                              (long long)T, (long long)R, (long long)x->shape[0],
+                              (long long)y->shape[0]);
     if (R == 0 || V == 0) return WEFT_OK;
     if (!batch->logit_rows) return cpu_node_error(err, node, "batch has no logit_rows");
     for (int64_t i = 0; i < R; i++)
         if (batch->logit_rows[i] < 0 || batch->logit_rows[i] >= T)
-            return cpu_node_error(err, node, "logit row %lld is %d, expected 0..%lld",
-                                  (long long)i, batch->logit_rows[i], (long long)T - 1);
+            return cpu_node_error(err, node, "logit row %lld is %d, expected 0..%lld", (long long)i,
+                                  batch->logit_rows[i], (long long)T - 1);
     cpu_lin_job j = {0};
     j.x = cpu_data(ctx, node, node->in[0], (uint64_t)T * D * 4, "input x", err);
     j.w = j.x ? cpu_data(ctx, node, node->in[1], (uint64_t)V * D * cpu_dtype_size(w->dtype),
@@ -355,23 +395,27 @@ static weft_status cpu_lm_head_run(void *st, const weft_exec_ctx *ctx, const wef
 /* ---- EMBED ------------------------------------------------------------------------------- */
 static weft_status cpu_embed_check(const weft_graph *g, const weft_node *node, weft_error *err) {
     if (node->n_in != 2 || node->n_out != 1)
-        return cpu_node_error(err, node, "expected 2 inputs (tokens, table) and 1 output, got %u "
-                              "and %u", node->n_in, node->n_out);
+        return cpu_node_error(err, node,
+                              "expected 2 inputs (tokens, table) and 1 output, got %u "
+                              "and %u",
+                              node->n_in, node->n_out);
     const weft_tensor *tok = cpu_tensor(g, node, node->in[0], "tokens", err);
     const weft_tensor *tab = tok ? cpu_tensor(g, node, node->in[1], "table", err) : NULL;
     const weft_tensor *y = tab ? cpu_tensor(g, node, node->out[0], "output x", err) : NULL;
     if (!y) return WEFT_ERR_INVALID;
     if (cpu_check(tok, node, "tokens", WEFT_DTYPE_I32, 1, err) ||
-        cpu_check(tab, node, "table", 0, 2, err) || cpu_check(y, node, "output x", WEFT_DTYPE_F32, 2, err))
+        cpu_check(tab, node, "table", 0, 2, err) ||
+        cpu_check(y, node, "output x", WEFT_DTYPE_F32, 2, err))
         return WEFT_ERR_INVALID;
     if (!cpu_is_float(tab->dtype) || tab->layout[0] != '\0')
         return cpu_node_error(err, node, "table '%s': expected dense f32, bf16 or f16, got %s",
                               tab->name, cpu_dtype_name(tab->dtype));
     if (y->shape[1] != tab->shape[1] || y->shape[0] != tok->shape[0])
-        return cpu_node_error(err, node, "output '%s': expected shape (%lld, %lld), got (%lld, "
-                              "%lld)", y->name, (long long)tok->shape[0],
-                              (long long)tab->shape[1], (long long)y->shape[0],
-                              (long long)y->shape[1]);
+        return cpu_node_error(err, node,
+                              "output '%s': expected shape (%lld, %lld), got (%lld, "
+                              "%lld)",
+                              y->name, (long long)tok->shape[0], (long long)tab->shape[1],
+                              (long long)y->shape[0], (long long)y->shape[1]);
     return WEFT_OK;
 }
 
@@ -393,13 +437,15 @@ static weft_status cpu_embed_run(void *st, const weft_exec_ctx *ctx, const weft_
     const char *table = ids ? cpu_data(ctx, node, node->in[1],
                                        (uint64_t)V * D * cpu_dtype_size(tab->dtype), "table", err)
                             : NULL;
-    float *y = table ? cpu_data(ctx, node, node->out[0], (uint64_t)T * D * 4, "output x", err)
-                     : NULL;
+    float *y =
+        table ? cpu_data(ctx, node, node->out[0], (uint64_t)T * D * 4, "output x", err) : NULL;
     if (!y) return WEFT_ERR_INVALID;
     for (int64_t t = 0; t < T; t++)
         if (ids[t] < 0 || ids[t] >= V)
-            return cpu_node_error(err, node, "token %d at row %lld is outside the vocabulary "
-                                  "(0..%lld)", ids[t], (long long)t, (long long)V - 1);
+            return cpu_node_error(err, node,
+                                  "token %d at row %lld is outside the vocabulary "
+                                  "(0..%lld)",
+                                  ids[t], (long long)t, (long long)V - 1);
     size_t es = cpu_dtype_size(tab->dtype);
     for (int64_t t = 0; t < T; t++) {
         const void *row = table + (size_t)ids[t] * D * es;
@@ -407,9 +453,11 @@ static weft_status cpu_embed_run(void *st, const weft_exec_ctx *ctx, const weft_
         if (tab->dtype == WEFT_DTYPE_F32)
             memcpy(out, row, (size_t)D * 4);
         else if (tab->dtype == WEFT_DTYPE_BF16)
-            for (int64_t d = 0; d < D; d++) out[d] = cpu_load(row, d, WEFT_DTYPE_BF16);
+            for (int64_t d = 0; d < D; d++)
+                out[d] = cpu_load(row, d, WEFT_DTYPE_BF16);
         else
-            for (int64_t d = 0; d < D; d++) out[d] = cpu_load(row, d, WEFT_DTYPE_F16);
+            for (int64_t d = 0; d < D; d++)
+                out[d] = cpu_load(row, d, WEFT_DTYPE_F16);
     }
     return WEFT_OK;
 }
@@ -418,14 +466,14 @@ weft_status cpu_register_linear(cpu_backend *b, const weft_ops_service *ops, wef
     static const uint32_t dtypes[] = {WEFT_DTYPE_F32, WEFT_DTYPE_BF16, WEFT_DTYPE_F16};
     weft_status s = WEFT_OK;
     for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]) && s == WEFT_OK; i++) {
-        s = cpu_add_impl(ops, b, WEFT_OP_LINEAR, dtypes[i], "", cpu_linear_run,
-                         cpu_linear_accepts, err);
+        s = cpu_add_impl(ops, b, WEFT_OP_LINEAR, dtypes[i], "", cpu_linear_run, cpu_linear_accepts,
+                         err);
         if (s == WEFT_OK)
             s = cpu_add_impl(ops, b, WEFT_OP_LM_HEAD, dtypes[i], "", cpu_lm_head_run,
                              cpu_lm_head_accepts, err);
         if (s == WEFT_OK)
-            s = cpu_add_impl(ops, b, WEFT_OP_EMBED, dtypes[i], "", cpu_embed_run,
-                             cpu_embed_accepts, err);
+            s = cpu_add_impl(ops, b, WEFT_OP_EMBED, dtypes[i], "", cpu_embed_run, cpu_embed_accepts,
+                             err);
     }
     return s;
 }

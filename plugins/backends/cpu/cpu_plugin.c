@@ -57,48 +57,77 @@ weft_status cpu_node_error(weft_error *err, const weft_node *node, const char *f
 /* ---- dtypes and ops ---------------------------------------------------------------------- */
 size_t cpu_dtype_size(uint32_t dtype) {
     switch (dtype) {
-    case WEFT_DTYPE_F32: return 4;
-    case WEFT_DTYPE_F16: return 2;
-    case WEFT_DTYPE_BF16: return 2;
-    case WEFT_DTYPE_I32: return 4;
-    case WEFT_DTYPE_I64: return 8;
-    case WEFT_DTYPE_I8: return 1;
-    case WEFT_DTYPE_U8: return 1;
-    case WEFT_DTYPE_F8_E4M3: return 1;
-    case WEFT_DTYPE_F8_E5M2: return 1;
-    case WEFT_DTYPE_I16: return 2;
-    case WEFT_DTYPE_F64: return 8;
-    case WEFT_DTYPE_BOOL: return 1;
-    default: return 0;
+    case WEFT_DTYPE_F32:
+        return 4;
+    case WEFT_DTYPE_F16:
+        return 2;
+    case WEFT_DTYPE_BF16:
+        return 2;
+    case WEFT_DTYPE_I32:
+        return 4;
+    case WEFT_DTYPE_I64:
+        return 8;
+    case WEFT_DTYPE_I8:
+        return 1;
+    case WEFT_DTYPE_U8:
+        return 1;
+    case WEFT_DTYPE_F8_E4M3:
+        return 1;
+    case WEFT_DTYPE_F8_E5M2:
+        return 1;
+    case WEFT_DTYPE_I16:
+        return 2;
+    case WEFT_DTYPE_F64:
+        return 8;
+    case WEFT_DTYPE_BOOL:
+        return 1;
+    default:
+        return 0;
     }
 }
 
 const char *cpu_dtype_name(uint32_t dtype) {
     switch (dtype) {
-    case WEFT_DTYPE_F32: return "f32";
-    case WEFT_DTYPE_F16: return "f16";
-    case WEFT_DTYPE_BF16: return "bf16";
-    case WEFT_DTYPE_I32: return "i32";
-    case WEFT_DTYPE_I64: return "i64";
-    case WEFT_DTYPE_I8: return "i8";
-    case WEFT_DTYPE_U8: return "u8";
-    case WEFT_DTYPE_F8_E4M3: return "f8_e4m3";
-    case WEFT_DTYPE_F8_E5M2: return "f8_e5m2";
-    case WEFT_DTYPE_I16: return "i16";
-    case WEFT_DTYPE_F64: return "f64";
-    case WEFT_DTYPE_BOOL: return "bool";
-    case WEFT_DTYPE_Q8_0: return "q8_0";
-    case WEFT_DTYPE_Q4_K: return "q4_k";
-    case WEFT_DTYPE_Q4_G128: return "q4_g128";
-    default: return "unknown";
+    case WEFT_DTYPE_F32:
+        return "f32";
+    case WEFT_DTYPE_F16:
+        return "f16";
+    case WEFT_DTYPE_BF16:
+        return "bf16";
+    case WEFT_DTYPE_I32:
+        return "i32";
+    case WEFT_DTYPE_I64:
+        return "i64";
+    case WEFT_DTYPE_I8:
+        return "i8";
+    case WEFT_DTYPE_U8:
+        return "u8";
+    case WEFT_DTYPE_F8_E4M3:
+        return "f8_e4m3";
+    case WEFT_DTYPE_F8_E5M2:
+        return "f8_e5m2";
+    case WEFT_DTYPE_I16:
+        return "i16";
+    case WEFT_DTYPE_F64:
+        return "f64";
+    case WEFT_DTYPE_BOOL:
+        return "bool";
+    case WEFT_DTYPE_Q8_0:
+        return "q8_0";
+    case WEFT_DTYPE_Q4_K:
+        return "q4_k";
+    case WEFT_DTYPE_Q4_G128:
+        return "q4_g128";
+    default:
+        return "unknown";
     }
 }
 
 const char *cpu_op_name(uint32_t op) {
     static const char *const names[WEFT_OP_BUILTIN_COUNT] = {
-        "none",   "embed", "linear",  "rmsnorm", "rope",      "attention",   "swiglu", "add",
-        "activation", "lm_head", "sample", "moe", "all_reduce", "scale", "add_rmsnorm", "copy",
-        "split"};
+        "none",       "embed", "linear",      "rmsnorm", "rope",   "attention",
+        "swiglu",     "add",   "activation",  "lm_head", "sample", "moe",
+        "all_reduce", "scale", "add_rmsnorm", "copy",    "split"};
     return op < WEFT_OP_BUILTIN_COUNT ? names[op] : "user op";
 }
 
@@ -110,8 +139,8 @@ const weft_tensor *cpu_tensor(const weft_graph *g, const weft_node *node, uint32
         return NULL;
     }
     if (id >= g->n_tensors || !g->tensors) {
-        cpu_node_error(err, node, "%s: tensor id %u out of range (graph has %u tensors)", what,
-                       id, g->n_tensors);
+        cpu_node_error(err, node, "%s: tensor id %u out of range (graph has %u tensors)", what, id,
+                       g->n_tensors);
         return NULL;
     }
     return &g->tensors[id];
@@ -127,8 +156,8 @@ int64_t cpu_row_elems(const weft_tensor *t) {
     return n;
 }
 
-weft_status cpu_check(const weft_tensor *t, const weft_node *node, const char *what,
-                      uint32_t dtype, uint32_t rank, weft_error *err) {
+weft_status cpu_check(const weft_tensor *t, const weft_node *node, const char *what, uint32_t dtype,
+                      uint32_t rank, weft_error *err) {
     if (dtype && t->dtype != dtype)
         return cpu_node_error(err, node, "%s '%s': expected dtype %s, got %s", what, t->name,
                               cpu_dtype_name(dtype), cpu_dtype_name(t->dtype));
@@ -139,8 +168,12 @@ weft_status cpu_check(const weft_tensor *t, const weft_node *node, const char *w
         if (t->shape[d] < 0)
             return cpu_node_error(err, node, "%s '%s': dimension %u is negative (%lld)", what,
                                   t->name, d, (long long)t->shape[d]);
-    if (cpu_row_elems(t) < 0)
-        return cpu_node_error(err, node, "%s '%s': shape too large", what, t->name);
+    /* Bounding every tensor to 2^46 elements (2^49 bytes at 8 per element) keeps every byte
+     * count the kernels derive from shapes and row counts free of overflow. */
+    int64_t row = cpu_row_elems(t);
+    if (row < 0 || (t->shape[0] > 0 && row > CPU_MAX_ELEMS / t->shape[0]))
+        return cpu_node_error(err, node, "%s '%s': shape too large (over 2^46 elements)", what,
+                              t->name);
     return WEFT_OK;
 }
 
@@ -148,7 +181,9 @@ weft_status cpu_check_ctx(const weft_exec_ctx *ctx, const weft_node *node, weft_
     if (!ctx || !ctx->graph || !ctx->data || !node)
         return cpu_error(err, WEFT_ERR_INVALID,
                          "op run: expected a context with graph and data, got %s",
-                         !ctx ? "no context" : !node ? "no node" : "missing graph or data");
+                         !ctx    ? "no context"
+                         : !node ? "no node"
+                                 : "missing graph or data");
     if (ctx->n_tokens > ctx->graph->bucket.max_tokens && ctx->graph->bucket.max_tokens > 0)
         return cpu_node_error(err, node, "n_tokens %u exceeds the bucket's max_tokens %u",
                               ctx->n_tokens, ctx->graph->bucket.max_tokens);
@@ -170,8 +205,8 @@ void *cpu_data(const weft_exec_ctx *ctx, const weft_node *node, uint32_t id, uin
     return b->ptr;
 }
 
-weft_status cpu_add_impl(const weft_ops_service *ops, cpu_backend *b, uint32_t op,
-                         uint32_t dtype, const char *layout, weft_op_fn run,
+weft_status cpu_add_impl(const weft_ops_service *ops, cpu_backend *b, uint32_t op, uint32_t dtype,
+                         const char *layout, weft_op_fn run,
                          int32_t (*accepts)(void *, const weft_graph *, const weft_node *),
                          weft_error *err) {
     weft_op_impl impl;
@@ -234,8 +269,7 @@ static weft_status cpu_alloc(void *st, uint64_t bytes, uint32_t memory, weft_buf
     if (!out) return cpu_error(err, WEFT_ERR_INVALID, "alloc: NULL output buffer");
     memset(out, 0, sizeof(*out));
     if (memory > WEFT_MEMORY_HOST_PINNED)
-        return cpu_error(err, WEFT_ERR_INVALID, "alloc: expected memory kind 0..2, got %u",
-                         memory);
+        return cpu_error(err, WEFT_ERR_INVALID, "alloc: expected memory kind 0..2, got %u", memory);
     if (bytes > (uint64_t)SIZE_MAX - CPU_ALIGN)
         return cpu_error(err, WEFT_ERR_NOMEM, "alloc: %llu bytes do not fit the address space",
                          (unsigned long long)bytes);
@@ -380,14 +414,12 @@ static const weft_plugin_descriptor cpu_descriptor = {
 
 WEFT_EXPORT weft_status WEFT_PLUGIN_ENTRY(uint32_t host_min, uint32_t host_max, uint32_t *chosen,
                                           const weft_plugin_descriptor **out, weft_error *err) {
-    if (!chosen || !out)
-        return cpu_error(err, WEFT_ERR_INVALID, "negotiate: NULL output pointer");
+    if (!chosen || !out) return cpu_error(err, WEFT_ERR_INVALID, "negotiate: NULL output pointer");
     *out = NULL;
     *chosen = 0;
     if (host_min > host_max || host_max < 1 || host_min > 1)
-        return cpu_error(err, WEFT_ERR_ABI,
-                         "plugin cpu %s speaks ABI 1..1, the host speaks %u..%u", CPU_VERSION,
-                         host_min, host_max);
+        return cpu_error(err, WEFT_ERR_ABI, "plugin cpu %s speaks ABI 1..1, the host speaks %u..%u",
+                         CPU_VERSION, host_min, host_max);
     *chosen = 1;
     *out = &cpu_descriptor;
     return WEFT_OK;

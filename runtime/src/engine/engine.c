@@ -58,7 +58,7 @@ typedef struct variant {
 
 typedef struct request {
     uint64_t id;
-    uint32_t state; /* 0 waiting, 1 prefilling, 2 decoding */
+    uint32_t state;  /* 0 waiting, 1 prefilling, 2 decoding */
     int32_t *tokens; /* prompt then generated: (cap) */
     uint32_t n_tokens, cap;
     uint32_t n_prompt, n_computed, n_generated, max_total;
@@ -171,8 +171,7 @@ static uint64_t now_ns(void) {
 
 /* ---- host services (registered with this engine's weft_host) --------------------------- */
 /* weights */
-static weft_status ws_find(void *self, const char *source, weft_weight_info *out,
-                           weft_error *err) {
+static weft_status ws_find(void *self, const char *source, weft_weight_info *out, weft_error *err) {
     weft_engine *e = self;
     if (!source || !out)
         return weft_error_set(err, WEFT_ERR_INVALID, "weights", "find: missing argument");
@@ -183,7 +182,8 @@ static weft_status ws_find(void *self, const char *source, weft_weight_info *out
     memset(out, 0, sizeof(*out));
     out->dtype = t->dtype;
     out->rank = t->rank;
-    for (uint32_t d = 0; d < t->rank && d < WEFT_MAX_DIMS; d++) out->shape[d] = t->shape[d];
+    for (uint32_t d = 0; d < t->rank && d < WEFT_MAX_DIMS; d++)
+        out->shape[d] = t->shape[d];
     out->data = t->data;
     out->bytes = t->bytes;
     return WEFT_OK;
@@ -304,20 +304,22 @@ static weft_status services_init(weft_engine *e, weft_error *err) {
     e->hs = weft_host_services_of(e->host);
     e->graph_svc = *weft_graph_service_get();
     e->weights_svc = (weft_weights_service){sizeof(weft_weights_service), 1, e, ws_find, ws_bound};
-    e->device_svc = (weft_device_service){sizeof(weft_device_service), 1, e, "", ds_alloc,
-                                          ds_free, ds_copy, ds_stream, ds_native};
+    e->device_svc = (weft_device_service){
+        sizeof(weft_device_service), 1, e, "", ds_alloc, ds_free, ds_copy, ds_stream, ds_native};
     e->kv_svc = (weft_kv_service){sizeof(weft_kv_service), 1, e, ks_view};
     e->threads_svc =
         (weft_threads_service){sizeof(weft_threads_service), 1, e, ts_count, ts_parallel_for};
     e->profile_svc =
         (weft_profile_service){sizeof(weft_profile_service), 1, e, ps_enabled, ps_begin, ps_end};
-    e->tokens_svc = (weft_tokens_service){sizeof(weft_tokens_service), 1, e, tks_history, tks_vocab};
+    e->tokens_svc =
+        (weft_tokens_service){sizeof(weft_tokens_service), 1, e, tks_history, tks_vocab};
     weft_status s = weft_host_register_service(e->host, WEFT_SERVICE_GRAPH, &e->graph_svc);
     if (s == WEFT_OK)
-        s = weft_host_register_service(e->host, WEFT_SERVICE_OPS,
-                                       weft_op_registry_service(e->ops));
-    if (s == WEFT_OK) s = weft_host_register_service(e->host, WEFT_SERVICE_THREADS, &e->threads_svc);
-    if (s == WEFT_OK) s = weft_host_register_service(e->host, WEFT_SERVICE_PROFILE, &e->profile_svc);
+        s = weft_host_register_service(e->host, WEFT_SERVICE_OPS, weft_op_registry_service(e->ops));
+    if (s == WEFT_OK)
+        s = weft_host_register_service(e->host, WEFT_SERVICE_THREADS, &e->threads_svc);
+    if (s == WEFT_OK)
+        s = weft_host_register_service(e->host, WEFT_SERVICE_PROFILE, &e->profile_svc);
     if (s == WEFT_OK) s = weft_host_register_service(e->host, WEFT_SERVICE_TOKENS, &e->tokens_svc);
     if (s != WEFT_OK) return weft_error_set(err, s, "engine", "registering host services failed");
     return WEFT_OK;
@@ -344,12 +346,18 @@ void weft_request_params_default(weft_request_params *p) {
 
 const char *weft_finish_name(uint32_t finish) {
     switch (finish) {
-    case WEFT_FINISH_NONE: return "none";
-    case WEFT_FINISH_STOP: return "stop";
-    case WEFT_FINISH_LENGTH: return "length";
-    case WEFT_FINISH_CANCELLED: return "cancelled";
-    case WEFT_FINISH_ERROR: return "error";
-    default: return "?";
+    case WEFT_FINISH_NONE:
+        return "none";
+    case WEFT_FINISH_STOP:
+        return "stop";
+    case WEFT_FINISH_LENGTH:
+        return "length";
+    case WEFT_FINISH_CANCELLED:
+        return "cancelled";
+    case WEFT_FINISH_ERROR:
+        return "error";
+    default:
+        return "?";
     }
 }
 
@@ -364,7 +372,8 @@ static int file_exists(const char *path) {
 
 static uint32_t pow2_at_least(uint32_t n) {
     uint32_t p = 1;
-    while (p < n && p < (1u << 30)) p <<= 1;
+    while (p < n && p < (1u << 30))
+        p <<= 1;
     return p;
 }
 
@@ -391,7 +400,8 @@ static weft_status bind_weight(weft_engine *e, const weft_graph *g, const weft_t
     if (!bytes)
         return weft_error_set(err, WEFT_ERR_INVALID, "engine",
                               "weight %s: cannot size dtype %u (a technique dtype needs its byte "
-                              "size in reserved[0])", t->name, t->dtype);
+                              "size in reserved[0])",
+                              t->name, t->dtype);
     char key[320];
     if (t->deriver[0])
         snprintf(key, sizeof(key), "derived:%s:%s:%u:%s:%" PRIu64, t->deriver, t->name, t->dtype,
@@ -420,7 +430,8 @@ static weft_status bind_weight(weft_engine *e, const weft_graph *g, const weft_t
         if (!p || !p->desc->pass->derive_weight)
             return weft_error_set(err, WEFT_ERR_NOT_FOUND, "engine",
                                   "weight %s: derived by %s, which is not a pass of this "
-                                  "candidate with derive_weight", t->name, t->deriver);
+                                  "candidate with derive_weight",
+                                  t->name, t->deriver);
         void *host = malloc(bytes);
         if (!host)
             return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "weight %s: %" PRIu64 " bytes",
@@ -444,14 +455,13 @@ static weft_status bind_weight(weft_engine *e, const weft_graph *g, const weft_t
                                   "weight %s: %s has no tensor %s", t->name, e->model_dir,
                                   t->source);
         if (src->dtype != t->dtype || src->bytes != bytes)
-            return weft_error_set(err, WEFT_ERR_MISMATCH, "engine",
-                                  "weight %s: checkpoint tensor %s is %s (%" PRIu64
-                                  " bytes), the graph expects %s (%" PRIu64 " bytes); a pass "
-                                  "that changes a weight's format must derive it",
-                                  t->name, t->source, weft_dtype_name(src->dtype), src->bytes,
-                                  weft_graph_dtype_name(t->dtype) ? weft_graph_dtype_name(t->dtype)
-                                                                  : "?",
-                                  bytes);
+            return weft_error_set(
+                err, WEFT_ERR_MISMATCH, "engine",
+                "weight %s: checkpoint tensor %s is %s (%" PRIu64
+                " bytes), the graph expects %s (%" PRIu64 " bytes); a pass "
+                "that changes a weight's format must derive it",
+                t->name, t->source, weft_dtype_name(src->dtype), src->bytes,
+                weft_graph_dtype_name(t->dtype) ? weft_graph_dtype_name(t->dtype) : "?", bytes);
         uint32_t es = weft_graph_dtype_size(t->dtype);
         if (e->zero_copy && es && ((uintptr_t)src->data % es) == 0) {
             /* cpu: the mapping is the weight. Read-only pages: kernels never write weights. */
@@ -635,8 +645,8 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
         s = mv->build_graph(e->model_pl->state, &e->cfg, &v->bucket, &e->graph_svc, v->g, err);
         if (s != WEFT_OK) {
             if (s > 0) s = WEFT_ERR_INTERNAL;
-            weft_error_prefix(err, "model %s: build_graph (bucket of %u tokens)",
-                              e->model_pl->name, max_tokens);
+            weft_error_prefix(err, "model %s: build_graph (bucket of %u tokens)", e->model_pl->name,
+                              max_tokens);
         }
     }
     if (s == WEFT_OK) {
@@ -657,7 +667,8 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
         s = weft_op_registry_resolve(e->ops, g, e->backend, e->kv_dtype, e->kv_layout, v->impls,
                                      err);
     if (s == WEFT_OK) {
-        for (uint32_t i = 0; i < g->n_nodes; i++) v->providers[i] = v->impls[i]->provider;
+        for (uint32_t i = 0; i < g->n_nodes; i++)
+            v->providers[i] = v->impls[i]->provider;
         v->t_tokens = e->graph_svc.tensor_find(g, WEFT_INPUT_TOKENS);
         v->t_positions = e->graph_svc.tensor_find(g, WEFT_INPUT_POSITIONS);
         v->t_logits = e->graph_svc.tensor_find(g, WEFT_OUTPUT_LOGITS);
@@ -682,10 +693,10 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
                                    "graph input %s: expected i32, got dtype %u", tt->name,
                                    tt->dtype);
         }
-        if (s == WEFT_OK && (g->tensors[v->t_logits].dtype != WEFT_DTYPE_F32 ||
-                             g->tensors[v->t_logits].rank != 2 ||
-                             g->tensors[v->t_logits].shape[1] != e->cfg.vocab_size ||
-                             g->tensors[v->t_logits].shape[0] < max_logits))
+        if (s == WEFT_OK &&
+            (g->tensors[v->t_logits].dtype != WEFT_DTYPE_F32 || g->tensors[v->t_logits].rank != 2 ||
+             g->tensors[v->t_logits].shape[1] != e->cfg.vocab_size ||
+             g->tensors[v->t_logits].shape[0] < max_logits))
             s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
                                "%s: expected f32 (>= %u, %u), got dtype %u rank %u",
                                WEFT_OUTPUT_LOGITS, max_logits, e->cfg.vocab_size,
@@ -856,8 +867,10 @@ static weft_status open_model(weft_engine *e, weft_error *err) {
     }
     s = weft_generation_config_load(e->model_dir, &e->gen, err);
     if (s != WEFT_OK) return s;
-    for (uint32_t i = 0; i < e->cfg.n_eos && i < 8; i++) add_eos(e, e->cfg.eos_token_ids[i]);
-    for (uint32_t i = 0; i < e->gen.n_eos && i < 8; i++) add_eos(e, e->gen.eos_token_ids[i]);
+    for (uint32_t i = 0; i < e->cfg.n_eos && i < 8; i++)
+        add_eos(e, e->cfg.eos_token_ids[i]);
+    for (uint32_t i = 0; i < e->gen.n_eos && i < 8; i++)
+        add_eos(e, e->gen.eos_token_ids[i]);
     s = weft_safetensors_open_dir(e->model_dir, &e->st, err);
     if (s != WEFT_OK) return s;
     char path[1100];
@@ -882,8 +895,8 @@ static weft_status alloc_scratch(weft_engine *e, weft_error *err) {
     e->logits_cap = (size_t)S * e->cfg.vocab_size;
     e->logits = malloc(e->logits_cap * sizeof(float));
     e->sample_scratch = malloc(weft_sample_scratch_bytes(e->cfg.vocab_size));
-    if (!e->b_tokens || !e->b_positions || !e->b_seq_of_row || !e->b_logit_rows || !e->b_kv_slots || !e->b_seqs ||
-        !e->b_req || !e->b_logit_seq || !e->logits || !e->sample_scratch)
+    if (!e->b_tokens || !e->b_positions || !e->b_seq_of_row || !e->b_logit_rows || !e->b_kv_slots ||
+        !e->b_seqs || !e->b_req || !e->b_logit_seq || !e->logits || !e->sample_scratch)
         return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
     return WEFT_OK;
 }
@@ -901,14 +914,14 @@ weft_status weft_engine_open(const weft_engine_options *o, weft_engine **out, we
     e->next_id = 1;
     e->n_threads = o->threads;
     e->ops = weft_op_registry_new();
-    weft_status s = e->ops ? WEFT_OK : weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    weft_status s =
+        e->ops ? WEFT_OK : weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
     if (s == WEFT_OK) s = services_init(e, err);
     if (s == WEFT_OK) {
         if (o->lock_path)
             s = weft_candidate_load_lock(o->lock_path, e->hs, &e->cand, err);
         else
-            s = weft_candidate_load_manifest(o->manifest_path, o->model_dir, e->hs, &e->cand,
-                                             err);
+            s = weft_candidate_load_manifest(o->manifest_path, o->model_dir, e->hs, &e->cand, err);
     }
     if (s == WEFT_OK) {
         if (!e->n_threads) e->n_threads = e->cand->threads ? e->cand->threads : 1;
@@ -918,8 +931,8 @@ weft_status weft_engine_open(const weft_engine_options *o, weft_engine **out, we
             s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
                                "candidate %s has no backend plugin", e->cand->path);
         else if (!e->model_pl || !e->model_pl->desc->model)
-            s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
-                               "candidate %s has no model plugin", e->cand->path);
+            s = weft_error_set(err, WEFT_ERR_INVALID, "engine", "candidate %s has no model plugin",
+                               e->cand->path);
     }
     if (s == WEFT_OK) {
         e->be = e->backend_pl->desc->backend;
@@ -940,14 +953,14 @@ weft_status weft_engine_open(const weft_engine_options *o, weft_engine **out, we
     if (s == WEFT_OK) s = register_late(e, WEFT_SERVICE_WEIGHTS, &e->weights_svc, err);
     if (s == WEFT_OK) {
         uint32_t model_max = e->cfg.max_position ? e->cfg.max_position : DEFAULT_MAX_MODEL_LEN;
-        e->max_model_len = o->max_model_len     ? o->max_model_len
-                           : e->cand->max_model_len ? e->cand->max_model_len
+        e->max_model_len = o->max_model_len                    ? o->max_model_len
+                           : e->cand->max_model_len            ? e->cand->max_model_len
                            : model_max < DEFAULT_MAX_MODEL_LEN ? model_max
-                                                             : DEFAULT_MAX_MODEL_LEN;
+                                                               : DEFAULT_MAX_MODEL_LEN;
         if (e->max_model_len < 2)
             s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
                                "max_model_len: expected at least 2, got %u", e->max_model_len);
-        e->max_requests = o->max_requests       ? o->max_requests
+        e->max_requests = o->max_requests            ? o->max_requests
                           : e->cand->max_concurrency ? e->cand->max_concurrency
                                                      : 1;
         e->max_batch_tokens = o->max_batch_tokens ? o->max_batch_tokens : DEFAULT_MAX_BATCH_TOKENS;
@@ -993,7 +1006,8 @@ void weft_engine_close(weft_engine *e) {
         request_free(e->reqs[i]);
     }
     free(e->reqs);
-    for (size_t i = 0; i < e->n_variants; i++) variant_free(e, e->variants[i]);
+    for (size_t i = 0; i < e->n_variants; i++)
+        variant_free(e, e->variants[i]);
     free(e->variants);
     if (e->kv_ready && e->kv->fini) e->kv->fini(e->kv_st);
     if (e->kv_default) weft_kv_contiguous_free(e->kv_st);
@@ -1130,7 +1144,9 @@ weft_status weft_request_submit(weft_engine *e, const int32_t *prompt, size_t n_
              (!p->n_stop_ids || r->stop_ids);
     if (ok && e->tok && p->detokenize) {
         r->detok = weft_detok_new(e->tok, p->skip_special);
-        ok = r->detok != NULL;
+        /* The prompt's tail is the stream's context: the first generated piece decodes as a
+         * continuation (keeps its leading space), not as the start of a text. */
+        ok = r->detok != NULL && weft_detok_prime(r->detok, prompt, n_prompt, NULL) == WEFT_OK;
     }
     if (ok && p->n_stop) {
         for (uint32_t i = 0; i < p->n_stop; i++)
@@ -1291,7 +1307,8 @@ static void accept_token(weft_engine *e, request *r, const weft_sample_result *r
     r->state = 2;
     uint32_t finish = WEFT_FINISH_NONE;
     int stop_tok = (!r->ignore_eos && is_eos(r, tok));
-    for (uint32_t i = 0; i < r->n_stop_ids && !stop_tok; i++) stop_tok = r->stop_ids[i] == tok;
+    for (uint32_t i = 0; i < r->n_stop_ids && !stop_tok; i++)
+        stop_tok = r->stop_ids[i] == tok;
     char *piece = NULL, *emit = NULL;
     size_t piece_len = 0, emit_len = 0;
     weft_error err;
@@ -1302,8 +1319,8 @@ static void accept_token(weft_engine *e, request *r, const weft_sample_result *r
         if (weft_detok_push(r->detok, tok, &piece, &piece_len, &err) != WEFT_OK) piece = NULL;
         if (piece && r->stopper) {
             int stopped = 0;
-            if (weft_stopper_feed(r->stopper, piece, piece_len, &emit, &emit_len, &stopped,
-                                  &err) == WEFT_OK) {
+            if (weft_stopper_feed(r->stopper, piece, piece_len, &emit, &emit_len, &stopped, &err) ==
+                WEFT_OK) {
                 if (stopped) {
                     r->stopped_by_string = 1;
                     finish = WEFT_FINISH_STOP;
@@ -1509,9 +1526,8 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         sq->n_past = (int32_t)r->n_computed;
         sq->n_new = (int32_t)n;
         sq->first_row = (int32_t)n_rows;
-        sq->block_table = e->kv->block_table ? e->kv->block_table(e->kv_st, r->kv_slot,
-                                                                  &sq->n_blocks)
-                                             : NULL;
+        sq->block_table =
+            e->kv->block_table ? e->kv->block_table(e->kv_st, r->kv_slot, &sq->n_blocks) : NULL;
         for (uint32_t j = 0; j < n; j++) {
             e->b_tokens[n_rows + j] = r->tokens[r->n_computed + j];
             e->b_positions[n_rows + j] = (int32_t)(r->n_computed + j);
@@ -1584,11 +1600,11 @@ weft_status weft_engine_score(weft_engine *e, const int32_t *ids, size_t n, floa
                                   ids[i], e->cfg.vocab_size - 1);
     uint32_t V = e->cfg.vocab_size;
     uint32_t chunk = e->max_batch_tokens;
-    while (chunk > 1 && (uint64_t)chunk * V * sizeof(float) > SCORE_LOGITS_BYTES) chunk /= 2;
+    while (chunk > 1 && (uint64_t)chunk * V * sizeof(float) > SCORE_LOGITS_BYTES)
+        chunk /= 2;
     int32_t slot = -1;
     weft_status s = e->kv->open(e->kv_st, 0, &slot, err);
-    if (s == WEFT_AGAIN)
-        return weft_error_set(err, WEFT_AGAIN, "engine", "score: no free kv slot");
+    if (s == WEFT_AGAIN) return weft_error_set(err, WEFT_AGAIN, "engine", "score: no free kv slot");
     if (s != WEFT_OK) return s;
     s = e->kv->reserve(e->kv_st, slot, (uint32_t)n, err);
     for (size_t done = 0; s == WEFT_OK && done < n;) {

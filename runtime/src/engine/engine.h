@@ -81,8 +81,8 @@ typedef struct weft_token_event {
     uint32_t size;
     uint32_t finish; /* weft_finish; NONE except on the final event */
     uint64_t request_id;
-    int32_t token;   /* -1 on the final event */
-    float logprob;   /* of token, from the distribution before temperature */
+    int32_t token; /* -1 on the final event */
+    float logprob; /* of token, from the distribution before temperature */
     uint32_t n_top;
     const weft_token_logprob *top;
     const char *text; /* newly released text (UTF-8, may be empty), not NUL-terminated */
@@ -100,11 +100,11 @@ typedef struct weft_request_params {
     uint32_t max_tokens;          /* new tokens; 0 = until max_model_len */
     const char *const *stop;      /* stop strings (matched across tokens) */
     uint32_t n_stop;
-    const int32_t *stop_ids;      /* stop token ids, besides the model's EOS ids */
+    const int32_t *stop_ids; /* stop token ids, besides the model's EOS ids */
     uint32_t n_stop_ids;
-    int ignore_eos;               /* keep generating past EOS */
-    int skip_special;             /* leave special tokens out of the text (default 1) */
-    int detokenize;               /* produce text (default 1; needs a tokenizer) */
+    int ignore_eos;   /* keep generating past EOS */
+    int skip_special; /* leave special tokens out of the text (default 1) */
+    int detokenize;   /* produce text (default 1; needs a tokenizer) */
     weft_request_callback callback;
     void *user;
     uint32_t priority;

@@ -60,8 +60,8 @@ static weft_status kv_init(void *st, const weft_kv_geometry *geo, const weft_dev
                               geo->max_seq, geo->max_requests);
     kv->geo = *geo;
     kv->dev = dev;
-    uint64_t per_layer = (uint64_t)geo->max_requests * geo->max_seq * geo->n_kv_heads *
-                         geo->head_dim * es;
+    uint64_t per_layer =
+        (uint64_t)geo->max_requests * geo->max_seq * geo->n_kv_heads * geo->head_dim * es;
     kv->slot_bytes = per_layer / geo->max_requests * 2 * geo->n_layers;
     if (geo->budget_bytes && per_layer * 2 * geo->n_layers > geo->budget_bytes)
         return weft_error_set(err, WEFT_ERR_NOMEM, "kv.contiguous",

@@ -21,10 +21,9 @@ static weft_status serial_schedule(void *st, const weft_sched_request *reqs, uin
     for (uint32_t i = 0; pick < 0 && i < n_requests; i++) {
         if (reqs[i].state != 0) continue;
         for (uint32_t j = i; j < n_requests; j++)
-            if (reqs[j].state == 0 &&
-                (pick < 0 || reqs[j].priority > reqs[pick].priority ||
-                 (reqs[j].priority == reqs[pick].priority &&
-                  reqs[j].arrival_ns < reqs[pick].arrival_ns)))
+            if (reqs[j].state == 0 && (pick < 0 || reqs[j].priority > reqs[pick].priority ||
+                                       (reqs[j].priority == reqs[pick].priority &&
+                                        reqs[j].arrival_ns < reqs[pick].arrival_ns)))
                 pick = (int32_t)j;
     }
     if (pick < 0) return WEFT_OK;

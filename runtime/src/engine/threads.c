@@ -99,7 +99,8 @@ void weft_pool_free(weft_pool *p) {
         atomic_store(&p->stop, 1);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->lock);
-        for (uint32_t i = 0; i + 1 < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+        for (uint32_t i = 0; i + 1 < p->n_threads; i++)
+            pthread_join(p->threads[i], NULL);
         free(p->threads);
     }
     pthread_mutex_destroy(&p->lock);
@@ -115,7 +116,8 @@ void weft_pool_parallel_for(weft_pool *p, void (*fn)(void *arg, uint32_t i, uint
                             uint32_t n) {
     if (!fn || n == 0) return;
     if (!p || p->n_threads == 1 || n == 1 || atomic_exchange(&p->busy, 1)) {
-        for (uint32_t i = 0; i < n; i++) fn(arg, i, n);
+        for (uint32_t i = 0; i < n; i++)
+            fn(arg, i, n);
         return;
     }
     p->fn = fn;

@@ -30,8 +30,10 @@ static void describe(const json_t *v, char *buf, size_t n) {
         snprintf(buf, n, "an unprintable value");
         return;
     }
-    if (strlen(s) > 48) snprintf(buf, n, "%.45s...", s);
-    else snprintf(buf, n, "%s", s);
+    if (strlen(s) > 48)
+        snprintf(buf, n, "%.45s...", s);
+    else
+        snprintf(buf, n, "%s", s);
     free(s);
 }
 
@@ -58,8 +60,7 @@ static weft_status get_pos(json_t *obj, const char *field, const char *path, uin
         *out = dflt;
         return WEFT_OK;
     }
-    if (!json_is_integer(v) || json_integer_value(v) <= 0 ||
-        json_integer_value(v) > SIZE_MAX_FIELD)
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > SIZE_MAX_FIELD)
         return bad_field(err, path, field, "a positive integer", v);
     *out = (uint32_t)json_integer_value(v);
     return WEFT_OK;
@@ -75,7 +76,8 @@ static weft_status get_num(json_t *obj, const char *field, const char *path, dou
         return WEFT_OK;
     }
     double d = json_number_value(v);
-    if (!json_is_number(v) || !(d > 0) || !isfinite(d) || d > 3.0e38)
+    /* Checked after the narrowing too: 1e-66 is positive as a double but 0 as a float. */
+    if (!json_is_number(v) || !(d > 0) || !isfinite(d) || d > 3.0e38 || !((float)d > 0))
         return bad_field(err, path, field, "a positive number", v);
     *out = (float)d;
     return WEFT_OK;
@@ -98,8 +100,7 @@ static weft_status get_token_id(json_t *obj, const char *field, const char *path
     json_t *v = member(obj, field);
     *out = -1;
     if (!v) return WEFT_OK;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        json_integer_value(v) > SIZE_MAX_FIELD)
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > SIZE_MAX_FIELD)
         return bad_field(err, path, field, "a token id (non-negative integer) or null", v);
     *out = (int32_t)json_integer_value(v);
     return WEFT_OK;
@@ -254,8 +255,7 @@ static weft_status parse_root(json_t *root, const char *path, weft_model_config 
                               "%s: field head_dim: expected an even size for RoPE, got %u", path,
                               cfg->head_dim);
     /* transformers' Llama, Qwen2, Qwen3, Qwen3-MoE and Mistral configs all default to untied. */
-    if ((rc = get_bool(root, "tie_word_embeddings", path, 0, &cfg->tie_embeddings, err)))
-        return rc;
+    if ((rc = get_bool(root, "tie_word_embeddings", path, 0, &cfg->tie_embeddings, err))) return rc;
     /* Qwen2 always has q/k/v biases and no attention_bias field; Llama and Qwen3 read it. */
     if (!strcmp(type, "qwen2") || !strcmp(type, "qwen2_moe")) {
         cfg->attention_bias = 1;
@@ -325,13 +325,12 @@ weft_status weft_config_parse(const char *json, size_t len, const char *path,
     memset(cfg, 0, sizeof(*cfg));
     cfg->size = sizeof(*cfg);
     cfg->bos_token_id = -1;
-    if (!json)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "%s: no text given", path);
+    if (!json) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "%s: no text given", path);
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: not valid JSON: %s (line %d)",
-                              path, jerr.text, jerr.line);
+        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: not valid JSON: %s (line %d)", path,
+                              jerr.text, jerr.line);
     weft_status rc = parse_root(root, path, cfg, err);
     json_decref(root);
     if (rc) {
@@ -369,8 +368,7 @@ static weft_status read_file(const char *dir, const char *name, char **text, siz
     return WEFT_OK;
 }
 
-weft_status weft_config_load(const char *dir, weft_model_config *cfg, char **raw,
-                             weft_error *err) {
+weft_status weft_config_load(const char *dir, weft_model_config *cfg, char **raw, weft_error *err) {
     char path[4096], *text = NULL;
     size_t len = 0;
     if (raw) *raw = NULL;
@@ -381,13 +379,15 @@ weft_status weft_config_load(const char *dir, weft_model_config *cfg, char **raw
         return rc;
     }
     rc = weft_config_parse(text, len, path, cfg, err);
-    if (!rc && raw) *raw = text;
-    else free(text);
+    if (!rc && raw)
+        *raw = text;
+    else
+        free(text);
     return rc;
 }
 
-static weft_status gen_float(json_t *root, const char *field, const char *path, double lo,
-                             int *has, float *out, weft_error *err) {
+static weft_status gen_float(json_t *root, const char *field, const char *path, double lo, int *has,
+                             float *out, weft_error *err) {
     json_t *v = member(root, field);
     if (!v) return WEFT_OK;
     double d = json_number_value(v);
@@ -417,8 +417,8 @@ weft_status weft_generation_config_load(const char *dir, weft_generation_config 
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
     if (!root)
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: not valid JSON: %s (line %d)",
-                              path, jerr.text, jerr.line);
+        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: not valid JSON: %s (line %d)", path,
+                              jerr.text, jerr.line);
     if (!json_is_object(root)) {
         json_decref(root);
         return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: expected a JSON object", path);

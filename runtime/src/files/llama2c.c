@@ -60,8 +60,7 @@ weft_status weft_llama2c_open(const char *path, weft_llama2c_model *m, weft_erro
     void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
-        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: mmap failed: %s", path,
-                              strerror(errno));
+        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: mmap failed: %s", path, strerror(errno));
     m->map = p;
     m->map_len = (size_t)sb.st_size;
     const uint8_t *b = p;
@@ -74,7 +73,8 @@ weft_status weft_llama2c_open(const char *path, weft_llama2c_model *m, weft_erro
                               path, version);
     }
     int32_t h[7];
-    for (int i = 0; i < 7; i++) h[i] = le32(b + 4 * i);
+    for (int i = 0; i < 7; i++)
+        h[i] = le32(b + 4 * i);
     static const char *names[] = {"dim",        "hidden_dim", "n_layers", "n_heads",
                                   "n_kv_heads", "vocab_size", "seq_len"};
     static const int32_t maxv[] = {MAX_DIM, MAX_HIDDEN, MAX_LAYERS, MAX_DIM,
@@ -84,8 +84,8 @@ weft_status weft_llama2c_open(const char *path, weft_llama2c_model *m, weft_erro
         if (v <= 0 || v > maxv[i]) {
             weft_llama2c_close(m);
             return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
-                                  "%s: header %s: expected 1..%d, got %d", path, names[i],
-                                  maxv[i], h[i]);
+                                  "%s: header %s: expected 1..%d, got %d", path, names[i], maxv[i],
+                                  h[i]);
         }
     }
     m->dim = h[0];
@@ -97,9 +97,12 @@ weft_status weft_llama2c_open(const char *path, weft_llama2c_model *m, weft_erro
     m->vocab_size = h[5] > 0 ? h[5] : -h[5];
     m->seq_len = h[6];
     const char *why = NULL;
-    if (m->dim % m->n_heads) why = "dim is not a multiple of n_heads";
-    else if (m->n_heads % m->n_kv_heads) why = "n_heads is not a multiple of n_kv_heads";
-    else if ((m->dim / m->n_heads) % 2) why = "head size dim / n_heads is odd (RoPE needs pairs)";
+    if (m->dim % m->n_heads)
+        why = "dim is not a multiple of n_heads";
+    else if (m->n_heads % m->n_kv_heads)
+        why = "n_heads is not a multiple of n_kv_heads";
+    else if ((m->dim / m->n_heads) % 2)
+        why = "head size dim / n_heads is odd (RoPE needs pairs)";
     if (why) {
         weft_status rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC,
                                         "%s: header: %s (dim %d, n_heads %d, n_kv_heads %d)", path,
@@ -111,14 +114,24 @@ weft_status weft_llama2c_open(const char *path, weft_llama2c_model *m, weft_erro
     uint64_t D = (uint64_t)m->dim, H = (uint64_t)m->hidden_dim, L = (uint64_t)m->n_layers;
     uint64_t V = (uint64_t)m->vocab_size, KV = (uint64_t)m->n_kv_heads * (uint64_t)m->head_size;
     uint64_t S = (uint64_t)m->seq_len, HS = (uint64_t)m->head_size;
-    uint64_t sizes[] = {V * D,      L * D,     L * D * D, L * KV * D, L * KV * D, L * D * D,
-                        L * D,      L * H * D, L * D * H, L * H * D,  D,
-                        S * HS / 2, S * HS / 2};
-    const float **dst[] = {&m->token_embedding, &m->rms_att, &m->wq, &m->wk, &m->wv,
-                           &m->wo,              &m->rms_ffn, &m->w1, &m->w2, &m->w3,
-                           &m->rms_final,       NULL,        NULL};
+    uint64_t sizes[] = {V * D,     L * D,     L * D * D, L * KV * D, L * KV * D, L * D * D, L * D,
+                        L * H * D, L * D * H, L * H * D, D,          S * HS / 2, S * HS / 2};
+    const float **dst[] = {&m->token_embedding,
+                           &m->rms_att,
+                           &m->wq,
+                           &m->wk,
+                           &m->wv,
+                           &m->wo,
+                           &m->rms_ffn,
+                           &m->w1,
+                           &m->w2,
+                           &m->w3,
+                           &m->rms_final,
+                           NULL,
+                           NULL};
     uint64_t floats = 0;
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) floats += sizes[i];
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        floats += sizes[i];
     uint64_t want = 28 + 4 * (floats + (m->shared_classifier ? 0 : V * D));
     if (want != (uint64_t)m->map_len) {
         weft_status rc = weft_error_set(
@@ -149,6 +162,9 @@ void weft_llama2c_close(weft_llama2c_model *m) {
 weft_status weft_llama2c_vocab_load(const char *path, uint32_t n, weft_llama2c_vocab *v,
                                     weft_error *err) {
     memset(v, 0, sizeof(*v));
+    if (!host_is_little_endian())
+        return weft_error_set(err, WEFT_ERR_UNSUPPORTED, SRC,
+                              "%s: llama2.c files are little-endian; this host is not", path);
     if (n == 0 || n > MAX_VOCAB)
         return weft_error_set(err, WEFT_ERR_INVALID, SRC, "%s: vocab size %u out of range", path,
                               n);
@@ -175,16 +191,16 @@ weft_status weft_llama2c_vocab_load(const char *path, uint32_t n, weft_llama2c_v
     for (uint32_t i = 0; i < n; i++) {
         if (fread(b, 1, 8, f) != 8) {
             rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC,
-                                "%s: truncated at token %u of %u (expected score and length)",
-                                path, i, n);
+                                "%s: truncated at token %u of %u (expected score and length)", path,
+                                i, n);
             goto done;
         }
         memcpy(&v->scores[i], b, 4); /* little-endian host checked by the model reader */
         int32_t len = le32(b + 4);
         if (len <= 0 || (uint32_t)len > v->max_token_length) {
             rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC,
-                                "%s: token %u: length %d, expected 1..max_token_length %u", path,
-                                i, len, v->max_token_length);
+                                "%s: token %u: length %d, expected 1..max_token_length %u", path, i,
+                                len, v->max_token_length);
             goto done;
         }
         v->lens[i] = (uint32_t)len;
@@ -194,14 +210,14 @@ weft_status weft_llama2c_vocab_load(const char *path, uint32_t n, weft_llama2c_v
             goto done;
         }
         if (fread(v->pieces[i], 1, (size_t)len, f) != (size_t)len) {
-            rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: truncated in token %u of %u",
-                                path, i, n);
+            rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: truncated in token %u of %u", path,
+                                i, n);
             goto done;
         }
         v->pieces[i][len] = '\0';
         if (memchr(v->pieces[i], '\0', (size_t)len)) {
-            rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: token %u contains a NUL byte",
-                                path, i);
+            rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: token %u contains a NUL byte", path,
+                                i);
             goto done;
         }
     }
@@ -218,7 +234,8 @@ done:
 
 void weft_llama2c_vocab_free(weft_llama2c_vocab *v) {
     if (!v) return;
-    for (uint32_t i = 0; v->pieces && i < v->n; i++) free(v->pieces[i]);
+    for (uint32_t i = 0; v->pieces && i < v->n; i++)
+        free(v->pieces[i]);
     free(v->pieces);
     free(v->lens);
     free(v->scores);
@@ -262,8 +279,7 @@ static weft_status conv_fill(void *vctx, const char *name, uint32_t dtype, uint3
     for (size_t i = 0; i < c->n && !t; i++)
         if (!strcmp(c->t[i].name, name)) t = &c->t[i];
     if (!t || offset % 4 || bytes % 4)
-        return weft_error_set(err, WEFT_ERR_INTERNAL, SRC, "convert: unexpected chunk of %s",
-                              name);
+        return weft_error_set(err, WEFT_ERR_INTERNAL, SRC, "convert: unexpected chunk of %s", name);
     if (!t->permute_head_size) {
         memcpy(buf, (const uint8_t *)t->src + offset, bytes);
         return WEFT_OK;
@@ -285,8 +301,7 @@ static weft_status write_json(const char *dir, const char *name, json_t *doc, we
     int rc = json_dump_file(doc, path, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(doc);
     if (rc != 0)
-        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: cannot write: %s", path,
-                              strerror(errno));
+        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: cannot write: %s", path, strerror(errno));
     return WEFT_OK;
 }
 
@@ -323,8 +338,7 @@ static void add_conv(conv_ctx *c, const char *name, const float *src, uint32_t r
     t->permute_head_size = permute_head_size;
 }
 
-static weft_status write_weights(const weft_llama2c_model *m, const char *outdir,
-                                 weft_error *err) {
+static weft_status write_weights(const weft_llama2c_model *m, const char *outdir, weft_error *err) {
     size_t cap = 4 + 9 * (size_t)m->n_layers;
     conv_ctx c = {calloc(cap, sizeof(conv_tensor)), 0};
     weft_st_writer *w = weft_st_writer_new();
@@ -355,8 +369,8 @@ static weft_status write_weights(const weft_llama2c_model *m, const char *outdir
 #undef NAME
     }
     for (size_t i = 0; i < c.n && !rc; i++)
-        rc = weft_st_writer_add_deferred(w, c.t[i].name, WEFT_DTYPE_F32, c.t[i].rank,
-                                         c.t[i].shape, err);
+        rc = weft_st_writer_add_deferred(w, c.t[i].name, WEFT_DTYPE_F32, c.t[i].rank, c.t[i].shape,
+                                         err);
     if (!rc) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/model.safetensors", outdir);
@@ -409,7 +423,8 @@ static char *hf_piece(const weft_llama2c_vocab *v, uint32_t i) {
     static const char *special[] = {"<unk>", "<s>", "</s>"};
     if (i < 3) return strdup(special[i]);
     size_t spaces = 0;
-    for (uint32_t k = 0; k < v->lens[i]; k++) spaces += v->pieces[i][k] == ' ';
+    for (uint32_t k = 0; k < v->lens[i]; k++)
+        spaces += v->pieces[i][k] == ' ';
     char *s = malloc(v->lens[i] + 2 * spaces + 1), *o = s;
     if (!s) return NULL;
     for (uint32_t k = 0; k < v->lens[i]; k++) {
@@ -520,15 +535,14 @@ static weft_status tokenizer_doc(const weft_llama2c_vocab *v, json_t **out, weft
                               "unk_token", "<unk>", "continuing_subword_prefix",
                               "end_of_word_suffix", "fuse_unk", 1, "byte_fallback", 1,
                               "ignore_merges", 0, "vocab", vocab, "merges", merges);
-    json_t *normalizer = json_pack(
-        "{s:s,s:[{s:s,s:s},{s:s,s:{s:s},s:s}]}", "type", "Sequence", "normalizers", "type",
-        "Prepend", "prepend", "\xe2\x96\x81", "type", "Replace", "pattern", "String", " ",
-        "content", "\xe2\x96\x81");
-    json_t *decoder = json_pack("{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s},{s:s,s:s,s:i,s:i}]}",
-                                "type", "Sequence", "decoders", "type", "Replace", "pattern",
-                                "String", "\xe2\x96\x81", "content", " ", "type", "ByteFallback",
-                                "type", "Fuse", "type", "Strip", "content", " ", "start", 1,
-                                "stop", 0);
+    json_t *normalizer =
+        json_pack("{s:s,s:[{s:s,s:s},{s:s,s:{s:s},s:s}]}", "type", "Sequence", "normalizers",
+                  "type", "Prepend", "prepend", "\xe2\x96\x81", "type", "Replace", "pattern",
+                  "String", " ", "content", "\xe2\x96\x81");
+    json_t *decoder = json_pack("{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s},{s:s,s:s,s:i,s:i}]}", "type",
+                                "Sequence", "decoders", "type", "Replace", "pattern", "String",
+                                "\xe2\x96\x81", "content", " ", "type", "ByteFallback", "type",
+                                "Fuse", "type", "Strip", "content", " ", "start", 1, "stop", 0);
     json_t *post = json_pack(
         "{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}],s:[{s:{s:s,s:i}},{s:{s:s,s:i}},{s:{s:s,s:i}},"
         "{s:{s:s,s:i}}],s:{s:{s:s,s:[i],s:[s]}}}",
@@ -538,17 +552,18 @@ static weft_status tokenizer_doc(const weft_llama2c_vocab *v, json_t **out, weft
         "id", "B", "type_id", 1, "special_tokens", "<s>", "id", "<s>", "ids", 1, "tokens", "<s>");
     json_t *added = json_pack("[o,o,o]", special_token(0, "<unk>"), special_token(1, "<s>"),
                               special_token(2, "</s>"));
-    json_t *doc = json_pack("{s:s,s:n,s:n,s:o,s:o,s:n,s:o,s:o,s:o}", "version", "1.0",
-                            "truncation", "padding", "added_tokens", added, "normalizer",
-                            normalizer, "pre_tokenizer", "post_processor", post, "decoder",
-                            decoder, "model", model);
+    json_t *doc =
+        json_pack("{s:s,s:n,s:n,s:o,s:o,s:n,s:o,s:o,s:o}", "version", "1.0", "truncation",
+                  "padding", "added_tokens", added, "normalizer", normalizer, "pre_tokenizer",
+                  "post_processor", post, "decoder", decoder, "model", model);
     if (!doc) {
         rc = weft_error_set(err, WEFT_ERR_NOMEM, SRC, "convert: cannot build tokenizer.json");
         goto done;
     }
     *out = doc;
 done:
-    for (uint32_t i = 0; hf && i < v->n; i++) free(hf[i]);
+    for (uint32_t i = 0; hf && i < v->n; i++)
+        free(hf[i]);
     free(hf);
     free(cands);
     free(mergeable);
@@ -570,6 +585,9 @@ weft_status weft_llama2c_convert(const char *model_path, const char *tokenizer_p
     json_t *tok = NULL;
     if ((rc = make_dirs(outdir, err))) goto done;
     if ((rc = tokenizer_doc(&v, &tok, err))) goto done;
+    char stale[4096]; /* an index left in OUTDIR would shadow the new model.safetensors */
+    snprintf(stale, sizeof(stale), "%s/model.safetensors.index.json", outdir);
+    remove(stale);
     if ((rc = write_weights(&m, outdir, err))) goto done;
     if ((rc = write_json(outdir, "config.json", config_doc(&m), err))) goto done;
     if ((rc = write_json(outdir, "generation_config.json",

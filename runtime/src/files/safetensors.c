@@ -65,10 +65,14 @@ const char *weft_dtype_name(uint32_t dtype) {
     for (size_t i = 0; i < N_DTYPES; i++)
         if (dtype_table[i].dtype == dtype) return dtype_table[i].name;
     switch (dtype) {
-    case WEFT_DTYPE_Q8_0: return "Q8_0";
-    case WEFT_DTYPE_Q4_K: return "Q4_K";
-    case WEFT_DTYPE_Q4_G128: return "Q4_G128";
-    default: return "INVALID";
+    case WEFT_DTYPE_Q8_0:
+        return "Q8_0";
+    case WEFT_DTYPE_Q4_K:
+        return "Q4_K";
+    case WEFT_DTYPE_Q4_G128:
+        return "Q4_G128";
+    default:
+        return "INVALID";
     }
 }
 
@@ -166,7 +170,8 @@ uint16_t weft_f32_to_f16(float f) {
 /* ---- reading ----------------------------------------------------------------------------- */
 static uint64_t le64(const uint8_t *p) {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 
@@ -214,8 +219,7 @@ static weft_status parse_metadata(weft_safetensors *st, json_t *meta, const char
             return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
                                   "%s: __metadata__: key '%.80s': expected a string value", name,
                                   k);
-        if (!json_object_get(st->metadata, k))
-            json_object_set(st->metadata, k, v);
+        if (!json_object_get(st->metadata, k)) json_object_set(st->metadata, k, v);
     }
     return WEFT_OK;
 }
@@ -258,7 +262,8 @@ static weft_status parse_entry(const char *name, const char *key, json_t *v, uin
                                   name, key, i);
         t->shape[i] = (int64_t)json_integer_value(d);
     }
-    for (size_t i = rank; i < WEFT_MAX_DIMS; i++) t->shape[i] = 0;
+    for (size_t i = rank; i < WEFT_MAX_DIMS; i++)
+        t->shape[i] = 0;
     char sh[128];
     fmt_shape(sh, sizeof(sh), t->rank, t->shape);
     uint64_t need;
@@ -266,9 +271,8 @@ static weft_status parse_entry(const char *name, const char *key, json_t *v, uin
         return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
                               "%s: tensor '%.80s': %s %s overflows 64-bit byte counts", name, key,
                               weft_dtype_name(t->dtype), sh);
-    if (!json_is_array(jo) || json_array_size(jo) != 2 ||
-        !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1)) ||
-        json_integer_value(json_array_get(jo, 0)) < 0 ||
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
+        !json_is_integer(json_array_get(jo, 1)) || json_integer_value(json_array_get(jo, 0)) < 0 ||
         json_integer_value(json_array_get(jo, 1)) < 0)
         return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
                               "%s: tensor '%.80s': data_offsets: expected [begin, end], two "
@@ -330,8 +334,7 @@ static weft_status parse_image(weft_safetensors *st, uint32_t fi, const uint8_t 
     size_t n_keys = json_object_size(root);
     st_range *ranges = NULL;
     if (!json_is_object(root)) {
-        rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: header: expected a JSON object",
-                            name);
+        rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: header: expected a JSON object", name);
         goto done;
     }
     ranges = malloc((n_keys ? n_keys : 1) * sizeof(*ranges));
@@ -373,14 +376,13 @@ static weft_status parse_image(weft_safetensors *st, uint32_t fi, const uint8_t 
     size_t far = 0; /* the range reaching furthest so far */
     for (size_t i = 1; i < n_ranges; i++) {
         if (ranges[i].b < ranges[far].e) {
-            rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC,
-                                "%s: tensor '%.80s': data_offsets [%llu, %llu] overlap tensor "
-                                "'%.80s' at [%llu, %llu]",
-                                name, st->tensors[ranges[i].idx].name,
-                                (unsigned long long)ranges[i].b, (unsigned long long)ranges[i].e,
-                                st->tensors[ranges[far].idx].name,
-                                (unsigned long long)ranges[far].b,
-                                (unsigned long long)ranges[far].e);
+            rc = weft_error_set(
+                err, WEFT_ERR_FORMAT, SRC,
+                "%s: tensor '%.80s': data_offsets [%llu, %llu] overlap tensor "
+                "'%.80s' at [%llu, %llu]",
+                name, st->tensors[ranges[i].idx].name, (unsigned long long)ranges[i].b,
+                (unsigned long long)ranges[i].e, st->tensors[ranges[far].idx].name,
+                (unsigned long long)ranges[far].b, (unsigned long long)ranges[far].e);
             goto done;
         }
         if (ranges[i].e > ranges[far].e) far = i;
@@ -402,8 +404,8 @@ static weft_status finish(weft_safetensors *st, weft_error *err) {
         if (!strcmp(st->tensors[i].name, st->tensors[i - 1].name)) {
             uint32_t fa = st->tensors[i - 1].file, fb = st->tensors[i].file;
             return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
-                                  "tensor '%.80s' appears in both %s and %s",
-                                  st->tensors[i].name, st->files[fa].path, st->files[fb].path);
+                                  "tensor '%.80s' appears in both %s and %s", st->tensors[i].name,
+                                  st->files[fa].path, st->files[fb].path);
         }
     return WEFT_OK;
 }
@@ -445,8 +447,7 @@ static weft_status map_file(st_file *f, const char *path, weft_error *err) {
     void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
-        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: mmap failed: %s", path,
-                              strerror(errno));
+        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: mmap failed: %s", path, strerror(errno));
     f->base = p;
     f->len = (size_t)sb.st_size;
     f->mapped = 1;
@@ -463,8 +464,8 @@ weft_status weft_safetensors_parse(const uint8_t *buf, size_t len, const char *n
     st->files[0].path = strdup(name);
     st->files[0].base = buf;
     st->files[0].len = len;
-    weft_status rc = st->files[0].path ? WEFT_OK
-                                       : weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
+    weft_status rc =
+        st->files[0].path ? WEFT_OK : weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
     if (!rc) rc = parse_image(st, 0, buf, len, name, err);
     if (!rc) rc = finish(st, err);
     if (rc) {
@@ -475,8 +476,7 @@ weft_status weft_safetensors_parse(const uint8_t *buf, size_t len, const char *n
     return WEFT_OK;
 }
 
-weft_status weft_safetensors_open_file(const char *path, weft_safetensors **out,
-                                       weft_error *err) {
+weft_status weft_safetensors_open_file(const char *path, weft_safetensors **out, weft_error *err) {
     *out = NULL;
     weft_safetensors *st = st_new(1);
     if (!st) return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
@@ -711,7 +711,8 @@ const char *weft_safetensors_metadata(const weft_safetensors *st, const char *ke
 
 void weft_safetensors_close(weft_safetensors *st) {
     if (!st) return;
-    for (size_t i = 0; i < st->n_tensors; i++) free((char *)st->tensors[i].name);
+    for (size_t i = 0; i < st->n_tensors; i++)
+        free((char *)st->tensors[i].name);
     free(st->tensors);
     for (size_t i = 0; i < st->n_files; i++) {
         if (st->files[i].mapped) munmap((void *)st->files[i].base, st->files[i].len);
@@ -763,12 +764,11 @@ static weft_status writer_add(weft_st_writer *w, const char *name, uint32_t dtyp
                               dtype, rank);
     if (!deferred && bytes != need)
         return weft_error_set(err, WEFT_ERR_INVALID, SRC,
-                              "writer: tensor '%.80s': %llu bytes given, %s shape needs %llu",
-                              name, (unsigned long long)bytes, weft_dtype_name(dtype),
+                              "writer: tensor '%.80s': %llu bytes given, %s shape needs %llu", name,
+                              (unsigned long long)bytes, weft_dtype_name(dtype),
                               (unsigned long long)need);
     if (!deferred && need && !data)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "writer: tensor '%.80s': no data",
-                              name);
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "writer: tensor '%.80s': no data", name);
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 32;
         st_wtensor *t = realloc(w->t, cap * sizeof(*t));
@@ -790,7 +790,8 @@ static weft_status writer_add(weft_st_writer *w, const char *name, uint32_t dtyp
     }
     t->dtype = dtype;
     t->rank = rank;
-    for (uint32_t i = 0; i < rank; i++) t->shape[i] = shape[i];
+    for (uint32_t i = 0; i < rank; i++)
+        t->shape[i] = shape[i];
     t->bytes = need;
     w->n++;
     return WEFT_OK;
@@ -809,7 +810,8 @@ weft_status weft_st_writer_add_deferred(weft_st_writer *w, const char *name, uin
 
 uint64_t weft_st_writer_data_bytes(const weft_st_writer *w) {
     uint64_t s = 0;
-    for (size_t i = 0; w && i < w->n; i++) s += w->t[i].bytes;
+    for (size_t i = 0; w && i < w->n; i++)
+        s += w->t[i].bytes;
     return s;
 }
 
@@ -844,8 +846,7 @@ static weft_status build_header(weft_st_writer *w, const char *metadata_json, ch
         for (uint32_t d = 0; d < t->rank; d++)
             json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
         json_t *e = json_pack("{s:s,s:o,s:[I,I]}", "dtype", weft_dtype_name(t->dtype), "shape",
-                              shape, "data_offsets", (json_int_t)off,
-                              (json_int_t)(off + t->bytes));
+                              shape, "data_offsets", (json_int_t)off, (json_int_t)(off + t->bytes));
         if (!e || json_object_set_new(root, t->name, e)) {
             json_decref(root);
             return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "writer: out of memory");
@@ -894,9 +895,11 @@ weft_status weft_st_writer_write_fill(weft_st_writer *w, const char *path,
         goto done;
     }
     uint8_t len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(header, 1, hlen, f) == hlen;
-    for (size_t i = hlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    for (size_t i = hlen; ok && i < padded; i++)
+        ok = fputc(' ', f) != EOF;
     for (size_t i = 0; ok && i < w->n; i++) {
         st_wtensor *t = &w->t[i];
         if (t->data || !t->bytes) {
@@ -909,8 +912,7 @@ weft_status weft_st_writer_write_fill(weft_st_writer *w, const char *path,
         }
         for (uint64_t o = 0; ok && o < t->bytes; o += FILL_CHUNK) {
             uint64_t n = t->bytes - o < FILL_CHUNK ? t->bytes - o : FILL_CHUNK;
-            if ((rc = fill(ctx, t->name, t->dtype, t->rank, t->shape, o, chunk, n, err)))
-                goto done;
+            if ((rc = fill(ctx, t->name, t->dtype, t->rank, t->shape, o, chunk, n, err))) goto done;
             ok = fwrite(chunk, 1, n, f) == n;
         }
     }

@@ -45,7 +45,7 @@ static uint64_t tensor_key(uint64_t seed, const char *name) {
 static void pair_normals(uint64_t key, uint64_t k, double *z0, double *z1) {
     uint64_t a = mix64(key ^ mix64(2 * k)), b = mix64(key ^ mix64(2 * k + 1));
     double u1 = ((double)(a >> 11) + 1.0) * (1.0 / 9007199254740992.0); /* (0, 1] */
-    double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);          /* [0, 1) */
+    double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);         /* [0, 1) */
     double r = sqrt(-2.0 * log(u1)), t = 6.283185307179586 * u2;
     *z0 = r * cos(t);
     *z1 = r * sin(t);
@@ -96,8 +96,8 @@ static int layer_is_sparse(json_t *root, uint32_t l) {
     json_t *only = json_object_get(root, "mlp_only_layers");
     size_t i;
     json_t *v;
-    json_array_foreach(only, i, v) if (json_is_integer(v) && json_integer_value(v) == (json_int_t)l)
-        return 0;
+    json_array_foreach(only, i, v) if (json_is_integer(v) &&
+                                       json_integer_value(v) == (json_int_t)l) return 0;
     json_t *step = json_object_get(root, "decoder_sparse_step");
     json_int_t s = json_is_integer(step) ? json_integer_value(step) : 1;
     return s > 0 && (l + 1) % (uint64_t)s == 0;
@@ -219,14 +219,20 @@ static weft_status synth_fill(void *vctx, const char *name, uint32_t dtype, uint
     uint64_t per = (count + nt - 1) / nt;
     for (uint32_t t = 0; t < nt; t++) {
         uint64_t b = (uint64_t)t * per, e = b + per < count ? b + per : count;
-        jobs[t] = (fill_job){tensor_key(c->seed, name), dtype, (uint32_t)name_is_norm(name),
-                             first + b, b < e ? e - b : 0, (uint8_t *)buf + b * es};
+        jobs[t] = (fill_job){tensor_key(c->seed, name),
+                             dtype,
+                             (uint32_t)name_is_norm(name),
+                             first + b,
+                             b < e ? e - b : 0,
+                             (uint8_t *)buf + b * es};
         if (t > 0 && pthread_create(&tid[t], NULL, fill_range, &jobs[t]) == 0) started[t] = 1;
     }
     fill_range(&jobs[0]);
     for (uint32_t t = 1; t < nt; t++) {
-        if (started[t]) pthread_join(tid[t], NULL);
-        else fill_range(&jobs[t]); /* no thread: do it here */
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            fill_range(&jobs[t]); /* no thread: do it here */
     }
     return WEFT_OK;
 }
@@ -312,7 +318,8 @@ static weft_status write_config(const char *outdir, const char *raw, const weft_
     /* Per-layer lists must keep one entry per layer. */
     json_t *lt = json_object_get(root, "layer_types");
     if (json_is_array(lt))
-        while (json_array_size(lt) > layers) json_array_remove(lt, json_array_size(lt) - 1);
+        while (json_array_size(lt) > layers)
+            json_array_remove(lt, json_array_size(lt) - 1);
     const char *key = json_object_get(root, "dtype") ? "dtype" : "torch_dtype";
     json_object_set_new(root, key, json_string(torch_name(dtype)));
     return write_doc(outdir, "config.json", root, err);
@@ -348,19 +355,32 @@ weft_status weft_synth_write(const char *config_path, const char *outdir,
     if ((rc = weft_config_parse(raw, raw_len, config_path, &cfg, err))) goto done;
     uint32_t dtype = o.dtype ? o.dtype : cfg.dtype;
     if (dtype != WEFT_DTYPE_F32 && dtype != WEFT_DTYPE_BF16 && dtype != WEFT_DTYPE_F16) {
-        rc = weft_error_set(err, WEFT_ERR_INVALID, SRC,
-                            "dtype: expected f32, f16 or bf16, got %s", weft_dtype_name(dtype));
+        rc = weft_error_set(err, WEFT_ERR_INVALID, SRC, "dtype: expected f32, f16 or bf16, got %s",
+                            weft_dtype_name(dtype));
         goto done;
     }
     uint32_t layers = o.layers ? o.layers : cfg.n_layers;
+    if (layers > cfg.n_layers) {
+        rc = weft_error_set(err, WEFT_ERR_INVALID, SRC,
+                            "layers: expected at most the config's num_hidden_layers (%u), got %u",
+                            cfg.n_layers, layers);
+        goto done;
+    }
     uint32_t cfg_layers = cfg.n_layers;
     cfg.n_layers = layers;
     if ((rc = weft_synth_tensors(&cfg, raw, &t, &n, err))) goto done;
     if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
-        rc = weft_error_set(err, WEFT_ERR_IO, SRC, "%s: cannot create: %s", outdir,
-                            strerror(errno));
+        rc =
+            weft_error_set(err, WEFT_ERR_IO, SRC, "%s: cannot create: %s", outdir, strerror(errno));
         goto done;
     }
+    /* A checkpoint left by an earlier run would shadow this one: the index wins over a single
+     * file when a directory is opened. */
+    char stale[4096];
+    snprintf(stale, sizeof(stale), "%s/model.safetensors.index.json", outdir);
+    remove(stale);
+    snprintf(stale, sizeof(stale), "%s/model.safetensors", outdir);
+    remove(stale);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     synth_ctx ctx = {o.seed, o.threads ? o.threads : (uint32_t)(cpus > 0 ? cpus : 1)};
     if (ctx.threads > 16) ctx.threads = 16;
@@ -387,8 +407,10 @@ weft_status weft_synth_write(const char *config_path, const char *outdir,
     json_t *weight_map = n_shards > 1 ? json_object() : NULL;
     for (uint32_t s = 0; s < n_shards && !rc; s++) {
         char file[64], path[4096];
-        if (n_shards == 1) snprintf(file, sizeof(file), "model.safetensors");
-        else snprintf(file, sizeof(file), "model-%05u-of-%05u.safetensors", s + 1, n_shards);
+        if (n_shards == 1)
+            snprintf(file, sizeof(file), "model.safetensors");
+        else
+            snprintf(file, sizeof(file), "model-%05u-of-%05u.safetensors", s + 1, n_shards);
         snprintf(path, sizeof(path), "%s/%s", outdir, file);
         weft_st_writer *w = weft_st_writer_new();
         if (!w) rc = weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");

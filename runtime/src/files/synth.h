@@ -10,10 +10,10 @@
 
 typedef struct weft_synth_options {
     uint64_t seed;
-    uint32_t dtype;        /* F32, F16 or BF16; 0 = the config's dtype */
-    uint32_t layers;       /* 0 = the config's num_hidden_layers */
-    uint64_t shard_bytes;  /* 0 = 4 GB; a checkpoint larger than this is sharded with an index */
-    uint32_t threads;      /* 0 = online CPUs (at most 16) */
+    uint32_t dtype;       /* F32, F16 or BF16; 0 = the config's dtype */
+    uint32_t layers;      /* 0 = the config's num_hidden_layers */
+    uint64_t shard_bytes; /* 0 = 4 GB; a checkpoint larger than this is sharded with an index */
+    uint32_t threads;     /* 0 = online CPUs (at most 16) */
 } weft_synth_options;
 
 /* One tensor of the checkpoint a config implies. */

@@ -18,14 +18,17 @@
 
 typedef struct graph_impl {
     weft_graph g; /* first: a weft_graph * is a graph_impl * */
-    uint64_t magic;
     uint32_t cap_tensors;
     uint32_t cap_nodes;
 } graph_impl;
 
+/* A host graph is recognised from inside the public struct (reading past a foreign one would
+ * be out of bounds): reserved[0] holds a magic and reserved[1] the graph's own address, so a
+ * plugin's copy of a host graph is not mistaken for one. */
 static graph_impl *impl_of(weft_graph *g) {
-    graph_impl *gi = (graph_impl *)g;
-    return gi && gi->magic == GRAPH_MAGIC ? gi : NULL;
+    if (!g || g->reserved[0] != GRAPH_MAGIC || g->reserved[1] != (uint64_t)(uintptr_t)g)
+        return NULL;
+    return (graph_impl *)g;
 }
 
 int weft_graph_is_host(const weft_graph *g) {
@@ -35,8 +38,9 @@ int weft_graph_is_host(const weft_graph *g) {
 weft_graph *weft_graph_new(const weft_bucket *bucket) {
     graph_impl *gi = calloc(1, sizeof(*gi));
     if (!gi) return NULL;
-    gi->magic = GRAPH_MAGIC;
     gi->g.size = sizeof(weft_graph);
+    gi->g.reserved[0] = GRAPH_MAGIC;
+    gi->g.reserved[1] = (uint64_t)(uintptr_t)&gi->g;
     if (bucket) gi->g.bucket = *bucket;
     gi->g.bucket.size = sizeof(weft_bucket);
     return &gi->g;
@@ -47,30 +51,38 @@ void weft_graph_free(weft_graph *g) {
     if (!gi) return;
     free(gi->g.tensors);
     free(gi->g.nodes);
-    gi->magic = 0;
+    gi->g.reserved[0] = 0;
     free(gi);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */
 static const char *const builtin_ops[WEFT_OP_BUILTIN_COUNT] = {
-    [WEFT_OP_NONE] = "none",         [WEFT_OP_EMBED] = "embed",
-    [WEFT_OP_LINEAR] = "linear",     [WEFT_OP_RMSNORM] = "rmsnorm",
-    [WEFT_OP_ROPE] = "rope",         [WEFT_OP_ATTENTION] = "attention",
-    [WEFT_OP_SWIGLU] = "swiglu",     [WEFT_OP_ADD] = "add",
-    [WEFT_OP_ACTIVATION] = "activation", [WEFT_OP_LM_HEAD] = "lm_head",
-    [WEFT_OP_SAMPLE] = "sample",     [WEFT_OP_MOE] = "moe",
-    [WEFT_OP_ALL_REDUCE] = "all_reduce", [WEFT_OP_SCALE] = "scale",
-    [WEFT_OP_ADD_RMSNORM] = "add_rmsnorm", [WEFT_OP_COPY] = "copy",
+    [WEFT_OP_NONE] = "none",
+    [WEFT_OP_EMBED] = "embed",
+    [WEFT_OP_LINEAR] = "linear",
+    [WEFT_OP_RMSNORM] = "rmsnorm",
+    [WEFT_OP_ROPE] = "rope",
+    [WEFT_OP_ATTENTION] = "attention",
+    [WEFT_OP_SWIGLU] = "swiglu",
+    [WEFT_OP_ADD] = "add",
+    [WEFT_OP_ACTIVATION] = "activation",
+    [WEFT_OP_LM_HEAD] = "lm_head",
+    [WEFT_OP_SAMPLE] = "sample",
+    [WEFT_OP_MOE] = "moe",
+    [WEFT_OP_ALL_REDUCE] = "all_reduce",
+    [WEFT_OP_SCALE] = "scale",
+    [WEFT_OP_ADD_RMSNORM] = "add_rmsnorm",
+    [WEFT_OP_COPY] = "copy",
     [WEFT_OP_SPLIT] = "split",
 };
 
 /* Minimum input counts of the builtin ops (optional inputs beyond these). */
 static const uint8_t builtin_min_in[WEFT_OP_BUILTIN_COUNT] = {
-    [WEFT_OP_EMBED] = 2,   [WEFT_OP_LINEAR] = 2,     [WEFT_OP_RMSNORM] = 2,
-    [WEFT_OP_ROPE] = 2,    [WEFT_OP_ATTENTION] = 4,  [WEFT_OP_SWIGLU] = 2,
-    [WEFT_OP_ADD] = 2,     [WEFT_OP_ACTIVATION] = 1, [WEFT_OP_LM_HEAD] = 2,
-    [WEFT_OP_SAMPLE] = 1,  [WEFT_OP_MOE] = 2,        [WEFT_OP_ALL_REDUCE] = 1,
-    [WEFT_OP_SCALE] = 1,   [WEFT_OP_ADD_RMSNORM] = 3, [WEFT_OP_COPY] = 1,
+    [WEFT_OP_EMBED] = 2,  [WEFT_OP_LINEAR] = 2,      [WEFT_OP_RMSNORM] = 2,
+    [WEFT_OP_ROPE] = 2,   [WEFT_OP_ATTENTION] = 4,   [WEFT_OP_SWIGLU] = 2,
+    [WEFT_OP_ADD] = 2,    [WEFT_OP_ACTIVATION] = 1,  [WEFT_OP_LM_HEAD] = 2,
+    [WEFT_OP_SAMPLE] = 1, [WEFT_OP_MOE] = 2,         [WEFT_OP_ALL_REDUCE] = 1,
+    [WEFT_OP_SCALE] = 1,  [WEFT_OP_ADD_RMSNORM] = 3, [WEFT_OP_COPY] = 1,
     [WEFT_OP_SPLIT] = 1,
 };
 
@@ -109,7 +121,8 @@ static uint32_t svc_op_register(const char *name, weft_error *err) {
     if (weft_op_from_name(name) != WEFT_OP_NONE) {
         weft_error_set(err, WEFT_ERR_INVALID, "graph",
                        "op_register: '%s' is a builtin op; user ops need their own name "
-                       "(e.g. \"fuse.%s\")", name, name);
+                       "(e.g. \"fuse.%s\")",
+                       name, name);
         return WEFT_OP_NONE;
     }
     uint32_t id = WEFT_OP_NONE;
@@ -133,32 +146,53 @@ static const char *svc_op_name(uint32_t op) {
 
 const char *weft_tensor_kind_name(uint32_t kind) {
     switch (kind) {
-    case WEFT_TENSOR_ACTIVATION: return "act";
-    case WEFT_TENSOR_WEIGHT: return "weight";
-    case WEFT_TENSOR_INPUT: return "input";
-    case WEFT_TENSOR_OUTPUT: return "output";
-    default: return "?";
+    case WEFT_TENSOR_ACTIVATION:
+        return "act";
+    case WEFT_TENSOR_WEIGHT:
+        return "weight";
+    case WEFT_TENSOR_INPUT:
+        return "input";
+    case WEFT_TENSOR_OUTPUT:
+        return "output";
+    default:
+        return "?";
     }
 }
 
 static const char *dtype_short(uint32_t dt) {
     switch (dt) {
-    case WEFT_DTYPE_F32: return "f32";
-    case WEFT_DTYPE_F16: return "f16";
-    case WEFT_DTYPE_BF16: return "bf16";
-    case WEFT_DTYPE_I32: return "i32";
-    case WEFT_DTYPE_I64: return "i64";
-    case WEFT_DTYPE_I8: return "i8";
-    case WEFT_DTYPE_U8: return "u8";
-    case WEFT_DTYPE_F8_E4M3: return "f8e4m3";
-    case WEFT_DTYPE_F8_E5M2: return "f8e5m2";
-    case WEFT_DTYPE_I16: return "i16";
-    case WEFT_DTYPE_F64: return "f64";
-    case WEFT_DTYPE_BOOL: return "bool";
-    case WEFT_DTYPE_Q8_0: return "q8_0";
-    case WEFT_DTYPE_Q4_K: return "q4_k";
-    case WEFT_DTYPE_Q4_G128: return "q4_g128";
-    default: return NULL;
+    case WEFT_DTYPE_F32:
+        return "f32";
+    case WEFT_DTYPE_F16:
+        return "f16";
+    case WEFT_DTYPE_BF16:
+        return "bf16";
+    case WEFT_DTYPE_I32:
+        return "i32";
+    case WEFT_DTYPE_I64:
+        return "i64";
+    case WEFT_DTYPE_I8:
+        return "i8";
+    case WEFT_DTYPE_U8:
+        return "u8";
+    case WEFT_DTYPE_F8_E4M3:
+        return "f8e4m3";
+    case WEFT_DTYPE_F8_E5M2:
+        return "f8e5m2";
+    case WEFT_DTYPE_I16:
+        return "i16";
+    case WEFT_DTYPE_F64:
+        return "f64";
+    case WEFT_DTYPE_BOOL:
+        return "bool";
+    case WEFT_DTYPE_Q8_0:
+        return "q8_0";
+    case WEFT_DTYPE_Q4_K:
+        return "q4_k";
+    case WEFT_DTYPE_Q4_G128:
+        return "q4_g128";
+    default:
+        return NULL;
     }
 }
 
@@ -168,12 +202,24 @@ const char *weft_graph_dtype_name(uint32_t dtype) {
 
 uint32_t weft_graph_dtype_size(uint32_t dtype) {
     switch (dtype) {
-    case WEFT_DTYPE_F64: case WEFT_DTYPE_I64: return 8;
-    case WEFT_DTYPE_F32: case WEFT_DTYPE_I32: return 4;
-    case WEFT_DTYPE_F16: case WEFT_DTYPE_BF16: case WEFT_DTYPE_I16: return 2;
-    case WEFT_DTYPE_I8: case WEFT_DTYPE_U8: case WEFT_DTYPE_F8_E4M3: case WEFT_DTYPE_F8_E5M2:
-    case WEFT_DTYPE_BOOL: return 1;
-    default: return 0;
+    case WEFT_DTYPE_F64:
+    case WEFT_DTYPE_I64:
+        return 8;
+    case WEFT_DTYPE_F32:
+    case WEFT_DTYPE_I32:
+        return 4;
+    case WEFT_DTYPE_F16:
+    case WEFT_DTYPE_BF16:
+    case WEFT_DTYPE_I16:
+        return 2;
+    case WEFT_DTYPE_I8:
+    case WEFT_DTYPE_U8:
+    case WEFT_DTYPE_F8_E4M3:
+    case WEFT_DTYPE_F8_E5M2:
+    case WEFT_DTYPE_BOOL:
+        return 1;
+    default:
+        return 0;
     }
 }
 
@@ -191,9 +237,12 @@ uint64_t weft_graph_tensor_bytes(const weft_tensor *t) {
     uint32_t es = weft_graph_dtype_size(t->dtype);
     if (es) return n * es;
     switch (t->dtype) {
-    case WEFT_DTYPE_Q8_0: return n % 32 ? 0 : n / 32 * 34;
-    case WEFT_DTYPE_Q4_K: return n % 256 ? 0 : n / 256 * 144;
-    default: return 0;
+    case WEFT_DTYPE_Q8_0:
+        return n % 32 ? 0 : n / 32 * 34;
+    case WEFT_DTYPE_Q4_K:
+        return n % 256 ? 0 : n / 256 * 144;
+    default:
+        return 0;
     }
 }
 
@@ -215,18 +264,17 @@ static uint32_t svc_tensor_add(weft_graph *g, uint32_t kind, uint32_t dtype, uin
     }
     if (!name || !name[0] || strlen(name) >= WEFT_NAME_MAX) {
         weft_error_set(err, WEFT_ERR_INVALID, "graph",
-                       "tensor_add: expected a name of 1..%d characters, got %s",
-                       WEFT_NAME_MAX - 1, name ? (name[0] ? "a longer one" : "\"\"") : "NULL");
+                       "tensor_add: expected a name of 1..%d characters, got %s", WEFT_NAME_MAX - 1,
+                       name ? (name[0] ? "a longer one" : "\"\"") : "NULL");
         return WEFT_TENSOR_NONE;
     }
     if (kind > WEFT_TENSOR_OUTPUT) {
-        weft_error_set(err, WEFT_ERR_INVALID, "graph",
-                       "tensor %s: expected kind 0..3, got %u", name, kind);
+        weft_error_set(err, WEFT_ERR_INVALID, "graph", "tensor %s: expected kind 0..3, got %u",
+                       name, kind);
         return WEFT_TENSOR_NONE;
     }
     if (!dtype_known(dtype)) {
-        weft_error_set(err, WEFT_ERR_INVALID, "graph", "tensor %s: unknown dtype %u", name,
-                       dtype);
+        weft_error_set(err, WEFT_ERR_INVALID, "graph", "tensor %s: unknown dtype %u", name, dtype);
         return WEFT_TENSOR_NONE;
     }
     if (rank == 0 || rank > WEFT_MAX_DIMS || !shape) {
@@ -243,8 +291,7 @@ static uint32_t svc_tensor_add(weft_graph *g, uint32_t kind, uint32_t dtype, uin
             return WEFT_TENSOR_NONE;
         }
     if (svc_tensor_find(g, name) != WEFT_TENSOR_NONE) {
-        weft_error_set(err, WEFT_ERR_INVALID, "graph", "tensor %s: the name is already used",
-                       name);
+        weft_error_set(err, WEFT_ERR_INVALID, "graph", "tensor %s: the name is already used", name);
         return WEFT_TENSOR_NONE;
     }
     if (g->n_tensors == gi->cap_tensors) {
@@ -263,7 +310,8 @@ static uint32_t svc_tensor_add(weft_graph *g, uint32_t kind, uint32_t dtype, uin
     t->kind = kind;
     t->dtype = dtype;
     t->rank = rank;
-    for (uint32_t d = 0; d < rank; d++) t->shape[d] = shape[d];
+    for (uint32_t d = 0; d < rank; d++)
+        t->shape[d] = shape[d];
     snprintf(t->name, sizeof(t->name), "%s", name);
     return g->n_tensors++;
 }
@@ -315,15 +363,15 @@ static int32_t svc_node_add(weft_graph *g, const weft_node *node, uint32_t befor
     for (uint32_t i = 0; i < node->n_in; i++)
         if (node->in[i] != WEFT_TENSOR_NONE && node->in[i] >= g->n_tensors) {
             weft_error_set(err, WEFT_ERR_INVALID, "graph",
-                           "node %s: input %u is tensor %u, but the graph has %u tensors", nm,
-                           i, node->in[i], g->n_tensors);
+                           "node %s: input %u is tensor %u, but the graph has %u tensors", nm, i,
+                           node->in[i], g->n_tensors);
             return -1;
         }
     for (uint32_t i = 0; i < node->n_out; i++)
         if (node->out[i] >= g->n_tensors) {
             weft_error_set(err, WEFT_ERR_INVALID, "graph",
-                           "node %s: output %u is tensor %u, but the graph has %u tensors", nm,
-                           i, node->out[i], g->n_tensors);
+                           "node %s: output %u is tensor %u, but the graph has %u tensors", nm, i,
+                           node->out[i], g->n_tensors);
             return -1;
         }
     if (g->n_nodes == gi->cap_nodes) {
@@ -339,7 +387,8 @@ static int32_t svc_node_add(weft_graph *g, const weft_node *node, uint32_t befor
     uint32_t at = before < g->n_nodes ? before : g->n_nodes;
     memmove(&g->nodes[at + 1], &g->nodes[at], (size_t)(g->n_nodes - at) * sizeof(weft_node));
     g->nodes[at] = *node;
-    for (uint32_t i = node->n_in; i < WEFT_NODE_MAX_IN; i++) g->nodes[at].in[i] = WEFT_TENSOR_NONE;
+    for (uint32_t i = node->n_in; i < WEFT_NODE_MAX_IN; i++)
+        g->nodes[at].in[i] = WEFT_TENSOR_NONE;
     for (uint32_t i = node->n_out; i < WEFT_NODE_MAX_OUT; i++)
         g->nodes[at].out[i] = WEFT_TENSOR_NONE;
     g->n_nodes++;
@@ -349,8 +398,8 @@ static int32_t svc_node_add(weft_graph *g, const weft_node *node, uint32_t befor
 static int32_t svc_node_remove(weft_graph *g, uint32_t index, weft_error *err) {
     if (!impl_of(g) || index >= g->n_nodes) {
         weft_error_set(err, WEFT_ERR_INVALID, "graph",
-                       "node_remove: expected a node index below %u, got %u",
-                       g ? g->n_nodes : 0, index);
+                       "node_remove: expected a node index below %u, got %u", g ? g->n_nodes : 0,
+                       index);
         return -1;
     }
     memmove(&g->nodes[index], &g->nodes[index + 1],
@@ -415,10 +464,10 @@ static int64_t rows_of(const weft_tensor *t) {
  * technique layout (packed weights) are checked on their logical shape, which is what the
  * graph stores. */
 static weft_status check_shapes(const weft_graph *g, const weft_node *n, weft_error *err) {
-    const weft_tensor *in0 = n->n_in > 0 && n->in[0] != WEFT_TENSOR_NONE ? &g->tensors[n->in[0]]
-                                                                          : NULL;
-    const weft_tensor *in1 = n->n_in > 1 && n->in[1] != WEFT_TENSOR_NONE ? &g->tensors[n->in[1]]
-                                                                          : NULL;
+    const weft_tensor *in0 =
+        n->n_in > 0 && n->in[0] != WEFT_TENSOR_NONE ? &g->tensors[n->in[0]] : NULL;
+    const weft_tensor *in1 =
+        n->n_in > 1 && n->in[1] != WEFT_TENSOR_NONE ? &g->tensors[n->in[1]] : NULL;
     const weft_tensor *out = &g->tensors[n->out[0]];
     const char *nm = node_label(n);
     switch (n->op) {
@@ -432,31 +481,33 @@ static weft_status check_shapes(const weft_graph *g, const weft_node *n, weft_er
                                   in1 ? in1->name : "-", out->name, last_dim(out));
         if (n->n_in > 2 && n->in[2] != WEFT_TENSOR_NONE &&
             last_dim(&g->tensors[n->in[2]]) != in1->shape[0])
-            return weft_error_set(err, WEFT_ERR_INVALID, "graph",
-                                  "node %s (linear): bias %s has %" PRId64 " entries, expected %"
-                                  PRId64, nm, g->tensors[n->in[2]].name,
-                                  last_dim(&g->tensors[n->in[2]]), in1->shape[0]);
+            return weft_error_set(
+                err, WEFT_ERR_INVALID, "graph",
+                "node %s (linear): bias %s has %" PRId64 " entries, expected %" PRId64, nm,
+                g->tensors[n->in[2]].name, last_dim(&g->tensors[n->in[2]]), in1->shape[0]);
         break;
     case WEFT_OP_EMBED:
         if (!in0 || !in1 || in1->rank != 2 || last_dim(out) != in1->shape[1])
             return weft_error_set(err, WEFT_ERR_INVALID, "graph",
                                   "node %s (embed): expected table (V,D) and x (T,D), got table "
-                                  "%s and x %s", nm, in1 ? in1->name : "-", out->name);
+                                  "%s and x %s",
+                                  nm, in1 ? in1->name : "-", out->name);
         break;
     case WEFT_OP_LM_HEAD:
         if (!in0 || !in1 || in1->rank != 2 || last_dim(in0) != in1->shape[1] ||
             last_dim(out) != in1->shape[0])
             return weft_error_set(err, WEFT_ERR_INVALID, "graph",
                                   "node %s (lm_head): expected x (T,D), w (V,D), logits (R,V); "
-                                  "got x %s, w %s, logits %s", nm, in0 ? in0->name : "-",
-                                  in1 ? in1->name : "-", out->name);
+                                  "got x %s, w %s, logits %s",
+                                  nm, in0 ? in0->name : "-", in1 ? in1->name : "-", out->name);
         break;
     case WEFT_OP_ADD:
     case WEFT_OP_SWIGLU:
         if (!in0 || !in1 || last_dim(in0) != last_dim(in1) || last_dim(out) != last_dim(in0))
             return weft_error_set(err, WEFT_ERR_INVALID, "graph",
                                   "node %s (%s): inputs and output must have the same width; got "
-                                  "%s, %s -> %s", nm, weft_op_name(n->op), in0 ? in0->name : "-",
+                                  "%s, %s -> %s",
+                                  nm, weft_op_name(n->op), in0 ? in0->name : "-",
                                   in1 ? in1->name : "-", out->name);
         break;
     case WEFT_OP_RMSNORM: {
@@ -465,8 +516,8 @@ static weft_status check_shapes(const weft_graph *g, const weft_node *n, weft_er
             last_dim(out) != last_dim(in0))
             return weft_error_set(err, WEFT_ERR_INVALID, "graph",
                                   "node %s (rmsnorm): expected weight of the group width %" PRId64
-                                  " dividing the row; got x %s, w %s", nm, group,
-                                  in0 ? in0->name : "-", in1 ? in1->name : "-");
+                                  " dividing the row; got x %s, w %s",
+                                  nm, group, in0 ? in0->name : "-", in1 ? in1->name : "-");
         break;
     }
     default:
@@ -497,8 +548,8 @@ weft_status weft_graph_validate(const weft_graph *g, weft_error *err) {
         const weft_node *n = &g->nodes[ni];
         const char *nm = node_label(n);
         if (!node_op_known(n->op)) {
-            st = weft_error_set(err, WEFT_ERR_INVALID, "graph", "node %s: unknown op %u", nm,
-                                n->op);
+            st =
+                weft_error_set(err, WEFT_ERR_INVALID, "graph", "node %s: unknown op %u", nm, n->op);
             break;
         }
         if (n->n_in > WEFT_NODE_MAX_IN || n->n_out == 0 || n->n_out > WEFT_NODE_MAX_OUT) {
@@ -523,22 +574,22 @@ weft_status weft_graph_validate(const weft_graph *g, weft_error *err) {
             if (t == WEFT_TENSOR_NONE) continue;
             if (t >= g->n_tensors) {
                 st = weft_error_set(err, WEFT_ERR_INVALID, "graph",
-                                    "node %s: input %u is tensor %u of %u", nm, i, t,
-                                    g->n_tensors);
+                                    "node %s: input %u is tensor %u of %u", nm, i, t, g->n_tensors);
             } else if ((g->tensors[t].kind == WEFT_TENSOR_ACTIVATION ||
                         g->tensors[t].kind == WEFT_TENSOR_OUTPUT) &&
                        producer[t] < 0) {
                 st = weft_error_set(err, WEFT_ERR_INVALID, "graph",
                                     "node %s reads %s before any node produces it (nodes must be "
-                                    "in topological order)", nm, g->tensors[t].name);
+                                    "in topological order)",
+                                    nm, g->tensors[t].name);
             }
         }
         for (uint32_t o = 0; o < n->n_out && st == WEFT_OK; o++) {
             uint32_t t = n->out[o];
             if (t >= g->n_tensors) {
-                st = weft_error_set(err, WEFT_ERR_INVALID, "graph",
-                                    "node %s: output %u is tensor %u of %u", nm, o, t,
-                                    g->n_tensors);
+                st =
+                    weft_error_set(err, WEFT_ERR_INVALID, "graph",
+                                   "node %s: output %u is tensor %u of %u", nm, o, t, g->n_tensors);
                 break;
             }
             const weft_tensor *tt = &g->tensors[t];
@@ -551,7 +602,8 @@ weft_status weft_graph_validate(const weft_graph *g, weft_error *err) {
             }
             if (producer[t] >= 0) {
                 int in_place = 0;
-                for (uint32_t i = 0; i < n->n_in; i++) in_place |= n->in[i] == t;
+                for (uint32_t i = 0; i < n->n_in; i++)
+                    in_place |= n->in[i] == t;
                 if (!in_place) {
                     st = weft_error_set(err, WEFT_ERR_INVALID, "graph",
                                         "node %s writes %s, already produced by node %s (only an "
@@ -592,7 +644,8 @@ static void tb_printf(text_buf *b, const char *fmt, ...) {
             return;
         }
         size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
         char *p = realloc(b->p, cap);
         if (!p) {
             b->failed = 1;
@@ -640,12 +693,14 @@ static void node_line(text_buf *b, const weft_graph *g, const weft_node *n) {
         if (n->p.f[k] != 0.0f) last_f = k;
     if (last_i >= 0) {
         tb_printf(b, " i=[");
-        for (int k = 0; k <= last_i; k++) tb_printf(b, "%s%" PRId64, k ? "," : "", n->p.i[k]);
+        for (int k = 0; k <= last_i; k++)
+            tb_printf(b, "%s%" PRId64, k ? "," : "", n->p.i[k]);
         tb_printf(b, "]");
     }
     if (last_f >= 0) {
         tb_printf(b, " f=[");
-        for (int k = 0; k <= last_f; k++) tb_printf(b, "%s%.9g", k ? "," : "", (double)n->p.f[k]);
+        for (int k = 0; k <= last_f; k++)
+            tb_printf(b, "%s%.9g", k ? "," : "", (double)n->p.f[k]);
         tb_printf(b, "]");
     }
     if (n->flags) tb_printf(b, " flags=%u", n->flags);

@@ -44,7 +44,8 @@ static weft_status reg_add(void *self, const weft_op_impl *impl, weft_error *err
         !memchr(impl->layout, '\0', sizeof(impl->layout)))
         return weft_error_set(err, WEFT_ERR_INVALID, who,
                               "op implementation for %s: backend must be a non-empty string and "
-                              "layout a terminated one", weft_op_name(impl->op));
+                              "layout a terminated one",
+                              weft_op_name(impl->op));
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 64;
         weft_op_impl **items = realloc(r->items, cap * sizeof(*items));
@@ -135,7 +136,8 @@ weft_op_registry *weft_op_registry_new(void) {
 
 void weft_op_registry_free(weft_op_registry *r) {
     if (!r) return;
-    for (size_t i = 0; i < r->n; i++) free(r->items[i]);
+    for (size_t i = 0; i < r->n; i++)
+        free(r->items[i]);
     free(r->items);
     free(r);
 }
@@ -152,8 +154,8 @@ size_t weft_op_registry_count(const weft_op_registry *r) {
     return r ? r->n : 0;
 }
 
-void weft_op_key(const weft_graph *g, const weft_node *n, uint32_t kv_dtype,
-                 const char *kv_layout, uint32_t *dtype, const char **layout) {
+void weft_op_key(const weft_graph *g, const weft_node *n, uint32_t kv_dtype, const char *kv_layout,
+                 uint32_t *dtype, const char **layout) {
     uint32_t key = WEFT_TENSOR_NONE;
     *dtype = 0;
     *layout = "";
@@ -174,23 +176,32 @@ void weft_op_key(const weft_graph *g, const weft_node *n, uint32_t kv_dtype,
 
 static const char *dtype_label(uint32_t dt) {
     switch (dt) {
-    case 0: return "any";
-    case WEFT_DTYPE_F32: return "f32";
-    case WEFT_DTYPE_F16: return "f16";
-    case WEFT_DTYPE_BF16: return "bf16";
-    case WEFT_DTYPE_I32: return "i32";
-    case WEFT_DTYPE_I8: return "i8";
-    case WEFT_DTYPE_F8_E4M3: return "f8e4m3";
-    case WEFT_DTYPE_Q8_0: return "q8_0";
-    case WEFT_DTYPE_Q4_K: return "q4_k";
-    default: return "other";
+    case 0:
+        return "any";
+    case WEFT_DTYPE_F32:
+        return "f32";
+    case WEFT_DTYPE_F16:
+        return "f16";
+    case WEFT_DTYPE_BF16:
+        return "bf16";
+    case WEFT_DTYPE_I32:
+        return "i32";
+    case WEFT_DTYPE_I8:
+        return "i8";
+    case WEFT_DTYPE_F8_E4M3:
+        return "f8e4m3";
+    case WEFT_DTYPE_Q8_0:
+        return "q8_0";
+    case WEFT_DTYPE_Q4_K:
+        return "q4_k";
+    default:
+        return "other";
     }
 }
 
-weft_status weft_op_registry_resolve(weft_op_registry *r, const weft_graph *g,
-                                     const char *backend, uint32_t kv_dtype,
-                                     const char *kv_layout, const weft_op_impl **impls,
-                                     weft_error *err) {
+weft_status weft_op_registry_resolve(weft_op_registry *r, const weft_graph *g, const char *backend,
+                                     uint32_t kv_dtype, const char *kv_layout,
+                                     const weft_op_impl **impls, weft_error *err) {
     if (!r || !g || !backend || !impls)
         return weft_error_set(err, WEFT_ERR_INVALID, "ops", "resolve: missing argument");
     for (uint32_t i = 0; i < g->n_nodes; i++) {

@@ -20,15 +20,14 @@ size_t weft_op_registry_count(const weft_op_registry *r);
 /* The key a node is looked up by: the dtype and layout of its key input: the weight (in[1])
  * for linear and lm_head, the table (in[1]) for embed, the kv cache (kv_dtype, kv_layout) for
  * attention, in[0] otherwise. */
-void weft_op_key(const weft_graph *g, const weft_node *n, uint32_t kv_dtype,
-                 const char *kv_layout, uint32_t *dtype, const char **layout);
+void weft_op_key(const weft_graph *g, const weft_node *n, uint32_t kv_dtype, const char *kv_layout,
+                 uint32_t *dtype, const char **layout);
 
 /* One implementation per node of g (impls has g->n_nodes entries), or WEFT_ERR_UNSUPPORTED
  * naming the node: "node layers.0.attn (attention, cpu, f32, layout contiguous) has no
  * implementation in this candidate". */
-weft_status weft_op_registry_resolve(weft_op_registry *r, const weft_graph *g,
-                                     const char *backend, uint32_t kv_dtype,
-                                     const char *kv_layout, const weft_op_impl **impls,
-                                     weft_error *err);
+weft_status weft_op_registry_resolve(weft_op_registry *r, const weft_graph *g, const char *backend,
+                                     uint32_t kv_dtype, const char *kv_layout,
+                                     const weft_op_impl **impls, weft_error *err);
 
 #endif

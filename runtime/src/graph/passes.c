@@ -60,7 +60,6 @@ weft_status weft_passes_run(const weft_candidate *c, const weft_model_config *cf
 const weft_loaded_plugin *weft_passes_deriver(const weft_candidate *c, const char *deriver) {
     if (!c || !deriver || !deriver[0]) return NULL;
     for (size_t i = 0; i < c->n_plugins; i++)
-        if (is_pass(&c->plugins[i]) && !strcmp(c->plugins[i].name, deriver))
-            return &c->plugins[i];
+        if (is_pass(&c->plugins[i]) && !strcmp(c->plugins[i].name, deriver)) return &c->plugins[i];
     return NULL;
 }

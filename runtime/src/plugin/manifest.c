@@ -28,14 +28,15 @@ typedef struct ynode {
     uint32_t line, col; /* 1-based */
     char *s;            /* scalar text (NUL-terminated, no NUL inside) */
     size_t len;
-    int quoted;         /* not a plain scalar */
-    uint32_t n, cap;    /* children; a mapping holds key, value, key, value... */
+    int quoted;      /* not a plain scalar */
+    uint32_t n, cap; /* children; a mapping holds key, value, key, value... */
     struct ynode **kids;
 } ynode;
 
 static void ynode_free(ynode *n) {
     if (!n) return;
-    for (uint32_t i = 0; i < n->n; i++) ynode_free(n->kids[i]);
+    for (uint32_t i = 0; i < n->n; i++)
+        ynode_free(n->kids[i]);
     free(n->kids);
     free(n->s);
     free(n);
@@ -82,16 +83,21 @@ static const char *describe(const ynode *n, char *buf, size_t cap) {
     if (is_null(n)) return n->len ? "null" : "nothing";
     /* keep messages one line: cut at the first control character */
     size_t k = 0;
-    while (k < n->len && k < 48 && (unsigned char)n->s[k] >= 0x20) k++;
+    while (k < n->len && k < 48 && (unsigned char)n->s[k] >= 0x20)
+        k++;
     const char *more = k < n->len ? "..." : "";
-    if (n->quoted) snprintf(buf, cap, "\"%.*s%s\"", (int)k, n->s, more);
-    else snprintf(buf, cap, "%.*s%s", (int)k, n->s, more);
+    if (n->quoted)
+        snprintf(buf, cap, "\"%.*s%s\"", (int)k, n->s, more);
+    else
+        snprintf(buf, cap, "%.*s%s", (int)k, n->s, more);
     return buf;
 }
 
 static void join_path(char *out, size_t cap, const char *base, const char *key) {
-    if (base && base[0]) snprintf(out, cap, "%s.%s", base, key);
-    else snprintf(out, cap, "%s", key);
+    if (base && base[0])
+        snprintf(out, cap, "%s.%s", base, key);
+    else
+        snprintf(out, cap, "%s", key);
 }
 
 typedef struct builder {
@@ -130,17 +136,20 @@ static void next_field(const builder *b, char *buf, size_t cap) {
         return;
     }
     const ynode *top = b->stack[b->depth - 1];
-    if (top->type == Y_MAP && top->n % 2 == 1) join_path(buf, cap, base, top->kids[top->n - 1]->s);
-    else if (top->type == Y_SEQ) snprintf(buf, cap, "%s[%u]", base, top->n);
-    else snprintf(buf, cap, "%s", base);
+    if (top->type == Y_MAP && top->n % 2 == 1)
+        join_path(buf, cap, base, top->kids[top->n - 1]->s);
+    else if (top->type == Y_SEQ)
+        snprintf(buf, cap, "%s[%u]", base, top->n);
+    else
+        snprintf(buf, cap, "%s", base);
 }
 
 static weft_status add_child(builder *b, ynode *parent, ynode *kid) {
     char path[256], field[320];
     if (parent->n >= (parent->type == Y_MAP ? 2u : 1u) * MAX_ITEMS) {
         stack_path(b, path, sizeof(path));
-        return fail(b->c, kid, path, "expected at most %d entries in one %s, found more",
-                    MAX_ITEMS, parent->type == Y_MAP ? "mapping" : "list");
+        return fail(b->c, kid, path, "expected at most %d entries in one %s, found more", MAX_ITEMS,
+                    parent->type == Y_MAP ? "mapping" : "list");
     }
     if (parent->type == Y_MAP && parent->n % 2 == 0) {
         /* a key: plain scalars only, each once */
@@ -193,8 +202,10 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
     ynode *n = NULL;
     weft_status st;
     switch (e->type) {
-    case YAML_STREAM_START_EVENT: return WEFT_OK;
-    case YAML_STREAM_END_EVENT: return WEFT_FINISHED;
+    case YAML_STREAM_START_EVENT:
+        return WEFT_OK;
+    case YAML_STREAM_END_EVENT:
+        return WEFT_FINISHED;
     case YAML_DOCUMENT_START_EVENT:
         if (++b->documents > 1) {
             return weft_error_set(b->c->err, WEFT_ERR_FORMAT, SRC,
@@ -202,7 +213,8 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
                                   b->c->file, line, col);
         }
         return WEFT_OK;
-    case YAML_DOCUMENT_END_EVENT: return WEFT_OK;
+    case YAML_DOCUMENT_END_EVENT:
+        return WEFT_OK;
     case YAML_ALIAS_EVENT: {
         char field[320];
         next_field(b, field, sizeof(field));
@@ -211,18 +223,17 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
                     (const char *)e->data.alias.anchor);
     }
     case YAML_SCALAR_EVENT:
-        if ((st = check_props(b, e, e->data.scalar.anchor,
-                              e->data.scalar.tag)) != WEFT_OK)
+        if ((st = check_props(b, e, e->data.scalar.anchor, e->data.scalar.tag)) != WEFT_OK)
             return st;
         break;
     case YAML_SEQUENCE_START_EVENT:
-        if ((st = check_props(b, e, e->data.sequence_start.anchor,
-                              e->data.sequence_start.tag)) != WEFT_OK)
+        if ((st = check_props(b, e, e->data.sequence_start.anchor, e->data.sequence_start.tag)) !=
+            WEFT_OK)
             return st;
         break;
     case YAML_MAPPING_START_EVENT:
-        if ((st = check_props(b, e, e->data.mapping_start.anchor,
-                              e->data.mapping_start.tag)) != WEFT_OK)
+        if ((st = check_props(b, e, e->data.mapping_start.anchor, e->data.mapping_start.tag)) !=
+            WEFT_OK)
             return st;
         break;
     case YAML_SEQUENCE_END_EVENT:
@@ -234,7 +245,8 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
             b->depth--;
         }
         return WEFT_OK;
-    default: return WEFT_OK;
+    default:
+        return WEFT_OK;
     }
 
     if (++b->n_nodes > WEFT_MANIFEST_MAX_NODES) {
@@ -257,8 +269,9 @@ static weft_status on_event(builder *b, yaml_event_t *e) {
                 st = fail(b->c, n, field, "expected a value of at most %u bytes, found %zu bytes",
                           MAX_SCALAR, len);
             else
-                st = fail(b->c, n, field, "expected text without NUL characters, found a NUL "
-                                          "character");
+                st = fail(b->c, n, field,
+                          "expected text without NUL characters, found a NUL "
+                          "character");
             free(n);
             return st;
         }
@@ -320,11 +333,11 @@ static weft_status yaml_tree(ctx *c, const char *text, size_t len, ynode **out) 
             if (parser.error == YAML_MEMORY_ERROR) {
                 st = weft_error_set(c->err, WEFT_ERR_NOMEM, SRC, "out of memory (yaml parser)");
             } else {
-                st = weft_error_set(c->err, WEFT_ERR_FORMAT, SRC,
-                                    "%s:%u:%u: expected valid YAML, found a syntax error: %s%s%s",
-                                    c->file, (unsigned)m.line + 1, (unsigned)m.column + 1,
-                                    problem, parser.context ? " " : "",
-                                    parser.context ? parser.context : "");
+                st =
+                    weft_error_set(c->err, WEFT_ERR_FORMAT, SRC,
+                                   "%s:%u:%u: expected valid YAML, found a syntax error: %s%s%s",
+                                   c->file, (unsigned)m.line + 1, (unsigned)m.column + 1, problem,
+                                   parser.context ? " " : "", parser.context ? parser.context : "");
             }
             break;
         }
@@ -366,11 +379,10 @@ static const ynode *map_get(const ynode *map, const char *key) {
     return NULL;
 }
 
-
 /* Checks a mapping's keys against allowed (NULL-terminated) and that every key in required
  * is present. path names the mapping ("" at the root). */
-static weft_status map_keys(ctx *c, const ynode *map, const char *path,
-                            const char *const *allowed, const char *const *required) {
+static weft_status map_keys(ctx *c, const ynode *map, const char *path, const char *const *allowed,
+                            const char *const *required) {
     for (uint32_t i = 0; i + 1 < map->n; i += 2) {
         const ynode *k = map->kids[i];
         int ok = 0;
@@ -462,19 +474,26 @@ static int parse_float_text(const char *s, double *out) {
 
 static void int_range_text(char *buf, size_t cap, int has_min, int64_t lo, int has_max,
                            int64_t hi) {
-    if (has_min && has_max) snprintf(buf, cap, "an integer in %lld..%lld", (long long)lo,
-                                     (long long)hi);
-    else if (has_min) snprintf(buf, cap, "an integer >= %lld", (long long)lo);
-    else if (has_max) snprintf(buf, cap, "an integer <= %lld", (long long)hi);
-    else snprintf(buf, cap, "an integer");
+    if (has_min && has_max)
+        snprintf(buf, cap, "an integer in %lld..%lld", (long long)lo, (long long)hi);
+    else if (has_min)
+        snprintf(buf, cap, "an integer >= %lld", (long long)lo);
+    else if (has_max)
+        snprintf(buf, cap, "an integer <= %lld", (long long)hi);
+    else
+        snprintf(buf, cap, "an integer");
 }
 
 static void float_range_text(char *buf, size_t cap, int has_min, double lo, int has_max,
                              double hi) {
-    if (has_min && has_max) snprintf(buf, cap, "a number in %g..%g", lo, hi);
-    else if (has_min) snprintf(buf, cap, "a number >= %g", lo);
-    else if (has_max) snprintf(buf, cap, "a number <= %g", hi);
-    else snprintf(buf, cap, "a number");
+    if (has_min && has_max)
+        snprintf(buf, cap, "a number in %g..%g", lo, hi);
+    else if (has_min)
+        snprintf(buf, cap, "a number >= %g", lo);
+    else if (has_max)
+        snprintf(buf, cap, "a number <= %g", hi);
+    else
+        snprintf(buf, cap, "a number");
 }
 
 static weft_status get_int(ctx *c, const ynode *n, const char *field, int64_t lo, int64_t hi,
@@ -536,16 +555,16 @@ static weft_status get_enum(ctx *c, const ynode *n, const char *field, const cha
     char list[200], d[80];
     names_list(names, list, sizeof(list));
     int i = n->type == Y_SCALAR && !is_null(n) ? name_index(names, n->s) : -1;
-    if (i < 0) return fail(c, n, field, "expected one of %s, found %s", list,
-                           describe(n, d, sizeof(d)));
+    if (i < 0)
+        return fail(c, n, field, "expected one of %s, found %s", list, describe(n, d, sizeof(d)));
     *out = i;
     return WEFT_OK;
 }
 
 static weft_status get_list(ctx *c, const ynode *n, const char *field, int allow_empty) {
     char d[80];
-    if (n->type != Y_SEQ) return fail(c, n, field, "expected a list, found %s",
-                                      describe(n, d, sizeof(d)));
+    if (n->type != Y_SEQ)
+        return fail(c, n, field, "expected a list, found %s", describe(n, d, sizeof(d)));
     if (!allow_empty && n->n == 0) return fail(c, n, field, "expected a non-empty list, found []");
     return WEFT_OK;
 }
@@ -585,8 +604,8 @@ static const struct {
 };
 #define N_SLOTS (sizeof(slot_table) / sizeof(slot_table[0]))
 
-static const char *const service_names[] = {"graph",   "weights", "device",     "kv",
-                                            "ops",     "threads", "profile",    "tokens",
+static const char *const service_names[] = {"graph",      "weights",     "device",  "kv",
+                                            "ops",        "threads",     "profile", "tokens",
                                             "collective", "host_memory", NULL};
 
 const char *weft_plugin_kind_name(uint32_t kind) {
@@ -691,7 +710,9 @@ static weft_status get_range(ctx *c, const ynode *n, const char *field, weft_sem
 }
 
 /* ---- plugin manifest ----------------------------------------------------------------------- */
-static char *dup_or_empty(void) { return calloc(1, 1); }
+static char *dup_or_empty(void) {
+    return calloc(1, 1);
+}
 
 void weft_plugin_manifest_free(weft_plugin_manifest *m) {
     if (!m) return;
@@ -699,12 +720,14 @@ void weft_plugin_manifest_free(weft_plugin_manifest *m) {
     free(m->platforms);
     free(m->requires);
     free(m->conflicts);
-    for (uint32_t i = 0; m->after && i < m->n_after; i++) free(m->after[i]);
+    for (uint32_t i = 0; m->after && i < m->n_after; i++)
+        free(m->after[i]);
     free(m->after);
     for (uint32_t i = 0; m->options && i < m->n_options; i++) {
         weft_option_schema *o = &m->options[i];
         free((char *)o->def.s);
-        for (uint32_t k = 0; o->values && k < o->n_values; k++) free(o->values[k]);
+        for (uint32_t k = 0; o->values && k < o->n_values; k++)
+            free(o->values[k]);
         free(o->values);
         free(o->help);
     }
@@ -745,8 +768,9 @@ static weft_status parse_platforms(ctx *c, const ynode *list, weft_plugin_manife
         if ((v = map_get(p, "sm"))) {
             snprintf(f, sizeof(f), "%s.sm", path);
             if (!pl->cuda_major)
-                return fail(c, v, f, "expected sm only beside a cuda major version, found sm "
-                                     "without cuda");
+                return fail(c, v, f,
+                            "expected sm only beside a cuda major version, found sm "
+                            "without cuda");
             if ((st = get_list(c, v, f, 1))) return st;
             if ((st = list_unique(c, v, f))) return st;
             if (v->n > WEFT_MANIFEST_MAX_SM)
@@ -800,16 +824,15 @@ static weft_status parse_deps(ctx *c, const ynode *list, const char *field,
         for (uint32_t k = 0; k < i; k++)
             if (!strcmp(deps[k].name, d->name))
                 return fail(c, name, path,
-                            "expected each plugin once, found %s again (first at line %u)",
-                            d->name, deps[k].pos.line);
+                            "expected each plugin once, found %s again (first at line %u)", d->name,
+                            deps[k].pos.line);
         (*n_out)++;
     }
     return WEFT_OK;
 }
 
-static weft_status parse_string_list(ctx *c, const ynode *list, const char *field,
-                                     int allow_empty, char ***out, uint32_t *n_out,
-                                     int names_only) {
+static weft_status parse_string_list(ctx *c, const ynode *list, const char *field, int allow_empty,
+                                     char ***out, uint32_t *n_out, int names_only) {
     weft_status st = get_list(c, list, field, allow_empty);
     if (st) return st;
     if ((st = list_unique(c, list, field))) return st;
@@ -883,7 +906,9 @@ static int option_value(const weft_option_schema *o, const ynode *n, weft_option
             }
         return 0;
     }
-    default: snprintf(what, what_cap, "a value"); return 0;
+    default:
+        snprintf(what, what_cap, "a value");
+        return 0;
     }
 }
 
@@ -901,7 +926,8 @@ static weft_status parse_option(ctx *c, const ynode *key, const ynode *spec,
                     describe(key, d, sizeof(d)));
     }
     snprintf(o->name, sizeof(o->name), "%s", key->s);
-    weft_status st = want_type(c, spec, path, Y_MAP, "a mapping {type, default, min, max, values, help}");
+    weft_status st =
+        want_type(c, spec, path, Y_MAP, "a mapping {type, default, min, max, values, help}");
     if (st) return st;
     static const char *const keys[] = {"type", "default", "min", "max", "values", "help", NULL};
     static const char *const req[] = {"type", "default", NULL};
@@ -915,8 +941,9 @@ static weft_status parse_option(ctx *c, const ynode *key, const ynode *spec,
     if ((mn || mx) && o->type != WEFT_SCHEMA_INT && o->type != WEFT_SCHEMA_FLOAT) {
         const ynode *b = mn ? mn : mx;
         snprintf(f, sizeof(f), "%s.%s", path, mn ? "min" : "max");
-        return fail(c, b, f, "expected min and max only on int and float options, found them on "
-                             "a %s option",
+        return fail(c, b, f,
+                    "expected min and max only on int and float options, found them on "
+                    "a %s option",
                     type_names[t]);
     }
     if (o->type == WEFT_SCHEMA_INT) {
@@ -957,8 +984,9 @@ static weft_status parse_option(ctx *c, const ynode *key, const ynode *spec,
                     type_names[t]);
     if (o->type == WEFT_SCHEMA_ENUM) {
         if (!vals)
-            return fail(c, spec, f, "expected the list of allowed values of this enum option, "
-                                    "found nothing (it is missing)");
+            return fail(c, spec, f,
+                        "expected the list of allowed values of this enum option, "
+                        "found nothing (it is missing)");
         if ((st = parse_string_list(c, vals, f, 0, &o->values, &o->n_values, 0))) return st;
     }
     if (help) {
@@ -985,13 +1013,12 @@ static weft_status parse_option(ctx *c, const ynode *key, const ynode *spec,
 }
 
 static weft_status parse_plugin(ctx *c, const ynode *root, weft_plugin_manifest *m) {
-    static const char *const keys[] = {"format",   "name",      "kind",      "version",
-                                       "abi",      "library",   "summary",   "platforms",
-                                       "backends", "slots",     "requires",  "conflicts",
-                                       "after",    "services",  "options",   "helps_when",
-                                       "architectures", NULL};
-    static const char *const req[] = {"format", "name", "kind",     "version",
-                                      "abi",    "library", "backends", "slots", NULL};
+    static const char *const keys[] = {
+        "format",  "name",      "kind",     "version",    "abi",           "library",
+        "summary", "platforms", "backends", "slots",      "requires",      "conflicts",
+        "after",   "services",  "options",  "helps_when", "architectures", NULL};
+    static const char *const req[] = {"format",  "name",     "kind",  "version", "abi",
+                                      "library", "backends", "slots", NULL};
     weft_status st;
     /* format first: a newer format is reported as such, not as unknown keys */
     const ynode *fmt = map_get(root, "format");
@@ -1032,8 +1059,7 @@ static weft_status parse_plugin(ctx *c, const ynode *root, weft_plugin_manifest 
                     m->abi_min, m->abi_max);
 
     const ynode *lib = map_get(root, "library");
-    if ((st = get_text(c, lib, "library", m->library, sizeof(m->library),
-                       "a library file name")))
+    if ((st = get_text(c, lib, "library", m->library, sizeof(m->library), "a library file name")))
         return st;
     if (!library_name_valid(m->library)) {
         char d[80];
@@ -1082,18 +1108,22 @@ static weft_status parse_plugin(ctx *c, const ynode *root, weft_plugin_manifest 
     /* kind and slots agree: a backend fills backend, a model fills model, nothing else does */
     const ynode *slots_node = v;
     if (m->kind == WEFT_KIND_BACKEND && !(m->slots & WEFT_SLOT_BACKEND))
-        return fail(c, slots_node, "slots", "expected a backend plugin to list slot backend, "
-                                            "found it missing");
+        return fail(c, slots_node, "slots",
+                    "expected a backend plugin to list slot backend, "
+                    "found it missing");
     if (m->kind == WEFT_KIND_MODEL && !(m->slots & WEFT_SLOT_MODEL))
-        return fail(c, slots_node, "slots", "expected a model plugin to list slot model, found "
-                                            "it missing");
+        return fail(c, slots_node, "slots",
+                    "expected a model plugin to list slot model, found "
+                    "it missing");
     if (m->kind != WEFT_KIND_BACKEND && (m->slots & WEFT_SLOT_BACKEND))
-        return fail(c, slots_node, "slots", "expected slot backend only in kind backend, found "
-                                            "it in kind %s",
+        return fail(c, slots_node, "slots",
+                    "expected slot backend only in kind backend, found "
+                    "it in kind %s",
                     kind_names[m->kind - 1]);
     if (m->kind != WEFT_KIND_MODEL && (m->slots & WEFT_SLOT_MODEL))
-        return fail(c, slots_node, "slots", "expected slot model only in kind model, found it in "
-                                            "kind %s",
+        return fail(c, slots_node, "slots",
+                    "expected slot model only in kind model, found it in "
+                    "kind %s",
                     kind_names[m->kind - 1]);
     if (m->kind == WEFT_KIND_BACKEND &&
         (m->n_backends != 1 || strcmp(m->backends[0], m->name) != 0))
@@ -1166,8 +1196,9 @@ static weft_status parse_plugin(ctx *c, const ynode *root, weft_plugin_manifest 
                                     &m->n_architectures, 0)))
             return st;
     } else if (v) {
-        return fail(c, v, "architectures", "expected architectures only in kind model, found it "
-                                           "in kind %s",
+        return fail(c, v, "architectures",
+                    "expected architectures only in kind model, found it "
+                    "in kind %s",
                     kind_names[m->kind - 1]);
     }
     return WEFT_OK;
@@ -1220,8 +1251,8 @@ static weft_status read_file(const char *path, char **text, size_t *len, weft_er
     struct stat sb;
     if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
         fclose(f);
-        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: expected a regular file, found %s",
-                              path, S_ISDIR(sb.st_mode) ? "a directory" : "another file type");
+        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: expected a regular file, found %s", path,
+                              S_ISDIR(sb.st_mode) ? "a directory" : "another file type");
     }
     size_t cap = WEFT_MANIFEST_MAX_BYTES + 1;
     char *buf = malloc(cap);
@@ -1293,7 +1324,8 @@ weft_status weft_options_build(const weft_plugin_manifest *m, const weft_manifes
     weft_option *tmp = m->n_options ? calloc(m->n_options, sizeof(*tmp)) : NULL;
     if (m->n_options && !tmp) return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
     weft_status st = WEFT_OK;
-    for (uint32_t i = 0; i < m->n_options; i++) tmp[i] = m->options[i].def;
+    for (uint32_t i = 0; i < m->n_options; i++)
+        tmp[i] = m->options[i].def;
     for (uint32_t i = 0; i < n_values && !st; i++) {
         const weft_manifest_value *v = &values[i];
         char f[256];
@@ -1308,8 +1340,9 @@ weft_status weft_options_build(const weft_plugin_manifest *m, const weft_manifes
         n.col = v->pos.column;
         for (uint32_t k = 0; k < i; k++)
             if (!strcmp(values[k].key, v->key)) {
-                st = fail(&c, &n, f, "expected each option once, found %s again (first at line "
-                                     "%u)",
+                st = fail(&c, &n, f,
+                          "expected each option once, found %s again (first at line "
+                          "%u)",
                           v->key, values[k].pos.line);
                 break;
             }
@@ -1324,8 +1357,8 @@ weft_status weft_options_build(const weft_plugin_manifest *m, const weft_manifes
                 if (w < 0) break;
                 used += (size_t)w;
             }
-            st = fail(&c, &n, f, "expected an option of %s (%s), found unknown option %s",
-                      m->name, m->n_options ? list : "it has none", v->key);
+            st = fail(&c, &n, f, "expected an option of %s (%s), found unknown option %s", m->name,
+                      m->n_options ? list : "it has none", v->key);
             break;
         }
         char what[300], d[80];
@@ -1394,7 +1427,8 @@ const weft_option *weft_options_find(const weft_options *opts, const char *key) 
 
 /* ---- candidate manifest -------------------------------------------------------------------- */
 static void ref_free(weft_candidate_ref *r) {
-    for (uint32_t i = 0; r->options && i < r->n_options; i++) free(r->options[i].text);
+    for (uint32_t i = 0; r->options && i < r->n_options; i++)
+        free(r->options[i].text);
     free(r->options);
     r->options = NULL;
     r->n_options = 0;
@@ -1404,7 +1438,8 @@ void weft_candidate_manifest_free(weft_candidate_manifest *m) {
     if (!m) return;
     ref_free(&m->backend);
     ref_free(&m->model_plugin);
-    for (uint32_t i = 0; m->techniques && i < m->n_techniques; i++) ref_free(&m->techniques[i]);
+    for (uint32_t i = 0; m->techniques && i < m->n_techniques; i++)
+        ref_free(&m->techniques[i]);
     free(m->techniques);
     free(m->text);
     free(m);
@@ -1474,8 +1509,9 @@ static weft_status parse_ref(ctx *c, const ynode *n, const char *path, int backe
 }
 
 static weft_status parse_candidate(ctx *c, const ynode *root, weft_candidate_manifest *m) {
-    static const char *const keys[] = {"format",     "candidate", "model",   "backend",
-                                       "model_plugin", "techniques", "serving", "quality", NULL};
+    static const char *const keys[] = {"format",  "candidate",    "model",
+                                       "backend", "model_plugin", "techniques",
+                                       "serving", "quality",      NULL};
     static const char *const req[] = {"format", "candidate", "model", "backend", NULL};
     weft_status st;
     const ynode *fmt = map_get(root, "format");
@@ -1520,8 +1556,8 @@ static weft_status parse_candidate(ctx *c, const ynode *root, weft_candidate_man
                 if (!strcmp(m->techniques[k].name, m->techniques[i].name)) {
                     char f[80];
                     snprintf(f, sizeof(f), "%s%s", path, v->kids[i]->type == Y_MAP ? ".name" : "");
-                    const ynode *at = v->kids[i]->type == Y_MAP ? map_get(v->kids[i], "name")
-                                                                : v->kids[i];
+                    const ynode *at =
+                        v->kids[i]->type == Y_MAP ? map_get(v->kids[i], "name") : v->kids[i];
                     return fail(c, at, f,
                                 "expected each technique once, found %s again (first at line %u)",
                                 m->techniques[i].name, m->techniques[k].pos.line);

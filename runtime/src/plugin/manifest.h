@@ -15,12 +15,12 @@
 #include "plugin/semver.h"
 #include "weft/plugin.h"
 
-#define WEFT_MANIFEST_FORMAT 1           /* the format major this runtime reads */
+#define WEFT_MANIFEST_FORMAT 1 /* the format major this runtime reads */
 #define WEFT_MANIFEST_MAX_BYTES (1u << 20)
 #define WEFT_MANIFEST_MAX_DEPTH 16
 #define WEFT_MANIFEST_MAX_NODES 20000
-#define WEFT_MANIFEST_NAME_MAX 64        /* plugin, option and candidate names, with the NUL */
-#define WEFT_MANIFEST_BACKEND_MAX 24     /* a backend name, with the NUL (= weft_op_impl) */
+#define WEFT_MANIFEST_NAME_MAX 64    /* plugin, option and candidate names, with the NUL */
+#define WEFT_MANIFEST_BACKEND_MAX 24 /* a backend name, with the NUL (= weft_op_impl) */
 #define WEFT_MANIFEST_MAX_BACKENDS 8
 #define WEFT_MANIFEST_MAX_SM 32
 #define WEFT_MANIFEST_PATH_MAX 1024
@@ -74,29 +74,29 @@ typedef struct weft_plugin_manifest {
     char path[WEFT_MANIFEST_PATH_MAX]; /* the file ("<buffer>" or the name given) */
     uint32_t format;
     char name[WEFT_MANIFEST_NAME_MAX];
-    uint32_t kind;                     /* weft_plugin_kind */
+    uint32_t kind; /* weft_plugin_kind */
     char version_text[WEFT_SEMVER_TEXT_MAX];
     weft_semver version;
-    uint32_t abi_min, abi_max;         /* plugin ABI versions the library speaks */
-    char library[256];                 /* a file name inside the bundle dir */
-    char *summary;                     /* "" when absent */
-    uint32_t n_platforms;              /* 0 = any machine */
+    uint32_t abi_min, abi_max; /* plugin ABI versions the library speaks */
+    char library[256];         /* a file name inside the bundle dir */
+    char *summary;             /* "" when absent */
+    uint32_t n_platforms;      /* 0 = any machine */
     weft_manifest_platform *platforms;
     uint32_t n_backends;
     char backends[WEFT_MANIFEST_MAX_BACKENDS][WEFT_MANIFEST_BACKEND_MAX];
-    uint32_t slots;                    /* weft_slot bits */
+    uint32_t slots; /* weft_slot bits */
     uint32_t n_requires;
     weft_manifest_dep *requires;
     uint32_t n_conflicts;
     weft_manifest_dep *conflicts;
     uint32_t n_after;
-    char **after;                      /* plugin names that run before it in chains */
-    uint32_t services;                 /* bit (1u << weft_service_id) per needed service */
+    char **after;      /* plugin names that run before it in chains */
+    uint32_t services; /* bit (1u << weft_service_id) per needed service */
     uint32_t n_options;
     weft_option_schema *options;
-    char *helps_when;                  /* "" when absent */
+    char *helps_when; /* "" when absent */
     uint32_t n_architectures;
-    char **architectures;              /* model plugins: HF architectures[] names */
+    char **architectures; /* model plugins: HF architectures[] names */
     /* The text it was parsed from (owned, NUL-terminated), so a copy is a re-parse. */
     char *text;
     size_t text_len;
@@ -176,8 +176,8 @@ typedef struct weft_candidate_manifest {
     char candidate[WEFT_MANIFEST_NAME_MAX];
     char model[WEFT_MANIFEST_PATH_MAX]; /* a directory, a cache name or a hub id org/name */
     weft_manifest_pos model_pos;
-    weft_candidate_ref backend;         /* `backend: cpu` or {name, version, options} */
-    weft_candidate_ref model_plugin;    /* name "" = chosen from config.json's architecture */
+    weft_candidate_ref backend;      /* `backend: cpu` or {name, version, options} */
+    weft_candidate_ref model_plugin; /* name "" = chosen from config.json's architecture */
     uint32_t n_techniques;
     weft_candidate_ref *techniques;
     /* serving: 0 = unset (the engine's default) */

@@ -2,8 +2,10 @@
  * order so the result, and which duplicate shadows which, does not depend on the file system.
  * Only manifests are read: a bundle whose library is missing or broken still lists, since
  * listing and resolving must work before (and without) loading anything. */
+#define _GNU_SOURCE /* dladdr */
 #include "plugin/registry.h"
 
+#include <dlfcn.h>
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -29,7 +31,8 @@ static weft_status add_dir_name(weft_registry *reg, const char *dir, weft_error 
     char **d = realloc(reg->dirs, (reg->n_dirs + 1) * sizeof(*d));
     if (!d) return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
     reg->dirs = d;
-    if (!(d[reg->n_dirs] = strdup(dir))) return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
+    if (!(d[reg->n_dirs] = strdup(dir)))
+        return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
     reg->n_dirs++;
     return WEFT_OK;
 }
@@ -45,7 +48,8 @@ static weft_status add_bundle(weft_registry *reg, const char *dir, uint32_t orig
     char real[PATH_MAX];
     const char *bdir = realpath(dir, real) ? real : dir;
     for (size_t i = 0; i < reg->n; i++)
-        if (!strcmp(reg->entries[i].bundle_dir, bdir)) return WEFT_OK; /* listed twice on the path */
+        if (!strcmp(reg->entries[i].bundle_dir, bdir))
+            return WEFT_OK; /* listed twice on the path */
     if (strlen(bdir) + sizeof("/manifest.yaml") > WEFT_MANIFEST_PATH_MAX) {
         weft_log(WEFT_LOG_WARN, SRC, "skipping %s: path longer than %d bytes", bdir,
                  WEFT_MANIFEST_PATH_MAX);
@@ -67,10 +71,10 @@ static weft_status add_bundle(weft_registry *reg, const char *dir, uint32_t orig
         /* the source copy of a bundle found (built) earlier is no news: drop it quietly */
         for (size_t i = 0; i < reg->n; i++) {
             const weft_registry_entry *o = &reg->entries[i];
-            int same = st ? !o->manifest && !strcmp(base_name(o->bundle_dir), base_name(bdir))
-                          : o->manifest && !strcmp(o->manifest->name, e->manifest->name) &&
-                                weft_semver_compare(&o->manifest->version,
-                                                    &e->manifest->version) == 0;
+            int same =
+                st ? !o->manifest && !strcmp(base_name(o->bundle_dir), base_name(bdir))
+                   : o->manifest && !strcmp(o->manifest->name, e->manifest->name) &&
+                         weft_semver_compare(&o->manifest->version, &e->manifest->version) == 0;
             if (same) {
                 weft_plugin_manifest_free(e->manifest);
                 e->manifest = NULL;
@@ -97,11 +101,12 @@ static weft_status add_bundle(weft_registry *reg, const char *dir, uint32_t orig
     return WEFT_OK;
 }
 
-static int skip_name(const struct dirent *d) { return d->d_name[0] != '.'; }
+static int skip_name(const struct dirent *d) {
+    return d->d_name[0] != '.';
+}
 
 /* dir is a bundle, or holds bundles one level down. */
-static weft_status scan_dir(weft_registry *reg, const char *dir, uint32_t origin,
-                            weft_error *err) {
+static weft_status scan_dir(weft_registry *reg, const char *dir, uint32_t origin, weft_error *err) {
     if (!dir[0] || !is_dir(dir)) return WEFT_OK;
     weft_status st = add_dir_name(reg, dir, err);
     if (st) return st;
@@ -150,6 +155,26 @@ weft_status weft_registry_discover(const char *const *extra, size_t n_extra, uin
     if (!st && !(flags & WEFT_REGISTRY_NO_BUILD))
         st = scan_dir(reg, WEFT_BUILD_PLUGIN_DIR, WEFT_ORIGIN_BUILD, err);
 #endif
+    /* A relocated install (or the portable GPU bundle): <dir of libweft.so>/weft/plugins. */
+    if (!st && !(flags & WEFT_REGISTRY_NO_INSTALL)) {
+        Dl_info info;
+        char dir[PATH_MAX];
+        if (dladdr((void *)weft_registry_discover, &info) && info.dli_fname) {
+            snprintf(dir, sizeof(dir), "%s", info.dli_fname);
+            char *slash = strrchr(dir, '/');
+            if (slash) {
+                snprintf(slash, sizeof(dir) - (size_t)(slash - dir), "/weft/plugins");
+                int known = 0;
+#ifdef WEFT_BUILD_PLUGIN_DIR
+                known |= !strcmp(dir, WEFT_BUILD_PLUGIN_DIR);
+#endif
+#ifdef WEFT_INSTALL_PLUGIN_DIR
+                known |= !strcmp(dir, WEFT_INSTALL_PLUGIN_DIR);
+#endif
+                if (!known) st = scan_dir(reg, dir, WEFT_ORIGIN_INSTALL, err);
+            }
+        }
+    }
 #ifdef WEFT_INSTALL_PLUGIN_DIR
     if (!st && !(flags & WEFT_REGISTRY_NO_INSTALL))
         st = scan_dir(reg, WEFT_INSTALL_PLUGIN_DIR, WEFT_ORIGIN_INSTALL, err);
@@ -173,9 +198,11 @@ weft_status weft_registry_discover(const char *const *extra, size_t n_extra, uin
 
 void weft_registry_free(weft_registry *reg) {
     if (!reg) return;
-    for (size_t i = 0; i < reg->n; i++) weft_plugin_manifest_free(reg->entries[i].manifest);
+    for (size_t i = 0; i < reg->n; i++)
+        weft_plugin_manifest_free(reg->entries[i].manifest);
     free(reg->entries);
-    for (size_t i = 0; i < reg->n_dirs; i++) free(reg->dirs[i]);
+    for (size_t i = 0; i < reg->n_dirs; i++)
+        free(reg->dirs[i]);
     free(reg->dirs);
     free(reg);
 }
@@ -183,14 +210,18 @@ void weft_registry_free(weft_registry *reg) {
 const weft_registry_entry *weft_registry_find(const weft_registry *reg, const char *name,
                                               const weft_semver_range *range) {
     if (!reg || !name) return NULL;
+    /* Built bundles first: a source-tree manifest (library not built) is chosen only when no
+     * built bundle matches, so resolution never prefers an unbuilt library. */
     const weft_registry_entry *best = NULL;
-    for (size_t i = 0; i < reg->n; i++) {
-        const weft_registry_entry *e = &reg->entries[i];
-        if (e->status != WEFT_BUNDLE_OK || strcmp(e->manifest->name, name)) continue;
-        if (range && !weft_semver_satisfies(range, &e->manifest->version)) continue;
-        if (!best || weft_semver_compare(&e->manifest->version, &best->manifest->version) > 0)
-            best = e;
-    }
+    for (int pass = 0; pass < 2 && !best; pass++)
+        for (size_t i = 0; i < reg->n; i++) {
+            const weft_registry_entry *e = &reg->entries[i];
+            if (e->status != WEFT_BUNDLE_OK || strcmp(e->manifest->name, name)) continue;
+            if ((e->origin == WEFT_ORIGIN_SOURCE) != (pass == 1)) continue;
+            if (range && !weft_semver_satisfies(range, &e->manifest->version)) continue;
+            if (!best || weft_semver_compare(&e->manifest->version, &best->manifest->version) > 0)
+                best = e;
+        }
     return best;
 }
 
@@ -207,7 +238,8 @@ static size_t edit_distance(const char *a, const char *b) {
     if (la > 63) la = 63;
     if (lb > 63) lb = 63;
     size_t row[64];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
     for (size_t i = 1; i <= la; i++) {
         size_t diag = row[0];
         row[0] = i;
@@ -272,20 +304,30 @@ int weft_registry_suggest(const weft_registry *reg, const char *name, uint32_t k
 
 const char *weft_bundle_status_name(uint32_t status) {
     switch (status) {
-    case WEFT_BUNDLE_OK: return "ok";
-    case WEFT_BUNDLE_BROKEN: return "broken";
-    case WEFT_BUNDLE_SHADOWED: return "shadowed";
-    default: return "unknown";
+    case WEFT_BUNDLE_OK:
+        return "ok";
+    case WEFT_BUNDLE_BROKEN:
+        return "broken";
+    case WEFT_BUNDLE_SHADOWED:
+        return "shadowed";
+    default:
+        return "unknown";
     }
 }
 
 const char *weft_registry_origin_name(uint32_t origin) {
     switch (origin) {
-    case WEFT_ORIGIN_EXTRA: return "path";
-    case WEFT_ORIGIN_ENV: return "WEFT_PLUGIN_PATH";
-    case WEFT_ORIGIN_BUILD: return "build";
-    case WEFT_ORIGIN_INSTALL: return "install";
-    case WEFT_ORIGIN_SOURCE: return "source";
-    default: return "unknown";
+    case WEFT_ORIGIN_EXTRA:
+        return "path";
+    case WEFT_ORIGIN_ENV:
+        return "WEFT_PLUGIN_PATH";
+    case WEFT_ORIGIN_BUILD:
+        return "build";
+    case WEFT_ORIGIN_INSTALL:
+        return "install";
+    case WEFT_ORIGIN_SOURCE:
+        return "source";
+    default:
+        return "unknown";
     }
 }

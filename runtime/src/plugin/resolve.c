@@ -38,12 +38,14 @@ static int is_dir(const char *path) {
 
 /* ---- model directories ---------------------------------------------------------------------- */
 weft_status weft_model_cache_dir(char *buf, size_t cap, weft_error *err) {
-    const char *wc = getenv("WEFT_CACHE"), *xdg = getenv("XDG_CACHE_HOME"),
-               *home = getenv("HOME");
+    const char *wc = getenv("WEFT_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int w;
-    if (wc && wc[0]) w = snprintf(buf, cap, "%s/models", wc);
-    else if (xdg && xdg[0]) w = snprintf(buf, cap, "%s/weft/models", xdg);
-    else if (home && home[0]) w = snprintf(buf, cap, "%s/.cache/weft/models", home);
+    if (wc && wc[0])
+        w = snprintf(buf, cap, "%s/models", wc);
+    else if (xdg && xdg[0])
+        w = snprintf(buf, cap, "%s/weft/models", xdg);
+    else if (home && home[0])
+        w = snprintf(buf, cap, "%s/.cache/weft/models", home);
     else
         return weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC,
                               "no model cache: set WEFT_CACHE, XDG_CACHE_HOME or HOME");
@@ -78,8 +80,8 @@ weft_status weft_model_dir_resolve(const char *model, const char *manifest_path,
         return weft_error_set(err, WEFT_ERR_INVALID, SRC, "no model given");
     out[0] = '\0';
     char path[PATH_MAX];
-    int explicit_path = model[0] == '/' || !strncmp(model, "./", 2) ||
-                        !strncmp(model, "../", 3) || !strcmp(model, ".") || !strcmp(model, "..");
+    int explicit_path = model[0] == '/' || !strncmp(model, "./", 2) || !strncmp(model, "../", 3) ||
+                        !strcmp(model, ".") || !strcmp(model, "..");
     const char *slash = strchr(model, '/');
     if (model[0] == '/') {
         snprintf(path, sizeof(path), "%s", model);
@@ -88,7 +90,8 @@ weft_status weft_model_dir_resolve(const char *model, const char *manifest_path,
         char base[PATH_MAX] = ".";
         if (manifest_path) {
             const char *cut = strrchr(manifest_path, '/');
-            if (cut) snprintf(base, sizeof(base), "%.*s", (int)(cut - manifest_path), manifest_path);
+            if (cut)
+                snprintf(base, sizeof(base), "%.*s", (int)(cut - manifest_path), manifest_path);
             if (cut == manifest_path) snprintf(base, sizeof(base), "/");
         }
         snprintf(path, sizeof(path), "%s/%s", base, model);
@@ -123,8 +126,8 @@ weft_status weft_model_dir_resolve(const char *model, const char *manifest_path,
         snprintf(entry, sizeof(entry), "%s/%s", cache, model);
     }
     if (is_dir(entry)) return finish_dir(entry, out, cap, err);
-    return weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC, "model %s not found in %s: run `weft pull %s`",
-                          model, cache, model);
+    return weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC,
+                          "model %s not found in %s: run `weft pull %s`", model, cache, model);
 }
 
 /* architectures[0] of DIR/config.json into arch ("" when there is no config.json). */
@@ -137,8 +140,9 @@ static weft_status read_architecture(const char *dir, char *arch, size_t cap, we
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s:%d:%d: expected JSON, found an error: %s",
-                              path, je.line, je.column, je.text);
+        return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
+                              "%s:%d:%d: expected JSON, found an error: %s", path, je.line,
+                              je.column, je.text);
     json_t *a = json_object_get(root, "architectures");
     json_t *first = json_is_array(a) ? json_array_get(a, 0) : NULL;
     weft_status st = WEFT_OK;
@@ -180,15 +184,14 @@ static const char *role_word(uint32_t role, uint32_t kind) {
     return kind == WEFT_KIND_FEATURE ? "feature" : "technique";
 }
 
-static void installed_versions(const weft_registry *reg, const char *name, char *buf,
-                               size_t cap) {
+static void installed_versions(const weft_registry *reg, const char *name, char *buf, size_t cap) {
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < reg->n; i++) {
         const weft_registry_entry *e = &reg->entries[i];
         if (e->status != WEFT_BUNDLE_OK || strcmp(e->manifest->name, name)) continue;
-        int w = snprintf(buf + used, cap - used, "%s%s", used ? ", " : "",
-                         e->manifest->version_text);
+        int w =
+            snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", e->manifest->version_text);
         if (w < 0 || (size_t)w >= cap - used) break;
         used += (size_t)w;
     }
@@ -365,9 +368,8 @@ static weft_status check_set(rctx *c, const pick *picks, uint32_t n) {
                 return weft_error_set(c->err, WEFT_ERR_INVALID, SRC,
                                       "%s %s %s conflicts with %s %s (both fill slot %s): "
                                       "remove one of them from %s",
-                                      role_word(picks[i].role, b->kind), b->name,
-                                      b->version_text, a->name, a->version_text,
-                                      weft_slot_name(bit), c->m->path);
+                                      role_word(picks[i].role, b->kind), b->name, b->version_text,
+                                      a->name, a->version_text, weft_slot_name(bit), c->m->path);
             }
         }
     /* declared conflicts, from either side */
@@ -430,7 +432,8 @@ static weft_status order_chain(rctx *c, const pick *picks, uint32_t first, uint3
             int ready = 1;
             for (uint32_t k = 0; k < a->n_after && ready; k++)
                 for (uint32_t j = first; j < n; j++)
-                    if (!placed[j] && j != i && !strcmp(picks[j].entry->manifest->name, a->after[k]))
+                    if (!placed[j] && j != i &&
+                        !strcmp(picks[j].entry->manifest->name, a->after[k]))
                         ready = 0;
             if (!ready) continue;
             placed[i] = 1;
@@ -441,7 +444,8 @@ static weft_status order_chain(rctx *c, const pick *picks, uint32_t first, uint3
         if (progress) continue;
         /* every unplaced one waits for another unplaced one: walk the waits to a cycle */
         uint32_t start = first;
-        while (placed[start]) start++;
+        while (placed[start])
+            start++;
         uint32_t path[64], len = 0, cur = start;
         int seen_at = -1;
         while (len < 64 && seen_at < 0) {
@@ -494,9 +498,9 @@ static weft_status fill_plugin(rctx *c, const pick *p, const char *field,
     snprintf(out->library_path, sizeof(out->library_path), "%s/%s", e->bundle_dir, pm->library);
     char opt_field[96];
     snprintf(opt_field, sizeof(opt_field), "%s.options", field);
-    weft_status st = weft_options_build(pm, p->ref ? p->ref->options : NULL,
-                                        p->ref ? p->ref->n_options : 0, c->m->path, opt_field,
-                                        &out->options, c->err);
+    weft_status st =
+        weft_options_build(pm, p->ref ? p->ref->options : NULL, p->ref ? p->ref->n_options : 0,
+                           c->m->path, opt_field, &out->options, c->err);
     if (st) return st;
     return weft_plugin_manifest_dup(pm, &out->manifest, c->err);
 }
@@ -525,7 +529,8 @@ weft_status weft_resolve(const weft_candidate_manifest *m, const weft_registry *
         o.flags = opts->flags;
         if (opts->size >= offsetof(weft_resolve_options, model_dir) + sizeof(char *))
             o.model_dir = opts->model_dir;
-        if (opts->size >= offsetof(weft_resolve_options, arch) + sizeof(char *)) o.arch = opts->arch;
+        if (opts->size >= offsetof(weft_resolve_options, arch) + sizeof(char *))
+            o.arch = opts->arch;
     }
     const char *arch = o.arch ? o.arch : weft_host_arch();
     rctx c = {m, reg, err};
@@ -545,9 +550,9 @@ weft_status weft_resolve(const weft_candidate_manifest *m, const weft_registry *
     /* the model directory and its architecture */
     if (o.model_dir) {
         if (!is_dir(o.model_dir)) {
-            st = weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC,
-                                "model directory %s not found: check the --model path",
-                                o.model_dir);
+            st =
+                weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC,
+                               "model directory %s not found: check the --model path", o.model_dir);
             goto done;
         }
         char real[PATH_MAX];
@@ -578,8 +583,7 @@ weft_status weft_resolve(const weft_candidate_manifest *m, const weft_registry *
     snprintf(picks[n].field, sizeof(picks[n].field), "model_plugin");
     if (m->model_plugin.name[0]) {
         picks[n].ref = &m->model_plugin;
-        if ((st = find_ref(&c, &m->model_plugin, "model_plugin", WEFT_ROLE_MODEL,
-                           &picks[n].entry)))
+        if ((st = find_ref(&c, &m->model_plugin, "model_plugin", WEFT_ROLE_MODEL, &picks[n].entry)))
             goto done;
     } else if (!rc->architecture[0]) {
         if (rc->model_dir[0])

@@ -14,7 +14,9 @@
 #define SEMVER_NUM_MAX 9007199254740991ull
 #define WILDCARD UINT64_MAX
 
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 static int is_ident_char(char c) {
     return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-';
 }
@@ -72,7 +74,8 @@ static int parse_full(const char *s, size_t n, weft_semver *v) {
     v->patch = parts[2];
     if (i < n && s[i] == '-') {
         size_t start = ++i;
-        while (i < n && s[i] != '+') i++;
+        while (i < n && s[i] != '+')
+            i++;
         if (i - start >= sizeof(v->pre) || !idents_valid(s + start, i - start, 1)) return 0;
         memcpy(v->pre, s + start, i - start);
         v->pre[i - start] = '\0';
@@ -88,8 +91,10 @@ static int parse_full(const char *s, size_t n, weft_semver *v) {
 }
 
 static void quote(char *buf, size_t cap, const char *s, size_t n) {
-    if (n > 48) snprintf(buf, cap, "\"%.48s...\"", s);
-    else snprintf(buf, cap, "\"%.*s\"", (int)n, s);
+    if (n > 48)
+        snprintf(buf, cap, "\"%.48s...\"", s);
+    else
+        snprintf(buf, cap, "\"%.*s\"", (int)n, s);
 }
 
 weft_status weft_semver_parse(const char *text, weft_semver *out, weft_error *err) {
@@ -218,8 +223,10 @@ static int add_cmp(weft_semver_range *r, uint8_t op, uint8_t set, const weft_sem
 
 /* The version just above every version matching the given parts ("1.2" -> 1.3.0). */
 static void bump(const partial *p, weft_semver *v) {
-    if (p->n_given <= 1) set_v(v, p->p[0] + 1, 0, 0);
-    else set_v(v, p->p[0], p->p[1] + 1, 0);
+    if (p->n_given <= 1)
+        set_v(v, p->p[0] + 1, 0, 0);
+    else
+        set_v(v, p->p[0], p->p[1] + 1, 0);
 }
 
 /* The lowest version matching the parts, pre-release kept for full versions. */
@@ -253,15 +260,20 @@ static int add_token(weft_semver_range *r, uint8_t set, const char *op, const ch
         if (p.n_given == 0) return 1;
         floor_of(&p, &lo);
         /* the upper bound bumps the first non-zero given part ("^0.2.3" -> <0.3.0) */
-        if (p.p[0] > 0 || p.n_given == 1) set_v(&hi, p.p[0] + 1, 0, 0);
-        else if (p.n_given == 2 || p.p[1] > 0) set_v(&hi, 0, p.p[1] + 1, 0);
-        else set_v(&hi, 0, 0, p.p[2] + 1);
+        if (p.p[0] > 0 || p.n_given == 1)
+            set_v(&hi, p.p[0] + 1, 0, 0);
+        else if (p.n_given == 2 || p.p[1] > 0)
+            set_v(&hi, 0, p.p[1] + 1, 0);
+        else
+            set_v(&hi, 0, 0, p.p[2] + 1);
         ok = add_cmp(r, WEFT_SEMVER_GE, set, &lo) && add_cmp(r, WEFT_SEMVER_LT, set, &hi);
     } else if (!strcmp(op, "~")) {
         if (p.n_given == 0) return 1;
         floor_of(&p, &lo);
-        if (p.n_given == 1) set_v(&hi, p.p[0] + 1, 0, 0);
-        else set_v(&hi, p.p[0], p.p[1] + 1, 0);
+        if (p.n_given == 1)
+            set_v(&hi, p.p[0] + 1, 0, 0);
+        else
+            set_v(&hi, p.p[0], p.p[1] + 1, 0);
         ok = add_cmp(r, WEFT_SEMVER_GE, set, &lo) && add_cmp(r, WEFT_SEMVER_LT, set, &hi);
     } else {
         if (p.n_given == 0) {
@@ -269,16 +281,20 @@ static int add_token(weft_semver_range *r, uint8_t set, const char *op, const ch
             return 0;
         }
         floor_of(&p, &lo);
-        if (!strcmp(op, ">=")) ok = add_cmp(r, WEFT_SEMVER_GE, set, &lo);
-        else if (!strcmp(op, "<")) ok = add_cmp(r, WEFT_SEMVER_LT, set, &lo);
+        if (!strcmp(op, ">="))
+            ok = add_cmp(r, WEFT_SEMVER_GE, set, &lo);
+        else if (!strcmp(op, "<"))
+            ok = add_cmp(r, WEFT_SEMVER_LT, set, &lo);
         else if (!strcmp(op, ">")) {
-            if (p.n_given == 3) ok = add_cmp(r, WEFT_SEMVER_GT, set, &lo);
+            if (p.n_given == 3)
+                ok = add_cmp(r, WEFT_SEMVER_GT, set, &lo);
             else {
                 bump(&p, &hi); /* ">1.2" = ">=1.3.0" */
                 ok = add_cmp(r, WEFT_SEMVER_GE, set, &hi);
             }
         } else { /* "<=" */
-            if (p.n_given == 3) ok = add_cmp(r, WEFT_SEMVER_LE, set, &lo);
+            if (p.n_given == 3)
+                ok = add_cmp(r, WEFT_SEMVER_LE, set, &lo);
             else {
                 bump(&p, &hi); /* "<=1.2" = "<1.3.0" */
                 ok = add_cmp(r, WEFT_SEMVER_LT, set, &hi);
@@ -295,7 +311,9 @@ void weft_semver_range_any(weft_semver_range *out) {
     out->n_sets = 1;
 }
 
-static int is_space(char c) { return c == ' ' || c == '\t'; }
+static int is_space(char c) {
+    return c == ' ' || c == '\t';
+}
 
 weft_status weft_semver_range_parse(const char *text, weft_semver_range *out, weft_error *err) {
     if (!text || !out)
@@ -303,8 +321,10 @@ weft_status weft_semver_range_parse(const char *text, weft_semver_range *out, we
     memset(out, 0, sizeof(*out));
     const char *s = text;
     size_t n = strlen(text);
-    while (n && is_space(*s)) s++, n--;
-    while (n && is_space(s[n - 1])) n--;
+    while (n && is_space(*s))
+        s++, n--;
+    while (n && is_space(s[n - 1]))
+        n--;
     char q[64];
     quote(q, sizeof(q), text, strlen(text));
     if (n == 0)
@@ -322,7 +342,8 @@ weft_status weft_semver_range_parse(const char *text, weft_semver_range *out, we
     size_t i = 0;
     int set_has_token = 0;
     while (1) {
-        while (i < n && is_space(s[i])) i++;
+        while (i < n && is_space(s[i]))
+            i++;
         if (i == n || (i + 1 < n && s[i] == '|' && s[i + 1] == '|')) {
             if (!set_has_token)
                 return weft_error_set(err, WEFT_ERR_FORMAT, "semver",
@@ -339,11 +360,14 @@ weft_status weft_semver_range_parse(const char *text, weft_semver_range *out, we
         }
         /* a token: an operator, optional spaces, then the version */
         size_t start = i;
-        while (i < n && strchr("<>=^~", s[i])) i++;
+        while (i < n && strchr("<>=^~", s[i]))
+            i++;
         size_t op_end = i;
-        while (i < n && is_space(s[i])) i++;
+        while (i < n && is_space(s[i]))
+            i++;
         size_t vstart = i;
-        while (i < n && !is_space(s[i]) && s[i] != '|') i++;
+        while (i < n && !is_space(s[i]) && s[i] != '|')
+            i++;
         char op[3] = "";
         size_t oplen = op_end - start;
         if (oplen <= 2) {
@@ -363,8 +387,8 @@ weft_status weft_semver_range_parse(const char *text, weft_semver_range *out, we
         const char *why = NULL;
         if (!add_token(out, set, op, s + vstart, i - vstart, &why)) {
             if (start == 0 && i == n)
-                return weft_error_set(err, WEFT_ERR_FORMAT, "semver", "expected %s, found %s",
-                                      why, q);
+                return weft_error_set(err, WEFT_ERR_FORMAT, "semver", "expected %s, found %s", why,
+                                      q);
             return weft_error_set(err, WEFT_ERR_FORMAT, "semver",
                                   "expected %s, found \"%.*s%.*s\" in %s", why, (int)oplen,
                                   s + start, (int)(i - vstart), s + vstart, q);
@@ -378,12 +402,18 @@ weft_status weft_semver_range_parse(const char *text, weft_semver_range *out, we
 static int cmp_holds(const weft_semver_comparator *c, const weft_semver *v) {
     int d = weft_semver_compare(v, &c->v);
     switch (c->op) {
-    case WEFT_SEMVER_EQ: return d == 0;
-    case WEFT_SEMVER_LT: return d < 0;
-    case WEFT_SEMVER_LE: return d <= 0;
-    case WEFT_SEMVER_GT: return d > 0;
-    case WEFT_SEMVER_GE: return d >= 0;
-    default: return 0;
+    case WEFT_SEMVER_EQ:
+        return d == 0;
+    case WEFT_SEMVER_LT:
+        return d < 0;
+    case WEFT_SEMVER_LE:
+        return d <= 0;
+    case WEFT_SEMVER_GT:
+        return d > 0;
+    case WEFT_SEMVER_GE:
+        return d >= 0;
+    default:
+        return 0;
     }
 }
 

@@ -3,6 +3,7 @@
 #define WEFT_TEXT_CHAT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "weft/plugin.h"
 
@@ -23,5 +24,20 @@ void weft_chat_template_free(weft_chat_template *t);
 weft_status weft_chat_render(const weft_chat_template *t, const char *messages_json,
                              int add_generation_prompt, const char *extra_json, char **out,
                              weft_error *err);
+
+/* Bounds for rendering untrusted templates. A zero field keeps its default (16 MiB of output,
+ * 256 MiB of working memory, one million loop iterations and calls). */
+typedef struct weft_chat_limits {
+    size_t max_output_bytes;
+    size_t max_memory_bytes;
+    uint64_t max_iterations;
+} weft_chat_limits;
+void weft_chat_template_set_limits(weft_chat_template *t, const weft_chat_limits *limits);
+
+/* extra_json keys with a meaning beyond being a template variable:
+ *   "strftime_now": "YYYY-MM-DD[THH:MM[:SS]]" fixes the clock that the strftime_now() global
+ *                   reads (as a naive datetime), for reproducible renders; without it the
+ *                   local time is used. It does not become a variable.
+ * `tools` and `documents` are none unless extra_json sets them, as in transformers. */
 
 #endif

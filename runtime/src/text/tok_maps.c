@@ -12,7 +12,8 @@ int tok_buf_reserve(tok_buf *b, size_t extra) {
     size_t need = b->len + extra + 1;
     if (need <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     char *p = realloc(b->p, cap);
     if (!p) return -1;
     b->p = p;
@@ -90,19 +91,23 @@ static uint64_t hash_u64(uint64_t h) {
     return h;
 }
 
-int tok_vocab_init(tok_vocab *v, uint32_t n_ids) {
+int tok_vocab_init(tok_vocab *v, uint32_t n_ids, size_t n_keys) {
     memset(v, 0, sizeof(*v));
     v->n_ids = n_ids;
+    if (n_keys > n_ids) n_keys = n_ids;
     size_t slots = 16;
-    while (slots < (size_t)n_ids * 2) slots *= 2;
+    while (slots < n_keys * 2)
+        slots *= 2;
     v->piece_off = malloc((n_ids ? n_ids : 1) * sizeof(*v->piece_off));
     v->piece_len = calloc(n_ids ? n_ids : 1, sizeof(*v->piece_len));
     v->slots = malloc(slots * sizeof(*v->slots));
-    v->arena_cap = (size_t)n_ids * 8 + 64;
+    v->arena_cap = n_keys * 8 + 64;
     v->arena = malloc(v->arena_cap);
     if (!v->piece_off || !v->piece_len || !v->slots || !v->arena) return -1;
-    for (uint32_t i = 0; i < n_ids; i++) v->piece_off[i] = -1;
-    for (size_t i = 0; i < slots; i++) v->slots[i] = -1;
+    for (uint32_t i = 0; i < n_ids; i++)
+        v->piece_off[i] = UINT32_MAX;
+    for (size_t i = 0; i < slots; i++)
+        v->slots[i] = -1;
     v->n_slots = slots;
     return 0;
 }
@@ -122,8 +127,10 @@ int32_t tok_vocab_find(const tok_vocab *v, const char *s, size_t n) {
 }
 
 int tok_vocab_add(tok_vocab *v, int32_t id, const char *s, size_t n) {
-    if (id < 0 || (uint32_t)id >= v->n_ids || v->piece_off[id] >= 0) return 1;
-    if (n > UINT32_MAX) return 1;
+    if (id < 0 || (uint32_t)id >= v->n_ids || v->piece_off[id] != UINT32_MAX) return 1;
+    /* Offsets are 32-bit: the arena (all pieces) stays below 4 GiB. */
+    if (n >= UINT32_MAX - 1 || v->arena_len + n + 1 >= UINT32_MAX) return 1;
+    if ((v->n_keys + 1) * 2 > v->n_slots) return 1;
     size_t mask = v->n_slots - 1;
     size_t i = hash_bytes(s, n) & mask;
     for (;; i = (i + 1) & mask) {
@@ -133,7 +140,8 @@ int tok_vocab_add(tok_vocab *v, int32_t id, const char *s, size_t n) {
     }
     if (v->arena_len + n + 1 > v->arena_cap) {
         size_t cap = v->arena_cap * 2;
-        while (cap < v->arena_len + n + 1) cap *= 2;
+        while (cap < v->arena_len + n + 1)
+            cap *= 2;
         char *a = realloc(v->arena, cap);
         if (!a) return -1;
         v->arena = a;
@@ -141,7 +149,7 @@ int tok_vocab_add(tok_vocab *v, int32_t id, const char *s, size_t n) {
     }
     memcpy(v->arena + v->arena_len, s, n);
     v->arena[v->arena_len + n] = '\0';
-    v->piece_off[id] = (int64_t)v->arena_len;
+    v->piece_off[id] = (uint32_t)v->arena_len;
     v->piece_len[id] = (uint32_t)n;
     v->arena_len += n + 1;
     v->slots[i] = id;
@@ -150,7 +158,7 @@ int tok_vocab_add(tok_vocab *v, int32_t id, const char *s, size_t n) {
 }
 
 const char *tok_vocab_piece(const tok_vocab *v, int32_t id, size_t *n) {
-    if (id < 0 || (uint32_t)id >= v->n_ids || v->piece_off[id] < 0) return NULL;
+    if (id < 0 || (uint32_t)id >= v->n_ids || v->piece_off[id] == UINT32_MAX) return NULL;
     if (n) *n = v->piece_len[id];
     return v->arena + v->piece_off[id];
 }
@@ -166,10 +174,12 @@ void tok_vocab_free(tok_vocab *v) {
 int tok_merges_init(tok_merges *m, size_t expected) {
     memset(m, 0, sizeof(*m));
     size_t slots = 16;
-    while (slots < expected * 2) slots *= 2;
+    while (slots < expected * 2)
+        slots *= 2;
     m->slots = malloc(slots * sizeof(*m->slots));
     if (!m->slots) return -1;
-    for (size_t i = 0; i < slots; i++) m->slots[i].key = UINT64_MAX;
+    for (size_t i = 0; i < slots; i++)
+        m->slots[i].key = UINT64_MAX;
     m->n_slots = slots;
     return 0;
 }
@@ -182,7 +192,8 @@ static int merges_grow(tok_merges *m) {
         if (s->key == UINT64_MAX) continue;
         size_t mask = bigger.n_slots - 1;
         size_t j = hash_u64(s->key) & mask;
-        while (bigger.slots[j].key != UINT64_MAX) j = (j + 1) & mask;
+        while (bigger.slots[j].key != UINT64_MAX)
+            j = (j + 1) & mask;
         bigger.slots[j] = *s;
     }
     bigger.n = m->n;

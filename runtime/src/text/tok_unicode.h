@@ -50,6 +50,9 @@ size_t weft_tok_utf8_encode(uint32_t cp, char *out);
 /* Length of the character starting at s (1 for an invalid lead byte); s must be valid UTF-8. */
 size_t weft_tok_utf8_len(const char *s, size_t n);
 int weft_tok_utf8_valid(const char *s, size_t n);
+/* 1 when s[0..n) (n >= 1) is a proper prefix of a well-formed character: a character that more
+ * bytes could still complete. */
+int weft_tok_utf8_partial(const char *s, size_t n);
 /* Returns a malloc'ed, NUL-terminated copy of s where every maximal invalid subpart is replaced
  * by U+FFFD; NULL when out of memory. */
 char *weft_tok_utf8_repair(const char *s, size_t n, size_t *out_len);

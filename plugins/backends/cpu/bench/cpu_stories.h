@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "weft/plugin.h"
 
@@ -43,12 +44,13 @@ static int stories_load(const char *path, stories_model *m, char *msg, size_t ms
     long bytes = ftell(f) - 28;
     fseek(f, 28, SEEK_SET);
     int64_t D = m->dim, F = m->hidden, L = m->n_layers, KV = (int64_t)m->n_kv * (D / m->n_heads);
-    int64_t need = m->vocab * D + L * D + L * D * D + 2 * L * KV * D + L * D * D + L * D +
-                   3 * L * F * D + D;
+    int64_t need =
+        m->vocab * D + L * D + L * D * D + 2 * L * KV * D + L * D * D + L * D + 3 * L * F * D + D;
     if (bytes < need * 4) {
         fclose(f);
         return snprintf(msg, msg_size, "%s: %ld bytes of weights, need %lld", path, bytes,
-                        (long long)need * 4), -1;
+                        (long long)need * 4),
+               -1;
     }
     m->data = malloc((size_t)bytes);
     if (!m->data || fread(m->data, 1, (size_t)bytes, f) != (size_t)bytes) {
@@ -95,7 +97,15 @@ typedef struct stories_engine {
     int32_t *rows_seq, *rows_logit;
     uint32_t in_tokens, in_pos, out_logits;
     uint32_t max_tokens, vocab;
+    int profile; /* when set, op_ns accumulates time per op */
+    double op_ns[WEFT_OP_BUILTIN_COUNT];
 } stories_engine;
+
+static double stories_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e9 * (double)ts.tv_sec + (double)ts.tv_nsec;
+}
 
 static uint32_t stories_tensor(stories_engine *e, uint32_t kind, uint32_t dtype, int64_t d0,
                                int64_t d1, const char *name, const void *bind) {
@@ -127,8 +137,10 @@ static void stories_node(stories_engine *e, uint32_t op, const char *name, int n
     weft_node *n = &e->nodes[e->g.n_nodes++];
     memset(n, 0, sizeof(*n));
     n->op = op, n->layer = -1, n->n_in = (uint32_t)n_in, n->n_out = (uint32_t)n_out;
-    for (int i = 0; i < WEFT_NODE_MAX_IN; i++) n->in[i] = i < n_in ? in[i] : WEFT_TENSOR_NONE;
-    for (int i = 0; i < WEFT_NODE_MAX_OUT; i++) n->out[i] = i < n_out ? out[i] : WEFT_TENSOR_NONE;
+    for (int i = 0; i < WEFT_NODE_MAX_IN; i++)
+        n->in[i] = i < n_in ? in[i] : WEFT_TENSOR_NONE;
+    for (int i = 0; i < WEFT_NODE_MAX_OUT; i++)
+        n->out[i] = i < n_out ? out[i] : WEFT_TENSOR_NONE;
     snprintf(n->name, sizeof(n->name), "%s", name);
 }
 
@@ -154,7 +166,8 @@ static int stories_build(stories_engine *e, const stories_model *m, const weft_b
     const float eps = 1e-5f;
     e->in_tokens = stories_tensor(e, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.tokens", NULL);
     e->in_pos = stories_tensor(e, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.positions", NULL);
-    uint32_t emb = stories_tensor(e, WEFT_TENSOR_WEIGHT, WEFT_DTYPE_F32, m->vocab, D, "embed", m->emb);
+    uint32_t emb =
+        stories_tensor(e, WEFT_TENSOR_WEIGHT, WEFT_DTYPE_F32, m->vocab, D, "embed", m->emb);
     uint32_t x = stories_tensor(e, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, T, D, "x", NULL);
     uint32_t xb = stories_tensor(e, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, T, D, "xb", NULL);
     uint32_t q = stories_tensor(e, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, T, D, "q", NULL);
@@ -165,7 +178,8 @@ static int stories_build(stories_engine *e, const stories_model *m, const weft_b
     uint32_t g1 = stories_tensor(e, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, T, F, "gate", NULL);
     uint32_t g3 = stories_tensor(e, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, T, F, "up", NULL);
     uint32_t hh = stories_tensor(e, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, T, F, "h", NULL);
-    e->out_logits = stories_tensor(e, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, T, m->vocab, "out.logits", NULL);
+    e->out_logits =
+        stories_tensor(e, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, T, m->vocab, "out.logits", NULL);
     uint32_t a2[2], a3[3], a4[4];
     a2[0] = e->in_tokens, a2[1] = emb;
     stories_node(e, WEFT_OP_EMBED, "embed", 2, a2, 1, &x);
@@ -220,9 +234,11 @@ static int stories_build(stories_engine *e, const stories_model *m, const weft_b
         stories_node(e, WEFT_OP_LINEAR, "mlp.down", 2, a2, 1, &tmp);
         a2[0] = x, a2[1] = tmp;
         stories_node(e, WEFT_OP_ADD, "mlp_residual", 2, a2, 1, &x);
-        for (uint32_t i = e->g.n_nodes - 14; i < e->g.n_nodes; i++) e->nodes[i].layer = l;
+        for (uint32_t i = e->g.n_nodes - 15; i < e->g.n_nodes; i++)
+            e->nodes[i].layer = l;
     }
-    uint32_t w_norm = stories_tensor(e, WEFT_TENSOR_WEIGHT, WEFT_DTYPE_F32, D, 0, "norm", m->rms_final);
+    uint32_t w_norm =
+        stories_tensor(e, WEFT_TENSOR_WEIGHT, WEFT_DTYPE_F32, D, 0, "norm", m->rms_final);
     a2[0] = x, a2[1] = w_norm;
     stories_node(e, WEFT_OP_RMSNORM, "norm", 2, a2, 1, &xb);
     stories_last(e)->p.f[0] = eps;
@@ -238,8 +254,11 @@ static int stories_build(stories_engine *e, const stories_model *m, const weft_b
         uint32_t key = WEFT_DTYPE_F32;
         const char *layout = n->op == WEFT_OP_ATTENTION ? "contiguous" : "";
         e->impls[i] = ops->find(ops->self, n->op, "cpu", key, layout, &e->g, n);
-        if (!e->impls[i] || (e->impls[i]->accepts && !e->impls[i]->accepts(e->impls[i]->state, &e->g, n)))
-            return snprintf(msg, msg_size, "node %u (%s): no implementation accepts it", i, n->name), -1;
+        if (!e->impls[i] ||
+            (e->impls[i]->accepts && !e->impls[i]->accepts(e->impls[i]->state, &e->g, n)))
+            return snprintf(msg, msg_size, "node %u (%s): no implementation accepts it", i,
+                            n->name),
+                   -1;
     }
     /* The kv cache: one slot of max_seq positions per layer. */
     uint64_t kvb = (uint64_t)max_seq * KW * 4;
@@ -251,10 +270,15 @@ static int stories_build(stories_engine *e, const stories_model *m, const weft_b
             be->alloc(st, kvb, WEFT_MEMORY_DEVICE, &e->vc[l], &err))
             return snprintf(msg, msg_size, "kv alloc: %s", err.message), -1;
     }
-    e->kv = (weft_kv_contiguous){.size = sizeof(weft_kv_contiguous), .n_layers = (uint32_t)m->n_layers,
-                                 .n_slots = 1, .max_seq = max_seq, .n_kv_heads = (uint32_t)HKV,
-                                 .head_dim = (uint32_t)hd, .dtype = WEFT_DTYPE_F32,
-                                 .k = e->kc, .v = e->vc};
+    e->kv = (weft_kv_contiguous){.size = sizeof(weft_kv_contiguous),
+                                 .n_layers = (uint32_t)m->n_layers,
+                                 .n_slots = 1,
+                                 .max_seq = max_seq,
+                                 .n_kv_heads = (uint32_t)HKV,
+                                 .head_dim = (uint32_t)hd,
+                                 .dtype = WEFT_DTYPE_F32,
+                                 .k = e->kc,
+                                 .v = e->vc};
     e->view.size = sizeof(e->view);
     snprintf(e->view.layout, sizeof(e->view.layout), "contiguous");
     e->view.desc = &e->kv;
@@ -278,19 +302,33 @@ static int stories_step(stories_engine *e, const int32_t *tokens, uint32_t n, in
         e->rows_logit[i] = (int32_t)i;
     }
     e->seq = (weft_seq){.request_id = 1, .kv_slot = 0, .n_past = pos0, .n_new = (int32_t)n};
-    e->batch = (weft_batch){.size = sizeof(weft_batch), .n_tokens = n, .n_seqs = 1,
-                            .n_logits = all_logits ? n : 1, .tokens = tok, .positions = pos,
-                            .seq_of_row = e->rows_seq, .seqs = &e->seq,
+    e->batch = (weft_batch){.size = sizeof(weft_batch),
+                            .n_tokens = n,
+                            .n_seqs = 1,
+                            .n_logits = all_logits ? n : 1,
+                            .tokens = tok,
+                            .positions = pos,
+                            .seq_of_row = e->rows_seq,
+                            .seqs = &e->seq,
                             .logit_rows = all_logits ? e->rows_logit : e->rows_logit + n - 1};
-    weft_exec_ctx ctx = {.size = sizeof(weft_exec_ctx), .n_tokens = n, .graph = &e->g,
-                         .batch = &e->batch, .data = e->bufs, .kv = &e->view, .backend = e->st};
+    weft_exec_ctx ctx = {.size = sizeof(weft_exec_ctx),
+                         .n_tokens = n,
+                         .graph = &e->g,
+                         .batch = &e->batch,
+                         .data = e->bufs,
+                         .kv = &e->view,
+                         .backend = e->st};
     for (uint32_t i = 0; i < e->g.n_nodes; i++) {
         weft_error err;
         err.size = sizeof(err);
         err.message[0] = '\0';
+        double t0 = e->profile ? stories_now_ns() : 0;
         weft_status s = e->impls[i]->run(e->impls[i]->state, &ctx, &e->nodes[i], &err);
+        if (e->profile && e->nodes[i].op < WEFT_OP_BUILTIN_COUNT)
+            e->op_ns[e->nodes[i].op] += stories_now_ns() - t0;
         if (s != WEFT_OK)
-            return snprintf(msg, msg_size, "node %u (%s): %s", i, e->nodes[i].name, err.message), -1;
+            return snprintf(msg, msg_size, "node %u (%s): %s", i, e->nodes[i].name, err.message),
+                   -1;
     }
     *logits = e->bufs[e->out_logits].ptr;
     return 0;

@@ -1,0 +1,96 @@
+/* Internal state of the cuda backend plugin, shared by its files: the device, the primary
+ * context, the compute stream, the arena, cuBLASLt, and the NVRTC module cache. */
+#ifndef WEFT_CUDA_INTERNAL_H
+#define WEFT_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cuda.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/plugin.h"
+
+#define CUDA_NAME "cuda"
+
+/* A block of device memory inside an arena chunk. */
+typedef struct cuda_block {
+    uint64_t off, bytes;
+    int used;
+} cuda_block;
+
+typedef struct cuda_chunk {
+    CUdeviceptr base;
+    uint64_t bytes;
+    cuda_block *blocks;
+    size_t n_blocks, cap_blocks;
+} cuda_chunk;
+
+/* A compiled module of core.cu for one (activation dtype, weight dtype) pair. */
+typedef struct cuda_module {
+    uint32_t ta, tw;
+    CUmodule mod;
+} cuda_module;
+
+typedef struct cuda_backend {
+    const weft_host_services *host;
+    int ordinal;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    int cc_major, cc_minor, sm_count;
+    char name[128];
+    char arch[32];
+    /* arena */
+    cuda_chunk *chunks;
+    size_t n_chunks;
+    uint64_t arena_fixed; /* option arena_mb in bytes: one chunk up front; 0 = grow */
+    uint64_t allocated;
+    /* pinned staging ring for per-step host metadata (row -> slot, logit rows) */
+    uint8_t *stage;
+    CUdeviceptr stage_dev;
+    uint64_t stage_bytes, stage_off;
+    /* cuBLASLt */
+    cublasLtHandle_t lt;
+    CUdeviceptr lt_ws;
+    size_t lt_ws_bytes;
+    /* NVRTC */
+    cuda_module modules[16];
+    size_t n_modules;
+    char cache_dir[1024];
+    int nvrtc_major, nvrtc_minor;
+    void *ops; /* cuda_ops.c's state */
+} cuda_backend;
+
+/* Error helper: fills err (may be NULL) and returns code. */
+weft_status cuda_fail(weft_error *err, weft_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Checks a driver API result; on failure fills err naming the call and what it was doing. */
+weft_status cuda_check(CUresult r, const char *call, const char *what, weft_error *err);
+
+/* kernels (cuda_kernels.c) */
+weft_status cuda_kernel_get(cuda_backend *b, uint32_t ta, uint32_t tw, const char *name,
+                            CUfunction *out, weft_error *err);
+weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
+                        unsigned gy, unsigned block, void **args, weft_error *err);
+void cuda_kernels_fini(cuda_backend *b);
+
+/* memory (cuda_backend.c) */
+weft_status cuda_arena_alloc(cuda_backend *b, uint64_t bytes, CUdeviceptr *out, weft_error *err);
+void cuda_arena_free(cuda_backend *b, CUdeviceptr p);
+/* Copies n bytes of host data into the staging ring and on to the device (async on the
+ * stream); *dev receives the device address, valid for this step. */
+weft_status cuda_stage(cuda_backend *b, const void *src, uint64_t n, CUdeviceptr *dev,
+                       weft_error *err);
+
+/* probe (cuda_probe.c) */
+weft_status cuda_probe(void *st, weft_probe_result *out, weft_error *err);
+
+/* ops (cuda_ops.c) */
+void cuda_ops_fini(cuda_backend *b);
+weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error *err);
+weft_status cuda_gemm(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w, uint32_t tw,
+                      CUdeviceptr bias, CUdeviceptr y, uint32_t ty, int T, int N, int K,
+                      weft_error *err);
+
+#endif

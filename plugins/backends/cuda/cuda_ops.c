@@ -1,0 +1,528 @@
+/* Op implementations of the cuda backend: the builtin ops of weft/graph.h on f32, f16 and bf16
+ * activations. Linear layers and the LM head go through cuBLASLt with the chosen algorithm
+ * cached per shape; everything else is a kernel of kernels/core.cu. Activations, weights and
+ * the contiguous KV cache of a node share one 16-bit or 32-bit dtype per tensor role; accepts()
+ * refuses other combinations at build time so an unsupported node is named before any step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define CK(call, what)                                                                           \
+    do {                                                                                         \
+        weft_status s_ = cuda_check((call), #call, what, err);                                   \
+        if (s_) return s_;                                                                       \
+    } while (0)
+#define TRY(x)                                                                                   \
+    do {                                                                                         \
+        weft_status s_ = (x);                                                                    \
+        if (s_) return s_;                                                                       \
+    } while (0)
+
+static const weft_tensor *tin(const weft_exec_ctx *c, const weft_node *n, uint32_t i) {
+    return i < n->n_in && n->in[i] != WEFT_TENSOR_NONE ? &c->graph->tensors[n->in[i]] : NULL;
+}
+static CUdeviceptr din(const weft_exec_ctx *c, const weft_node *n, uint32_t i) {
+    return i < n->n_in && n->in[i] != WEFT_TENSOR_NONE
+               ? (CUdeviceptr)(uintptr_t)c->data[n->in[i]].ptr
+               : 0;
+}
+static CUdeviceptr dout(const weft_exec_ctx *c, const weft_node *n, uint32_t i) {
+    return (CUdeviceptr)(uintptr_t)c->data[n->out[i]].ptr;
+}
+static int is_float(uint32_t d) {
+    return d == WEFT_DTYPE_F32 || d == WEFT_DTYPE_F16 || d == WEFT_DTYPE_BF16;
+}
+static int64_t cols_of(const weft_tensor *t) {
+    int64_t c = 1;
+    for (uint32_t i = 1; i < t->rank; i++) c *= t->shape[i];
+    return t->rank >= 1 ? c : 0;
+}
+static unsigned blocks_for(long n, unsigned block) { return (unsigned)((n + block - 1) / block); }
+
+static weft_status kern(cuda_backend *b, uint32_t ta, uint32_t tw, const char *name,
+                        CUfunction *f, weft_error *err) {
+    CK(cuCtxSetCurrent(b->ctx), "making the context current");
+    return cuda_kernel_get(b, ta, tw, name, f, err);
+}
+
+/* ---- cuBLASLt GEMM: row-major y (T,N) = x (T,K) w (N,K)^T [+ bias] ----------------------- */
+typedef struct gemm_entry {
+    int T, N, K;
+    uint32_t tx, tw, ty;
+    int bias;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, bl, c;
+    cublasLtMatmulAlgo_t algo;
+} gemm_entry;
+
+/* Per-backend op state (cuda_backend.ops): the GEMM plan cache, rope tables, lm-head scratch. */
+typedef struct rope_table {
+    int64_t rot;
+    float f[5];
+    int64_t scaling;
+    CUdeviceptr dev;
+} rope_table;
+
+typedef struct cuda_ops_state {
+    gemm_entry *gemm;
+    size_t gemm_n, gemm_cap;
+    rope_table rope[32];
+    size_t n_rope;
+    CUdeviceptr head_scratch;
+    uint64_t head_scratch_bytes;
+} cuda_ops_state;
+
+static cuda_ops_state *ops_of(cuda_backend *b) {
+    if (!b->ops) b->ops = calloc(1, sizeof(cuda_ops_state));
+    return b->ops;
+}
+
+void cuda_ops_fini(cuda_backend *b) {
+    cuda_ops_state *o = b->ops;
+    if (!o) return;
+    for (size_t i = 0; i < o->gemm_n; i++) {
+        cublasLtMatmulDescDestroy(o->gemm[i].op);
+        cublasLtMatrixLayoutDestroy(o->gemm[i].a);
+        cublasLtMatrixLayoutDestroy(o->gemm[i].bl);
+        cublasLtMatrixLayoutDestroy(o->gemm[i].c);
+    }
+    free(o->gemm);
+    free(o);
+    b->ops = NULL;
+}
+
+static cudaDataType_t cuda_type(uint32_t d) {
+    return d == WEFT_DTYPE_F32 ? CUDA_R_32F : d == WEFT_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+weft_status cuda_gemm(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w, uint32_t tw,
+                      CUdeviceptr bias, CUdeviceptr y, uint32_t ty, int T, int N, int K,
+                      weft_error *err) {
+    if (T == 0) return WEFT_OK;
+    if (tx != tw)
+        return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "linear: activation dtype %u differs from "
+                         "weight dtype %u (the cuda backend computes in the weights' dtype)", tx,
+                         tw);
+    int has_bias = bias != 0;
+    cuda_ops_state *o = ops_of(b);
+    if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+    gemm_entry *e = NULL;
+    for (size_t i = 0; i < o->gemm_n; i++) {
+        gemm_entry *g = &o->gemm[i];
+        if (g->T == T && g->N == N && g->K == K && g->tx == tx && g->tw == tw && g->ty == ty &&
+            g->bias == has_bias) {
+            e = g;
+            break;
+        }
+    }
+    if (!e) {
+        if (o->gemm_n == o->gemm_cap) {
+            size_t cap = o->gemm_cap ? o->gemm_cap * 2 : 64;
+            gemm_entry *ng = realloc(o->gemm, cap * sizeof(*ng));
+            if (!ng) return cuda_fail(err, WEFT_ERR_NOMEM, "gemm cache");
+            o->gemm = ng;
+            o->gemm_cap = cap;
+        }
+        gemm_entry ne = {.T = T, .N = N, .K = K, .tx = tx, .tw = tw, .ty = ty, .bias = has_bias};
+        cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+        cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+        if (cublasLtMatmulDescCreate(&ne.op, ct, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+            return cuda_fail(err, WEFT_ERR_DEVICE, "cublasLtMatmulDescCreate failed");
+        cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT));
+        cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN));
+        if (has_bias) {
+            cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+            cudaDataType_t bt = cuda_type(tw);
+            cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep));
+            cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                           sizeof(bt));
+        }
+        /* column-major view: W (row-major N x K) is a K x N matrix with ld K, used transposed */
+        cublasLtMatrixLayoutCreate(&ne.a, cuda_type(tw), K, N, K);
+        cublasLtMatrixLayoutCreate(&ne.bl, cuda_type(tx), K, T, K);
+        cublasLtMatrixLayoutCreate(&ne.c, cuda_type(ty), N, T, N);
+        cublasLtMatmulPreference_t pref;
+        cublasLtMatmulPreferenceCreate(&pref);
+        uint64_t ws = b->lt_ws_bytes;
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof(ws));
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(b->lt, ne.op, ne.a, ne.bl, ne.c, ne.c,
+                                                           pref, 1, &res, &found);
+        cublasLtMatmulPreferenceDestroy(pref);
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+            cublasLtMatmulDescDestroy(ne.op);
+            cublasLtMatrixLayoutDestroy(ne.a);
+            cublasLtMatrixLayoutDestroy(ne.bl);
+            cublasLtMatrixLayoutDestroy(ne.c);
+            return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for linear "
+                             "T=%d N=%d K=%d (dtypes %u,%u -> %u, bias %d): status %d", T, N, K,
+                             tx, tw, ty, has_bias, (int)st);
+        }
+        ne.algo = res.algo;
+        o->gemm[o->gemm_n++] = ne;
+        e = &o->gemm[o->gemm_n - 1];
+    }
+    if (has_bias)
+        cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof(bias));
+    float alpha = 1.f, beta = 0.f;
+    cublasStatus_t st = cublasLtMatmul(b->lt, e->op, &alpha, (const void *)(uintptr_t)w, e->a,
+                                       (const void *)(uintptr_t)x, e->bl, &beta,
+                                       (void *)(uintptr_t)y, e->c, (void *)(uintptr_t)y, e->c,
+                                       &e->algo, (void *)(uintptr_t)b->lt_ws, b->lt_ws_bytes,
+                                       b->stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return cuda_fail(err, WEFT_ERR_DEVICE, "cublasLtMatmul failed (status %d) for linear "
+                         "T=%d N=%d K=%d", (int)st, T, N, K);
+    return WEFT_OK;
+}
+
+/* ---- per-row metadata: kv slots and logit rows ---------------------------------------- */
+static weft_status row_slots(cuda_backend *b, const weft_exec_ctx *c, const weft_node *n,
+                             uint32_t idx, CUdeviceptr *out, weft_error *err) {
+    CUdeviceptr d = din(c, n, idx);
+    if (d) {
+        *out = d;
+        return WEFT_OK;
+    }
+    const weft_batch *bt = c->batch;
+    int32_t tmp[1024];
+    if (!bt || c->n_tokens > 1024 || !bt->seq_of_row || !bt->seqs)
+        return cuda_fail(err, WEFT_ERR_INVALID, "attention %s: no in.kv_slots input and no host "
+                         "batch to derive it from (or more than 1024 rows)", n->name);
+    for (uint32_t t = 0; t < c->n_tokens; t++) {
+        int32_t si = bt->seq_of_row[t];
+        if (si < 0 || (uint32_t)si >= bt->n_seqs)
+            return cuda_fail(err, WEFT_ERR_INVALID, "row %u belongs to sequence %d of %u", t, si,
+                             bt->n_seqs);
+        tmp[t] = bt->seqs[si].kv_slot;
+    }
+    return cuda_stage(b, tmp, c->n_tokens * sizeof(int32_t), out, err);
+}
+
+/* ---- ops ------------------------------------------------------------------------------ */
+static weft_status op_embed(void *st, const weft_exec_ctx *c, const weft_node *n,
+                            weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *tab = tin(c, n, 1), *x = &c->graph->tensors[n->out[0]];
+    CUfunction f;
+    TRY(kern(b, x->dtype, tab->dtype, "weft_embed", &f, err));
+    CUdeviceptr tok = din(c, n, 0), tp = din(c, n, 1), xp = dout(c, n, 0);
+    int T = (int)c->n_tokens, D = (int)tab->shape[1], V = (int)tab->shape[0];
+    void *args[] = {&tok, &tp, &xp, &T, &D, &V};
+    return cuda_launch(b, f, "weft_embed", (unsigned)T, 1, 256, args, err);
+}
+
+static weft_status op_linear(void *st, const weft_exec_ctx *c, const weft_node *n,
+                             weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 1), *y = &c->graph->tensors[n->out[0]];
+    CK(cuCtxSetCurrent(b->ctx), "making the context current");
+    weft_status s = cuda_gemm(b, din(c, n, 0), x->dtype, din(c, n, 1), w->dtype, din(c, n, 2),
+                              dout(c, n, 0), y->dtype, (int)c->n_tokens, (int)w->shape[0],
+                              (int)w->shape[1], err);
+    if (s && err) {
+        char m[sizeof(err->message)];
+        memcpy(m, err->message, sizeof(m));
+        snprintf(err->message, sizeof(err->message), "node %s: %s", n->name, m);
+    }
+    return s;
+}
+
+static weft_status op_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node *n,
+                              weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 1);
+    CUfunction f;
+    TRY(kern(b, x->dtype, w->dtype, "weft_rmsnorm", &f, err));
+    int T = (int)c->n_tokens, cols = (int)cols_of(x), group = n->p.i[0] > 0 ? (int)n->p.i[0] : cols;
+    float eps = n->p.f[0];
+    CUdeviceptr xp = din(c, n, 0), wp = din(c, n, 1), yp = dout(c, n, 0);
+    void *args[] = {&xp, &wp, &yp, &T, &cols, &group, &eps};
+    unsigned block = group >= 1024 ? 1024 : group >= 256 ? 256 : group >= 64 ? 64 : 32;
+    return cuda_launch(b, f, "weft_rmsnorm", (unsigned)(T * (cols / group)), 1, block, args, err);
+}
+
+static weft_status op_add_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                  weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 2);
+    CUfunction f;
+    TRY(kern(b, x->dtype, w->dtype, "weft_add_rmsnorm", &f, err));
+    int T = (int)c->n_tokens, D = (int)cols_of(x);
+    float eps = n->p.f[0];
+    CUdeviceptr xp = din(c, n, 0), rp = din(c, n, 1), wp = din(c, n, 2), yp = dout(c, n, 0),
+                ro = dout(c, n, 1);
+    void *args[] = {&xp, &rp, &wp, &yp, &ro, &T, &D, &eps};
+    return cuda_launch(b, f, "weft_add_rmsnorm", (unsigned)T, 1, 256, args, err);
+}
+
+/* inverse frequencies per distinct rope configuration, computed on the host as transformers
+ * does (f32), uploaded once (at the first step of a graph) */
+static weft_status rope_freqs(cuda_backend *b, const weft_node *n, int rot, CUdeviceptr *out,
+                              weft_error *err) {
+    cuda_ops_state *o = ops_of(b);
+    if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+    rope_table *rope_tables = o->rope;
+    for (size_t i = 0; i < o->n_rope; i++) {
+        rope_table *r = &rope_tables[i];
+        if (r->rot == rot && r->scaling == n->p.i[4] && !memcmp(r->f, n->p.f, sizeof(r->f))) {
+            *out = r->dev;
+            return WEFT_OK;
+        }
+    }
+    if (o->n_rope == 32) return cuda_fail(err, WEFT_ERR_INTERNAL, "too many rope tables");
+    int half = rot / 2;
+    float inv[512];
+    if (half > 512) return cuda_fail(err, WEFT_ERR_INVALID, "rope: rotary dims %d > 1024", rot);
+    float theta = n->p.f[0];
+    for (int i = 0; i < half; i++) {
+        float e = (float)(2 * i) / (float)rot;
+        inv[i] = 1.0f / powf(theta, e);
+        if (n->p.i[4] == 1) { /* llama3 */
+            float factor = n->p.f[1], lo = n->p.f[2], hi = n->p.f[3], orig = n->p.f[4];
+            float lo_wl = orig / lo, hi_wl = orig / hi;
+            float wl = 2.0f * (float)M_PI / inv[i];
+            if (wl > lo_wl) {
+                inv[i] = inv[i] / factor;
+            } else if (wl >= hi_wl) {
+                float smooth = (orig / wl - lo) / (hi - lo);
+                inv[i] = (1.0f - smooth) * inv[i] / factor + smooth * inv[i];
+            }
+        } else if (n->p.i[4] == 2) {
+            inv[i] = inv[i] / n->p.f[1];
+        }
+    }
+    rope_table *r = &rope_tables[o->n_rope];
+    TRY(cuda_arena_alloc(b, (uint64_t)half * sizeof(float), &r->dev, err));
+    CK(cuMemcpyHtoD(r->dev, inv, (size_t)half * sizeof(float)), "uploading rope frequencies");
+    r->rot = rot;
+    r->scaling = n->p.i[4];
+    memcpy(r->f, n->p.f, sizeof(r->f));
+    o->n_rope++;
+    *out = r->dev;
+    return WEFT_OK;
+}
+
+static weft_status op_rope(void *st, const weft_exec_ctx *c, const weft_node *n,
+                           weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0);
+    CUfunction f;
+    TRY(kern(b, x->dtype, x->dtype, "weft_rope", &f, err));
+    int T = (int)c->n_tokens, H = (int)n->p.i[0], hd = (int)n->p.i[1];
+    int rot = n->p.i[2] > 0 ? (int)n->p.i[2] : hd, layout = (int)n->p.i[3];
+    CUdeviceptr freqs;
+    TRY(rope_freqs(b, n, rot, &freqs, err));
+    CUdeviceptr xp = din(c, n, 0), pp = din(c, n, 1), yp = dout(c, n, 0);
+    void *args[] = {&xp, &yp, &pp, &freqs, &T, &H, &hd, &rot, &layout};
+    long total = (long)T * H * (rot / 2);
+    return cuda_launch(b, f, "weft_rope", blocks_for(total, 256), 1, 256, args, err);
+}
+
+static weft_status op_attention(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *q = tin(c, n, 0);
+    if (!c->kv || strcmp(c->kv->layout, "contiguous") || !c->kv->desc)
+        return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "attention %s: the cuda backend's kernel "
+                         "reads the contiguous kv layout, the kv slot provides '%s'", n->name,
+                         c->kv ? c->kv->layout : "(none)");
+    const weft_kv_contiguous *kv = c->kv->desc;
+    int layer = (int)n->p.i[0];
+    if (layer < 0 || (uint32_t)layer >= kv->n_layers)
+        return cuda_fail(err, WEFT_ERR_INVALID, "attention %s: layer %d outside the cache's %u",
+                         n->name, layer, kv->n_layers);
+    if (kv->dtype != q->dtype)
+        return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "attention %s: kv cache dtype %u differs "
+                         "from the activation dtype %u", n->name, kv->dtype, q->dtype);
+    int T = (int)c->n_tokens, Hq = (int)n->p.i[1], Hkv = (int)n->p.i[2], hd = (int)n->p.i[3];
+    int window = (int)n->p.i[4], max_seq = (int)kv->max_seq;
+    if (hd > 256 || Hkv <= 0 || Hq % Hkv)
+        return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "attention %s: head_dim %d (max 256), heads "
+                         "%d / kv heads %d", n->name, hd, Hq, Hkv);
+    float scale = n->p.f[0] != 0.f ? n->p.f[0] : 1.0f / sqrtf((float)hd);
+    CUdeviceptr slots;
+    TRY(row_slots(b, c, n, 4, &slots, err));
+    CUdeviceptr qp = din(c, n, 0), kp = din(c, n, 1), vp = din(c, n, 2), pp = din(c, n, 3);
+    CUdeviceptr kc = (CUdeviceptr)(uintptr_t)kv->k[layer].ptr;
+    CUdeviceptr vc = (CUdeviceptr)(uintptr_t)kv->v[layer].ptr;
+    CUdeviceptr op = dout(c, n, 0);
+    CUfunction fs, fa;
+    TRY(kern(b, q->dtype, q->dtype, "weft_kv_store", &fs, err));
+    TRY(kern(b, q->dtype, q->dtype, "weft_attention", &fa, err));
+    void *sargs[] = {&kp, &vp, &pp, &slots, &kc, &vc, &T, &Hkv, &hd, &max_seq};
+    TRY(cuda_launch(b, fs, "weft_kv_store", (unsigned)T, 1, 128, sargs, err));
+    void *aargs[] = {&qp, &pp, &slots, &kc, &vc, &op, &T, &Hq, &Hkv, &hd, &max_seq, &window,
+                     &scale};
+    return cuda_launch(b, fa, "weft_attention", (unsigned)T, (unsigned)Hq, 128, aargs, err);
+}
+
+static weft_status elementwise(cuda_backend *b, const weft_exec_ctx *c, const weft_node *n,
+                               const char *name, int kind, weft_error *err) {
+    const weft_tensor *x = tin(c, n, 0);
+    CUfunction f;
+    TRY(kern(b, x->dtype, x->dtype, name, &f, err));
+    long total = (long)c->n_tokens * cols_of(x);
+    CUdeviceptr a = din(c, n, 0), bb = din(c, n, 1), y = dout(c, n, 0);
+    float s = n->p.f[0];
+    if (kind == 0) { /* binary */
+        void *args[] = {&a, &bb, &y, &total};
+        return cuda_launch(b, f, name, blocks_for(total, 256), 1, 256, args, err);
+    }
+    if (kind == 1) { /* scale */
+        void *args[] = {&a, &y, &s, &total};
+        return cuda_launch(b, f, name, blocks_for(total, 256), 1, 256, args, err);
+    }
+    int act = (int)n->p.i[0];
+    void *args[] = {&a, &y, &act, &total};
+    return cuda_launch(b, f, name, blocks_for(total, 256), 1, 256, args, err);
+}
+
+static weft_status op_swiglu(void *st, const weft_exec_ctx *c, const weft_node *n,
+                             weft_error *err) {
+    return elementwise(st, c, n, "weft_swiglu", 0, err);
+}
+static weft_status op_add(void *st, const weft_exec_ctx *c, const weft_node *n, weft_error *err) {
+    return elementwise(st, c, n, "weft_add", 0, err);
+}
+static weft_status op_scale(void *st, const weft_exec_ctx *c, const weft_node *n,
+                            weft_error *err) {
+    return elementwise(st, c, n, "weft_scale", 1, err);
+}
+static weft_status op_activation(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                 weft_error *err) {
+    return elementwise(st, c, n, "weft_activation", 2, err);
+}
+
+
+static weft_status op_lm_head(void *st, const weft_exec_ctx *c, const weft_node *n,
+                              weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 1), *y = &c->graph->tensors[n->out[0]];
+    const weft_batch *bt = c->batch;
+    int R = bt ? (int)bt->n_logits : (int)c->n_tokens;
+    int D = (int)w->shape[1], V = (int)w->shape[0];
+    CUdeviceptr xs = din(c, n, 0);
+    cuda_ops_state *o = ops_of(b);
+    if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+    int identity = bt && (uint32_t)R == c->n_tokens;
+    for (int r = 0; identity && r < R; r++) identity = bt->logit_rows[r] == r;
+    if (!identity) {
+        CUdeviceptr rows = din(c, n, 2);
+        if (!rows) {
+            if (!bt || !bt->logit_rows)
+                return cuda_fail(err, WEFT_ERR_INVALID, "lm_head: no logit rows");
+            TRY(cuda_stage(b, bt->logit_rows, (uint64_t)R * sizeof(int32_t), &rows, err));
+        }
+        uint64_t need = (uint64_t)R * D * (x->dtype == WEFT_DTYPE_F32 ? 4 : 2);
+        if (need > o->head_scratch_bytes) {
+            if (o->head_scratch) cuda_arena_free(b, o->head_scratch);
+            TRY(cuda_arena_alloc(b, need, &o->head_scratch, err));
+            o->head_scratch_bytes = need;
+        }
+        CUfunction f;
+        TRY(kern(b, x->dtype, x->dtype, "weft_gather_rows", &f, err));
+        void *args[] = {&xs, &rows, &o->head_scratch, &R, &D};
+        TRY(cuda_launch(b, f, "weft_gather_rows", (unsigned)R, 1, 256, args, err));
+        xs = o->head_scratch;
+    }
+    CK(cuCtxSetCurrent(b->ctx), "making the context current");
+    return cuda_gemm(b, xs, x->dtype, din(c, n, 1), w->dtype, 0, dout(c, n, 0), y->dtype, R, V,
+                     D, err);
+}
+
+static weft_status op_copy(void *st, const weft_exec_ctx *c, const weft_node *n,
+                           weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0), *y = &c->graph->tensors[n->out[0]];
+    long total = (long)c->n_tokens * cols_of(x);
+    CUdeviceptr xp = din(c, n, 0), yp = dout(c, n, 0);
+    CK(cuCtxSetCurrent(b->ctx), "making the context current");
+    if (x->dtype == y->dtype) {
+        size_t es = x->dtype == WEFT_DTYPE_F32 ? 4 : 2;
+        CK(cuMemcpyDtoDAsync(yp, xp, (size_t)total * es, b->stream), "copying a tensor");
+        return WEFT_OK;
+    }
+    CUfunction f;
+    if (y->dtype == WEFT_DTYPE_F32) {
+        TRY(kern(b, x->dtype, x->dtype, "weft_to_f32", &f, err));
+    } else if (x->dtype == WEFT_DTYPE_F32) {
+        TRY(kern(b, y->dtype, y->dtype, "weft_from_f32", &f, err));
+    } else {
+        return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "copy %s: dtype %u -> %u", n->name, x->dtype,
+                         y->dtype);
+    }
+    void *args[] = {&xp, &yp, &total};
+    return cuda_launch(b, f, "weft_convert", blocks_for(total, 256), 1, 256, args, err);
+}
+
+static weft_status op_split(void *st, const weft_exec_ctx *c, const weft_node *n,
+                            weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0);
+    CUfunction f;
+    TRY(kern(b, x->dtype, x->dtype, "weft_slice_cols", &f, err));
+    int T = (int)c->n_tokens, total = (int)cols_of(x), off = 0;
+    CUdeviceptr xp = din(c, n, 0);
+    for (uint32_t i = 0; i < n->n_out; i++) {
+        int width = (int)n->p.i[i];
+        CUdeviceptr yp = dout(c, n, i);
+        void *args[] = {&xp, &yp, &T, &total, &off, &width};
+        TRY(cuda_launch(b, f, "weft_slice_cols", blocks_for((long)T * width, 256), 1, 256, args,
+                        err));
+        off += width;
+    }
+    return WEFT_OK;
+}
+
+/* ---- registration --------------------------------------------------------------------- */
+/* setup: which nodes this backend can run. */
+static int32_t accepts(void *st, const weft_graph *g, const weft_node *n) {
+    for (uint32_t i = 0; i < n->n_in; i++) {
+        if (n->in[i] == WEFT_TENSOR_NONE) continue;
+        if (n->in[i] >= g->n_tensors) return 0;
+        uint32_t d = g->tensors[n->in[i]].dtype;
+        if (!is_float(d) && d != WEFT_DTYPE_I32) return 0;
+    }
+    if (n->op == WEFT_OP_LINEAR || n->op == WEFT_OP_LM_HEAD)
+        return g->tensors[n->in[0]].dtype == g->tensors[n->in[1]].dtype;
+    if (n->op == WEFT_OP_ATTENTION) return n->p.i[3] <= 256;
+    return 1;
+}
+
+weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error *err) {
+    static const struct {
+        uint32_t op;
+        weft_op_fn fn;
+    } table[] = {
+        {WEFT_OP_EMBED, op_embed},           {WEFT_OP_LINEAR, op_linear},
+        {WEFT_OP_RMSNORM, op_rmsnorm},       {WEFT_OP_ROPE, op_rope},
+        {WEFT_OP_ATTENTION, op_attention},   {WEFT_OP_SWIGLU, op_swiglu},
+        {WEFT_OP_ADD, op_add},               {WEFT_OP_ACTIVATION, op_activation},
+        {WEFT_OP_LM_HEAD, op_lm_head},       {WEFT_OP_SCALE, op_scale},
+        {WEFT_OP_ADD_RMSNORM, op_add_rmsnorm}, {WEFT_OP_COPY, op_copy},
+        {WEFT_OP_SPLIT, op_split},
+    };
+    if (!ops || !ops->add) return cuda_fail(err, WEFT_ERR_INVALID, "register_ops: no ops service");
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        weft_op_impl impl;
+        memset(&impl, 0, sizeof(impl));
+        impl.size = sizeof(impl);
+        impl.op = table[i].op;
+        snprintf(impl.backend, sizeof(impl.backend), "cuda");
+        impl.dtype = 0;
+        impl.priority = 0;
+        impl.run = table[i].fn;
+        impl.state = st;
+        impl.accepts = accepts;
+        snprintf(impl.provider, sizeof(impl.provider), "cuda");
+        weft_status s = ops->add(ops->self, &impl, err);
+        if (s) return s;
+    }
+    return WEFT_OK;
+}

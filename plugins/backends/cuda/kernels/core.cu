@@ -1,0 +1,321 @@
+// core.cu: the cuda backend's plain kernels, compiled at first use by NVRTC for the device's
+// exact architecture. One module per (activation dtype, weight dtype) pair: WEFT_TA and WEFT_TW
+// are 1 (f32), 2 (f16) or 3 (bf16). No CUDA headers are needed: 16-bit conversions are written
+// out here (bf16 by bit manipulation with round-to-nearest-even, f16 through PTX cvt).
+// Shapes follow runtime/include/weft/graph.h; every kernel takes its row count T from the step.
+
+typedef unsigned short u16;
+#define INFINITY __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((unsigned)h) << 16); }
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    u16 h;
+    asm("{ .reg .f16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
+    return h;
+}
+
+template <int D> struct dt;
+template <> struct dt<1> {
+    typedef float T;
+    static __device__ __forceinline__ float ld(const T *p, long i) { return p[i]; }
+    static __device__ __forceinline__ void st(T *p, long i, float v) { p[i] = v; }
+    static __device__ __forceinline__ float round(float v) { return v; }
+};
+template <> struct dt<2> {
+    typedef u16 T;
+    static __device__ __forceinline__ float ld(const T *p, long i) { return f16_to_f32(p[i]); }
+    static __device__ __forceinline__ void st(T *p, long i, float v) { p[i] = f32_to_f16(v); }
+    static __device__ __forceinline__ float round(float v) { return f16_to_f32(f32_to_f16(v)); }
+};
+template <> struct dt<3> {
+    typedef u16 T;
+    static __device__ __forceinline__ float ld(const T *p, long i) { return bf16_to_f32(p[i]); }
+    static __device__ __forceinline__ void st(T *p, long i, float v) { p[i] = f32_to_bf16(v); }
+    static __device__ __forceinline__ float round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+};
+
+typedef dt<WEFT_TA> A; // activations and the kv cache
+typedef dt<WEFT_TW> W; // weights (embedding table, norm weights)
+typedef A::T act;
+typedef W::T wgt;
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); all threads get the result.
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float s = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.f;
+        s = warp_sum(s);
+        if (lane == 0) total = s;
+    }
+    __syncthreads();
+    float r = total;
+    __syncthreads();
+    return r;
+}
+
+// x (T,D) <- table (V,D) rows of tokens; ids outside [0,V) give zero rows (the host refuses them).
+extern "C" __global__ void weft_embed(const int *tokens, const wgt *table, act *x, int T, int D,
+                                      int V) {
+    int t = blockIdx.x;
+    if (t >= T) return;
+    int id = tokens[t];
+    bool ok = id >= 0 && id < V;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        A::st(x, (long)t * D + i, ok ? W::ld(table, (long)id * D + i) : 0.f);
+}
+
+// One block per group of `group` elements (group = cols for a whole-row norm).
+// As transformers: normalise in f32, round to the activation dtype, then multiply by the weight.
+extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int T, int cols,
+                                        int group, float eps) {
+    long g = blockIdx.x;
+    int groups = cols / group;
+    if (g >= (long)T * groups) return;
+    long base = g * group;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < group; i += blockDim.x) {
+        float v = A::ld(x, base + i);
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    float r = rsqrtf(ss / group + eps);
+    for (int i = threadIdx.x; i < group; i += blockDim.x)
+        A::st(y, base + i, W::ld(w, i) * A::round(A::ld(x, base + i) * r));
+}
+
+// r = x + res; y = rmsnorm(r) * w. One block per row.
+extern "C" __global__ void weft_add_rmsnorm(const act *x, const act *res, const wgt *w, act *y,
+                                            act *r, int T, int D, float eps) {
+    int t = blockIdx.x;
+    if (t >= T) return;
+    long base = (long)t * D;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
+        A::st(r, base + i, v);
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    float rs = rsqrtf(ss / D + eps);
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        A::st(y, base + i, W::ld(w, i) * A::round(A::ld(r, base + i) * rs));
+}
+
+// RoPE on (T, H*hd). inv_freq (rot/2) f32 precomputed on the host with the model's scaling.
+// layout 0: half-split pairs (i, i+rot/2) as transformers; 1: interleaved pairs (2i, 2i+1).
+extern "C" __global__ void weft_rope(const act *x, act *y, const int *pos, const float *inv_freq,
+                                     int T, int H, int hd, int rot, int layout) {
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    int half = rot / 2;
+    long total = (long)T * H * half;
+    if (idx >= total) return;
+    int i = idx % half;
+    long th = idx / half;
+    int h = th % H;
+    int t = th / H;
+    float ang = (float)pos[t] * inv_freq[i];
+    float c = A::round(cosf(ang)), s = A::round(sinf(ang));
+    long base = (long)t * H * hd + (long)h * hd;
+    int a = layout == 0 ? i : 2 * i, b = layout == 0 ? i + half : 2 * i + 1;
+    float xa = A::ld(x, base + a), xb = A::ld(x, base + b);
+    A::st(y, base + a, A::round(xa * c) - A::round(xb * s));
+    A::st(y, base + b, A::round(xb * c) + A::round(xa * s));
+    // dims past rot (partial rotary) are copied by the pass-through loop below
+    if (i == 0 && rot < hd && x != y)
+        for (int j = rot; j < hd; j++) A::st(y, base + j, A::ld(x, base + j));
+}
+
+// Writes the step's k and v rows into the contiguous cache: K/V (slots, max_seq, Hkv, hd).
+extern "C" __global__ void weft_kv_store(const act *k, const act *v, const int *pos,
+                                         const int *slots, act *kc, act *vc, int T, int Hkv,
+                                         int hd, int max_seq) {
+    int t = blockIdx.x;
+    if (t >= T) return;
+    int p = pos[t], s = slots[t];
+    if (p < 0 || p >= max_seq || s < 0) return;
+    long row = (long)Hkv * hd;
+    long dst = ((long)s * max_seq + p) * row;
+    for (int i = threadIdx.x; i < row; i += blockDim.x) {
+        kc[dst + i] = k[(long)t * row + i];
+        vc[dst + i] = v[(long)t * row + i];
+    }
+}
+
+// Attention of row t, head h over positions [start, pos[t]] of its slot's cache.
+// Block: 4 warps; warp w takes positions start+w, start+w+4, ...; each lane holds head dims
+// lane, lane+32, ... (hd <= 256), online softmax per warp, then a merge across warps.
+#define ATT_WARPS 4
+#define ATT_MAXE 8
+extern "C" __global__ void weft_attention(const act *q, const int *pos, const int *slots,
+                                          const act *kc, const act *vc, act *o, int T, int Hq,
+                                          int Hkv, int hd, int max_seq, int window, float scale) {
+    int t = blockIdx.x, h = blockIdx.y;
+    if (t >= T || h >= Hq) return;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int kvh = h / (Hq / Hkv);
+    int p = pos[t], s = slots[t];
+    int start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    float qr[ATT_MAXE], acc[ATT_MAXE];
+    int ne = 0;
+    for (int e = 0; e < ATT_MAXE; e++) {
+        int d = lane + 32 * e;
+        qr[e] = d < hd ? A::ld(q, (long)t * Hq * hd + (long)h * hd + d) * scale : 0.f;
+        acc[e] = 0.f;
+        if (d < hd) ne = e + 1;
+    }
+    float m = -INFINITY, l = 0.f;
+    long row = (long)Hkv * hd;
+    long slot_base = (long)s * max_seq * row + (long)kvh * hd;
+    for (int j = start + warp; j <= p; j += ATT_WARPS) {
+        const act *kr = kc + slot_base + (long)j * row;
+        float dot = 0.f;
+        for (int e = 0; e < ne; e++) {
+            int d = lane + 32 * e;
+            if (d < hd) dot += qr[e] * A::ld(kr, d);
+        }
+        dot = warp_sum(dot);
+        float mn = fmaxf(m, dot);
+        float c = __expf(m - mn), pj = __expf(dot - mn);
+        const act *vr = vc + slot_base + (long)j * row;
+        for (int e = 0; e < ne; e++) {
+            int d = lane + 32 * e;
+            if (d < hd) acc[e] = acc[e] * c + pj * A::ld(vr, d);
+        }
+        l = l * c + pj;
+        m = mn;
+    }
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
+    __shared__ float sacc[ATT_WARPS][256];
+    if (lane == 0) { sm[warp] = m; sl[warp] = l; }
+    for (int e = 0; e < ne; e++) {
+        int d = lane + 32 * e;
+        if (d < hd) sacc[warp][d] = acc[e];
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float M = -INFINITY;
+        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
+        float L = 0.f;
+        for (int w = 0; w < ATT_WARPS; w++) L += sm[w] == -INFINITY ? 0.f : sl[w] * __expf(sm[w] - M);
+        for (int e = 0; e < ne; e++) {
+            int d = lane + 32 * e;
+            if (d >= hd) continue;
+            float v = 0.f;
+            for (int w = 0; w < ATT_WARPS; w++)
+                if (sm[w] != -INFINITY) v += sacc[w][d] * __expf(sm[w] - M);
+            A::st(o, (long)t * Hq * hd + (long)h * hd + d, L > 0.f ? v / L : 0.f);
+        }
+    }
+}
+
+// y = silu(gate) * up, elementwise over n.
+extern "C" __global__ void weft_swiglu(const act *g, const act *u, act *y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float a = A::ld(g, i);
+    float s = A::round(a / (1.f + __expf(-a)));
+    A::st(y, i, s * A::ld(u, i));
+}
+
+extern "C" __global__ void weft_add(const act *a, const act *b, act *y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) A::st(y, i, A::ld(a, i) + A::ld(b, i));
+}
+
+extern "C" __global__ void weft_scale(const act *a, act *y, float s, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) A::st(y, i, A::ld(a, i) * s);
+}
+
+// kind 0 silu, 1 gelu (tanh approximation, as transformers' gelu_pytorch_tanh), 2 relu
+extern "C" __global__ void weft_activation(const act *a, act *y, int kind, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = A::ld(a, i), r;
+    if (kind == 0) r = x / (1.f + __expf(-x));
+    else if (kind == 1) r = 0.5f * x * (1.f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+    else r = x > 0.f ? x : 0.f;
+    A::st(y, i, r);
+}
+
+// out (R,D) <- x rows listed in rows (R).
+extern "C" __global__ void weft_gather_rows(const act *x, const int *rows, act *out, int R, int D) {
+    int r = blockIdx.x;
+    if (r >= R) return;
+    long src = (long)rows[r] * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) out[(long)r * D + i] = x[src + i];
+}
+
+// Column slices: x (T, total) -> y (T, width) starting at column off.
+extern "C" __global__ void weft_slice_cols(const act *x, act *y, int T, int total, int off,
+                                           int width) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)T * width) return;
+    long t = i / width, c = i % width;
+    y[i] = x[t * total + off + c];
+}
+
+// dtype conversion copy: activation dtype to f32 and back.
+extern "C" __global__ void weft_to_f32(const act *x, float *y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = A::ld(x, i);
+}
+extern "C" __global__ void weft_from_f32(const float *x, act *y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) A::st(y, i, x[i]);
+}
+// Bias add (N) over rows of y (T,N), for linear layers whose GEMM ran without an epilogue.
+extern "C" __global__ void weft_bias_add(act *y, const wgt *b, int T, int N) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (long)T * N) A::st(y, i, A::ld(y, i) + W::ld(b, i % N));
+}
+
+// Random fill for probes and synthetic checks: uniform in [-1, 1) from a hash of (seed, i),
+// stored in the activation dtype (bytes = 0: u8 values that are finite in fp8 e4m3).
+__device__ __forceinline__ unsigned hash_u32(unsigned long long x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (unsigned)x;
+}
+extern "C" __global__ void weft_fill_random(act *y, long n, unsigned long long seed) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        unsigned h = hash_u32(seed * 0x9E3779B97F4A7C15ull + (unsigned long long)i);
+        A::st(y, i, (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    }
+}
+extern "C" __global__ void weft_fill_random_fp8(unsigned char *y, long n, unsigned long long seed) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        unsigned h = hash_u32(seed * 0x9E3779B97F4A7C15ull + (unsigned long long)i);
+        y[i] = (unsigned char)((h & 0x80u) | ((h >> 8) & 0x3fu)); // exponent <= 7: finite
+    }
+}
+extern "C" __global__ void weft_noop(int x) {}

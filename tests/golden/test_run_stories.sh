@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# End to end through the CLI: convert the shared stories260K llama2.c checkpoint, then
+# `weft run` greedy from "Once upon a time" must print the continuation the reference README
+# quotes for greedy decoding with the converted weights, `weft candidate graph` must print the
+# decode graph and its hash, and `weft bench decode` must report a speed.
+set -euo pipefail
+build=${1:?usage: test_run_stories.sh BUILD_DIR}
+weft="$build/bin/weft"
+shared=${WEFT_SHARED_DIR:-$(pwd)/../shared}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$weft" convert llama2c "$shared/models/stories260K/stories260K.bin" \
+    "$shared/models/stories260K/tok512.bin" "$tmp/stories260k" > /dev/null
+
+cat > "$tmp/cpu1.yaml" <<YAML
+format: 1
+candidate: cpu1
+model: $tmp/stories260k
+backend: {name: cpu, options: {threads: 1}}
+model_plugin: llama
+techniques: []
+serving:
+  max_model_len: 512
+  max_concurrency: 1
+  threads: 1
+YAML
+
+out=$("$weft" run --candidate "$tmp/cpu1.yaml" --temperature 0 --max-tokens 20 "Once upon a time")
+expected="Once upon a time, there was a little girl named Lily."
+case "$out" in
+"$expected"*) ;;
+*) echo "weft run printed: $out"; echo "expected it to start with: $expected"; exit 1 ;;
+esac
+
+# A continuation keeps its leading space: the prompt's tail primes the detokenizer.
+out_once=$("$weft" run --candidate "$tmp/cpu1.yaml" --temperature 0 --max-tokens 3 "Once")
+[ "$out_once" = "Once upon a time" ] || { echo "from 'Once': '$out_once'"; exit 1; }
+
+# --model replaces the baseline manifest's model.
+out2=$("$weft" run --model "$tmp/stories260k" --temperature 0 --max-tokens 20 "Once upon a time")
+[ "$out" = "$out2" ] || { echo "--model gave: $out2"; exit 1; }
+
+# A stop string ends the text right before it.
+out3=$("$weft" run --candidate "$tmp/cpu1.yaml" --temperature 0 --max-tokens 40 --stop "Lily" \
+    "Once upon a time")
+[ "$out3" = "Once upon a time, there was a little girl named " ] ||
+    { echo "with --stop: '$out3'"; exit 1; }
+
+graph=$("$weft" candidate graph "$tmp/cpu1.yaml")
+grep -q '^hash [0-9a-f]\{32\}$' <<<"$graph" || { echo "graph printed: $graph"; exit 1; }
+grep -q '^  77 lm_head: lm_head(norm.y:f32\[1,64\], lm_head:f32\[512,64\]) -> out.logits:f32\[1,512\]  \[cpu\]$' \
+    <<<"$graph" || { echo "graph printed: $graph"; exit 1; }
+
+bench=$("$weft" bench decode --candidate "$tmp/cpu1.yaml" --gen 32 --repeats 2)
+grep -q 'tokens/s   median [0-9.]\+' <<<"$bench" || { echo "bench printed: $bench"; exit 1; }
+
+# Bad input is refused with a message, not a crash.
+if "$weft" run --candidate "$tmp/cpu1.yaml" --top-p 2 "x" 2> "$tmp/err"; then
+    echo "--top-p 2 was accepted"; exit 1
+fi
+grep -q -- '--top-p' "$tmp/err"
+echo ok
