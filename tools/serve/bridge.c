@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "plugin/lock.h"
 #include "serve/serve.h"
 #include "util/error.h"
 
@@ -81,7 +82,7 @@ static void on_event(void *user, const weft_token_event *ev) {
             }
         }
     }
-    if (ev->text_len) serve_buf_append(&c->text, ev->text, ev->text_len);
+    if (ev->text_len) serve_buf_append_utf8(&c->text, ev->text, ev->text_len);
     if (ev->finish && !c->finish) {
         c->finish = ev->finish;
         if (ev->message) snprintf(c->message, sizeof(c->message), "%s", ev->message);
@@ -253,7 +254,42 @@ static int peer_gone(int fd) {
 }
 
 /* ---- opening and the readiness probe ---------------------------------------------------- */
+static void on_lock_problem(void *ctx, const char *line) {
+    serve_server *s = ctx;
+    fprintf(stderr, "weft serve: %s\n", line);
+    if (!s->load_error[0]) snprintf(s->load_error, sizeof(s->load_error), "%s", line);
+}
+
+/* Every file the lock names (plugin libraries, manifests, model files) must still be the one
+ * that was frozen; the loader re-checks the libraries it opens, this covers the rest. */
+static int check_lock(serve_server *s) {
+    weft_lock *l = NULL;
+    weft_error e;
+    weft_error_clear(&e);
+    if (weft_lock_load(s->cfg.lock, &l, &e) != WEFT_OK) {
+        snprintf(s->load_error, sizeof(s->load_error), "%s: %s", s->cfg.lock, e.message);
+        return -1;
+    }
+    uint32_t problems = 0;
+    weft_status st = weft_lock_check(l, 0, on_lock_problem, s, &problems, &e);
+    weft_lock_free(l);
+    if (st != WEFT_OK) {
+        snprintf(s->load_error, sizeof(s->load_error), "%s: %s", s->cfg.lock, e.message);
+        return -1;
+    }
+    if (problems) {
+        char first[sizeof(s->load_error)];
+        snprintf(first, sizeof(first), "%s", s->load_error);
+        snprintf(s->load_error, sizeof(s->load_error),
+                 "%s: %u file(s) differ from the lock, refusing to start (first: %.700s)",
+                 s->cfg.lock, problems, first);
+        return -1;
+    }
+    return 0;
+}
+
 static int open_engine(serve_server *s) {
+    if (check_lock(s)) return -1;
     weft_engine_options o;
     weft_engine_options_default(&o);
     o.lock_path = s->cfg.lock;

@@ -103,24 +103,8 @@ static void handle_model_one(serve_server *s, const char *id, serve_reply *out) 
 
 /* ---- /tokenize, /detokenize --------------------------------------------------------------- */
 static json_t *utf8_string(const char *t, size_t n) {
-    if (serve_utf8_valid(t, n) && !memchr(t, 0, n)) return json_stringn(t, n);
-    /* Replace what is not UTF-8 (a cut multi-byte character) with U+FFFD. */
     serve_buf b = {0};
-    size_t i = 0;
-    while (i < n) {
-        size_t k = 1;
-        unsigned c = (unsigned char)t[i];
-        if (c >= 0xF0) k = 4;
-        else if (c >= 0xE0) k = 3;
-        else if (c >= 0xC0) k = 2;
-        if (c && i + k <= n && serve_utf8_valid(t + i, k))
-            serve_buf_append(&b, t + i, k);
-        else {
-            serve_buf_append(&b, "\xEF\xBF\xBD", 3);
-            k = 1;
-        }
-        i += k;
-    }
+    serve_buf_append_utf8(&b, t, n);
     json_t *j = json_stringn(b.data ? b.data : "", b.len);
     serve_buf_free(&b);
     return j;

@@ -107,12 +107,52 @@ int serve_check_model(serve_server *s, json_t *body, int required, char *model, 
     return 0;
 }
 
+/* The bytes one token contributes to text. Decoding a token alone loses what tokenizers strip
+ * at the start of a text (sentencepiece's leading space), so the token is decoded after an
+ * ordinary anchor token and the anchor's own text is removed; byte-fallback pieces (<0xNN>) are
+ * their byte. *out is malloc'ed. */
+int serve_token_bytes(serve_server *s, int32_t id, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    if (!s->tok) return -1;
+    const char *piece = weft_tokenizer_token(s->tok, id);
+    unsigned byte;
+    char tail;
+    if (piece && strlen(piece) == 6 && sscanf(piece, "<0x%2X%c", &byte, &tail) == 2 &&
+        tail == '>') {
+        *out = malloc(1);
+        if (!*out) return -1;
+        (*out)[0] = (char)byte;
+        *len = 1;
+        return 0;
+    }
+    weft_error e;
+    weft_error_clear(&e);
+    int32_t anchor = weft_tokenizer_find(s->tok, "a");
+    if (anchor >= 0 && !weft_tokenizer_is_special(s->tok, id)) {
+        int32_t pair[2] = {anchor, id};
+        char *a = NULL, *ab = NULL;
+        size_t alen = 0, ablen = 0;
+        int ok = weft_tokenizer_decode(s->tok, pair, 1, 0, &a, &alen, &e) == WEFT_OK &&
+                 weft_tokenizer_decode(s->tok, pair, 2, 0, &ab, &ablen, &e) == WEFT_OK &&
+                 ablen >= alen && !memcmp(a, ab, alen);
+        if (ok) {
+            memmove(ab, ab + alen, ablen - alen);
+            *out = ab;
+            *len = ablen - alen;
+            free(a);
+            return 0;
+        }
+        free(a);
+        free(ab);
+    }
+    return weft_tokenizer_decode(s->tok, &id, 1, 0, out, len, &e) == WEFT_OK ? 0 : -1;
+}
+
 json_t *serve_token_text(serve_server *s, int32_t id) {
     char *text = NULL;
     size_t len = 0;
-    weft_error e;
-    weft_error_clear(&e);
-    if (!s->tok || weft_tokenizer_decode(s->tok, &id, 1, 0, &text, &len, &e) != WEFT_OK) {
+    if (serve_token_bytes(s, id, &text, &len)) {
         free(text);
         char buf[32];
         snprintf(buf, sizeof(buf), "token_id:%d", id);

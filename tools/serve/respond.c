@@ -39,9 +39,7 @@ static json_t *bytes_json(serve_server *s, int32_t id) {
     json_t *arr = json_array();
     char *text = NULL;
     size_t len = 0;
-    weft_error e;
-    memset(&e, 0, sizeof(e));
-    if (s->tok && weft_tokenizer_decode(s->tok, &id, 1, 0, &text, &len, &e) == WEFT_OK)
+    if (serve_token_bytes(s, id, &text, &len) == 0)
         for (size_t i = 0; i < len; i++)
             json_array_append_new(arr, json_integer((unsigned char)text[i]));
     free(text);

@@ -42,6 +42,8 @@ typedef struct serve_buf {
 int serve_buf_append(serve_buf *b, const void *data, size_t n); /* 0 or -1 (no memory) */
 int serve_buf_printf(serve_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void serve_buf_free(serve_buf *b);
+/* Appends t[0..n), with anything that is not UTF-8 (and NUL) replaced by U+FFFD. */
+int serve_buf_append_utf8(serve_buf *b, const char *t, size_t n);
 double serve_now(void);  /* monotonic seconds */
 int64_t serve_unix_time(void);
 uint64_t serve_random_u64(void); /* not for secrets: seeds and ids */
@@ -294,6 +296,7 @@ int serve_check_model(serve_server *s, json_t *body, int required, char *model, 
                       serve_err *err);
 void serve_gen_free(serve_gen *g);
 json_t *serve_token_text(serve_server *s, int32_t id); /* JSON string of one token's text */
+int serve_token_bytes(serve_server *s, int32_t id, char **out, size_t *len);
 
 /* ---- responses (respond.c) ------------------------------------------------------------------- */
 json_t *serve_completion_json(serve_req *r);

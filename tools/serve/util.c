@@ -107,3 +107,26 @@ int serve_utf8_valid(const char *s, size_t n) {
     }
     return 1;
 }
+
+int serve_buf_append_utf8(serve_buf *b, const char *t, size_t n) {
+    if (serve_utf8_valid(t, n) && !memchr(t, 0, n)) return serve_buf_append(b, t, n);
+    /* Replace what is not UTF-8 (a cut multi-byte character) and NUL with U+FFFD. */
+    size_t i = 0;
+    while (i < n) {
+        size_t k = 1;
+        unsigned c = (unsigned char)t[i];
+        if (c >= 0xF0) k = 4;
+        else if (c >= 0xE0) k = 3;
+        else if (c >= 0xC0) k = 2;
+        int rc;
+        if (c && i + k <= n && serve_utf8_valid(t + i, k)) {
+            rc = serve_buf_append(b, t + i, k);
+        } else {
+            rc = serve_buf_append(b, "\xEF\xBF\xBD", 3);
+            k = 1;
+        }
+        if (rc) return rc;
+        i += k;
+    }
+    return 0;
+}
