@@ -83,6 +83,17 @@ static void on_event(void *user, const weft_token_event *ev) {
         }
     }
     if (ev->text_len) serve_buf_append_utf8(&c->text, ev->text, ev->text_len);
+    if (ev->token >= 0 && r->g.stream) {
+        if (c->n_ends == c->cap_ends) {
+            size_t cap = c->cap_ends ? c->cap_ends * 2 : 64;
+            uint32_t *p = realloc(c->ends, cap * sizeof(*p));
+            if (p) {
+                c->ends = p;
+                c->cap_ends = cap;
+            }
+        }
+        if (c->n_ends < c->cap_ends) c->ends[c->n_ends++] = (uint32_t)c->text.len;
+    }
     if (ev->finish && !c->finish) {
         c->finish = ev->finish;
         if (ev->message) snprintf(c->message, sizeof(c->message), "%s", ev->message);

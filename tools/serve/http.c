@@ -49,6 +49,7 @@ void serve_req_unref(serve_req *r) {
     for (uint32_t i = 0; i < r->n_choices; i++) {
         serve_buf_free(&r->choices[i].text);
         free(r->choices[i].toks);
+        free(r->choices[i].ends);
     }
     free(r->choices);
     serve_gen_free(&r->g);

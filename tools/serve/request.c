@@ -66,16 +66,10 @@ static int check_fields(json_t *body, const char *const *known, const char *cons
         for (const char *const *k = known; *k && !ok; k++) ok = !strcmp(*k, key);
         if (ok) continue;
         for (const char *const *k = unsupported; *k; k++)
-            if (!strcmp(*k, key)) {
-                if (json_is_null(v)) {
-                    ok = 1;
-                    break;
-                }
+            if (!strcmp(*k, key))
                 return serve_err_set(err, 400, "unsupported_parameter", key,
                                      "%s: weft does not support this field yet on %s", key,
                                      endpoint);
-            }
-        if (ok) continue;
         char shown[64];
         snprintf(shown, sizeof(shown), "%s", key);
         return serve_err_set(err, 400, "unknown_parameter", shown,
@@ -318,8 +312,8 @@ static int chat_messages(json_t *msgs, json_t **out, serve_err *err) {
         const char *key;
         json_t *v;
         json_object_foreach(m, key, v) {
+            (void)v;
             if (!strcmp(key, "role") || !strcmp(key, "content") || !strcmp(key, "name")) continue;
-            if (json_is_null(v)) continue;
             json_decref(norm);
             if (!strcmp(key, "tool_calls") || !strcmp(key, "tool_call_id") ||
                 !strcmp(key, "function_call") || !strcmp(key, "audio") ||
@@ -360,7 +354,7 @@ static int chat_messages(json_t *msgs, json_t **out, serve_err *err) {
                 json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
                 json_t *t = json_is_object(part) ? json_object_get(part, "text") : NULL;
                 if (!json_is_string(type) || strcmp(json_string_value(type), "text") ||
-                    !json_is_string(t)) {
+                    !json_is_string(t) || json_object_size(part) != 2) {
                     serve_buf_free(&text);
                     json_decref(norm);
                     if (json_is_string(type) && strcmp(json_string_value(type), "text"))
@@ -375,7 +369,7 @@ static int chat_messages(json_t *msgs, json_t **out, serve_err *err) {
                 }
                 serve_buf_append(&text, json_string_value(t), json_string_length(t));
             }
-        } else if (!(json_is_null(content) && !strcmp(r, "assistant")) || !content) {
+        } else {
             json_decref(norm);
             return serve_err_set(err, 400, "invalid_type", "messages",
                                  "messages[%zu].content: expected a string or an array of text "

@@ -174,25 +174,41 @@ int serve_stream_pump(serve_req *r) {
                                            "logprobs", "finish_reason")));
             }
         }
-        size_t text_to = c->text.len, toks_to = c->n_toks;
-        if (text_to > c->sent_text || (r->g.logprobs && toks_to > c->sent_toks)) {
-            const char *t = c->text.data ? c->text.data + c->sent_text : "";
-            size_t tl = text_to - c->sent_text;
-            json_t *lp = json_null();
-            if (r->g.logprobs)
-                lp = chat ? chat_logprobs(s, c, c->sent_toks, toks_to)
-                          : completion_logprobs(s, c, c->sent_toks, toks_to,
-                                                r->g.echo ? p->text_len : 0);
-            json_t *ch;
-            if (chat)
-                ch = json_pack("{s:I, s:{s:s#}, s:o, s:n}", "index", (json_int_t)c->index, "delta",
-                               "content", t, tl, "logprobs", lp, "finish_reason");
-            else
-                ch = json_pack("{s:I, s:s#, s:o, s:n}", "index", (json_int_t)c->index, "text", t,
-                               tl, "logprobs", lp, "finish_reason");
-            emit(r, chunk(r, ch));
-            c->sent_text = text_to;
-            c->sent_toks = toks_to;
+        /* One event per generated token (its text and, when asked, its log-probabilities),
+         * then whatever text the final event released. Tokens whose text is held back (a
+         * partial UTF-8 character or stop-string prefix) ride with the next event. */
+        for (;;) {
+            size_t text_to = c->text.len, toks_to = c->n_toks;
+            if (c->sent_ends < c->n_ends) {
+                text_to = c->ends[c->sent_ends];
+                if (r->g.logprobs && c->sent_ends + 1 < toks_to) toks_to = c->sent_ends + 1;
+                c->sent_ends++;
+            } else if (!c->finish && c->sent_text == c->text.len) {
+                break;
+            }
+            if (text_to < c->sent_text) text_to = c->sent_text;
+            int more_text = text_to > c->sent_text;
+            int more_toks = r->g.logprobs && toks_to > c->sent_toks;
+            if (more_text || more_toks) {
+                const char *t = c->text.data ? c->text.data + c->sent_text : "";
+                size_t tl = text_to - c->sent_text;
+                json_t *lp = json_null();
+                if (r->g.logprobs)
+                    lp = chat ? chat_logprobs(s, c, c->sent_toks, toks_to)
+                              : completion_logprobs(s, c, c->sent_toks, toks_to,
+                                                    r->g.echo ? p->text_len : 0);
+                json_t *ch;
+                if (chat)
+                    ch = json_pack("{s:I, s:{s:s#}, s:o, s:n}", "index", (json_int_t)c->index,
+                                   "delta", "content", t, tl, "logprobs", lp, "finish_reason");
+                else
+                    ch = json_pack("{s:I, s:s#, s:o, s:n}", "index", (json_int_t)c->index,
+                                   "text", t, tl, "logprobs", lp, "finish_reason");
+                emit(r, chunk(r, ch));
+                c->sent_text = text_to;
+                c->sent_toks = toks_to;
+            }
+            if (c->sent_ends >= c->n_ends && c->sent_text == c->text.len) break;
         }
         if (c->finish && !c->sent_finish) {
             c->sent_finish = 1;

@@ -182,12 +182,14 @@ typedef struct serve_choice {
     serve_buf text;
     serve_tok *toks; /* only when logprobs were asked for */
     size_t n_toks, cap_toks;
+    uint32_t *ends;  /* text.len after each generated token: streams send one event per token */
+    size_t n_ends, cap_ends;
     uint32_t n_generated;
     uint32_t finish; /* weft_finish, NONE while running */
     char message[256];
     double t_first, t_last;
     /* streaming cursors, HTTP side */
-    size_t sent_text, sent_toks;
+    size_t sent_text, sent_toks, sent_ends;
     int sent_role, sent_finish;
 } serve_choice;
 
