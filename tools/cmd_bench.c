@@ -235,14 +235,20 @@ static int bench_decode(int argc, char **argv) {
     return rc;
 }
 
+/* `weft bench serve` lives in cmd_bench_serve.c (the server's benchmark). */
+__attribute__((weak)) int weft_cmd_bench_serve(int argc, char **argv);
+
 int weft_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: weft bench decode [options]   (weft bench decode --help)\n"
-                "       weft bench prefill            (not in this build yet)\n");
+                "       weft bench prefill            (not in this build yet)\n"
+                "       weft bench serve --url URL    (weft bench serve --help)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve") && weft_cmd_bench_serve)
+        return weft_cmd_bench_serve(argc - 1, argv + 1);
     fprintf(stderr, "weft bench: unknown benchmark '%s' (expected decode)\n", argv[1]);
     return 2;
 }
