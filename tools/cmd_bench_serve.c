@@ -25,8 +25,8 @@
 #define BS_MAX_LEVELS 8
 #define BS_PROMPTS 4
 
-static const char *const prompts[BS_PROMPTS] = {
-    "Once upon a time", "The little dog", "One day, a girl named Sue", "The sun was hot and"};
+static const char *const prompts[BS_PROMPTS] = {"Once upon a time", "The little dog",
+                                                "One day, a girl named Sue", "The sun was hot and"};
 
 typedef struct bs_opts {
     const char *url, *api_key, *model, *lock, *json_out;
@@ -135,7 +135,8 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user) {
     size_t n = size * nmemb;
     if (x->len + n + 1 > x->cap) {
         size_t c = x->cap ? x->cap * 2 : 4096;
-        while (c < x->len + n + 1) c *= 2;
+        while (c < x->len + n + 1)
+            c *= 2;
         char *p = realloc(x->buf, c);
         if (!p) return 0;
         x->buf = p;
@@ -148,8 +149,7 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user) {
     return n;
 }
 
-static void xfer_start(CURLM *m, bs_xfer *x, const bs_opts *o, int stream, int prompt,
-                       char *url) {
+static void xfer_start(CURLM *m, bs_xfer *x, const bs_opts *o, int stream, int prompt, char *url) {
     memset(x, 0, sizeof(*x));
     x->stream = stream;
     x->prompt = prompt;
@@ -199,11 +199,11 @@ static char *verify(bs_xfer *x, long status, const bs_opts *o, bs_stats *st, bs_
     json_int_t completion_tokens = -1;
     if (!x->stream) {
         json_t *j = json_loads(x->buf ? x->buf : "", 0, NULL);
-        json_t *t = j ? json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text")
-                      : NULL;
+        json_t *t =
+            j ? json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text") : NULL;
         id = j ? json_string_value(json_object_get(j, "id")) : NULL;
-        completion_tokens = json_integer_value(
-            json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+        completion_tokens =
+            json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
         if (!t || !json_is_string(t) || !id) {
             st->malformed++;
             problem(st, "malformed JSON response: %.400s", x->buf ? x->buf : "");
@@ -242,7 +242,8 @@ static char *verify(bs_xfer *x, long status, const bs_opts *o, bs_stats *st, bs_
                     if (!t) bad = 1;
                     size_t tl = t ? strlen(t) : 0;
                     if (len + tl + 1 > cap) {
-                        while (len + tl + 1 > cap) cap *= 2;
+                        while (len + tl + 1 > cap)
+                            cap *= 2;
                         text = realloc(text, cap);
                     }
                     if (t && text) {
@@ -254,8 +255,7 @@ static char *verify(bs_xfer *x, long status, const bs_opts *o, bs_stats *st, bs_
                 }
                 if (u && json_is_object(u)) {
                     usage++;
-                    completion_tokens =
-                        json_integer_value(json_object_get(u, "completion_tokens"));
+                    completion_tokens = json_integer_value(json_object_get(u, "completion_tokens"));
                 }
                 json_decref(j);
             }
@@ -364,10 +364,9 @@ static int run_level(const bs_opts *o, uint32_t conc, uint32_t n_req, double str
     if (report) {
         json_t *l = json_pack(
             "{s:i, s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:i}", "concurrency", (int)conc,
-            "requests", (int)n_req, "requests_per_s", (double)st.ok / wall, "wall_s", wall,
-            "ok", (int)st.ok, "failed", (int)st.failed, "bad_status", (int)st.bad_status,
-            "malformed", (int)st.malformed, "garbled", (int)st.garbled, "duplicates",
-            (int)st.duplicates);
+            "requests", (int)n_req, "requests_per_s", (double)st.ok / wall, "wall_s", wall, "ok",
+            (int)st.ok, "failed", (int)st.failed, "bad_status", (int)st.bad_status, "malformed",
+            (int)st.malformed, "garbled", (int)st.garbled, "duplicates", (int)st.duplicates);
         const char *names[3] = {"ttft_ms", "itl_ms", "e2e_ms"};
         double *arrs[3] = {st.ttft, st.itl, st.e2e};
         size_t ns[3] = {st.n_ttft, st.n_itl, st.n_e2e};
@@ -491,11 +490,16 @@ int weft_cmd_bench_serve(int argc, char **argv) {
             return 2;
         }
         i++;
-        if (!strcmp(a, "--url")) o.url = v;
-        else if (!strcmp(a, "--model")) o.model = v;
-        else if (!strcmp(a, "--api-key")) o.api_key = v;
-        else if (!strcmp(a, "--lock")) o.lock = v;
-        else if (!strcmp(a, "--json")) o.json_out = v;
+        if (!strcmp(a, "--url"))
+            o.url = v;
+        else if (!strcmp(a, "--model"))
+            o.model = v;
+        else if (!strcmp(a, "--api-key"))
+            o.api_key = v;
+        else if (!strcmp(a, "--lock"))
+            o.lock = v;
+        else if (!strcmp(a, "--json"))
+            o.json_out = v;
         else if (!strcmp(a, "--requests")) {
             if (weft_cli_parse_u32("bench serve", a, v, &o.requests) || !o.requests) return 2;
         } else if (!strcmp(a, "--max-tokens")) {
@@ -513,8 +517,8 @@ int weft_cmd_bench_serve(int argc, char **argv) {
             snprintf(buf, sizeof(buf), "%s", v);
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
                 uint32_t c;
-                if (o.n_levels == BS_MAX_LEVELS ||
-                    weft_cli_parse_u32("bench serve", a, tok, &c) || c == 0 || c > 4096)
+                if (o.n_levels == BS_MAX_LEVELS || weft_cli_parse_u32("bench serve", a, tok, &c) ||
+                    c == 0 || c > 4096)
                     return 2;
                 o.levels[o.n_levels++] = c;
             }
@@ -533,8 +537,8 @@ int weft_cmd_bench_serve(int argc, char **argv) {
     char *ref[BS_PROMPTS] = {0};
     bs_ids ids = {0};
     int rc = 0;
-    printf("# weft bench serve: %s, %u tokens per request, %.0f%% streaming\n", o.url,
-           o.max_tokens, o.stream_fraction * 100);
+    printf("# weft bench serve: %s, %u tokens per request, %.0f%% streaming\n", o.url, o.max_tokens,
+           o.stream_fraction * 100);
     printf("%5s %8s %9s   %23s   %20s   %15s   %s\n", "conc", "requests", "req/s",
            "ttft ms p50/p90/p99", "itl ms p50/p90/p99", "e2e ms p50/p99", "errors");
     for (uint32_t k = 0; k < o.n_levels; k++)
@@ -565,8 +569,10 @@ int weft_cmd_bench_serve(int argc, char **argv) {
         rc = 1;
     }
     json_decref(report);
-    for (int k = 0; k < BS_PROMPTS; k++) free(ref[k]);
-    for (size_t i = 0; i < ids.n; i++) free(ids.ids[i]);
+    for (int k = 0; k < BS_PROMPTS; k++)
+        free(ref[k]);
+    for (size_t i = 0; i < ids.n; i++)
+        free(ids.ids[i]);
     free(ids.ids);
     curl_global_cleanup();
     return rc;

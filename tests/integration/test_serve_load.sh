@@ -6,7 +6,9 @@
 # the engine must be idle again (/metrics) and SIGTERM must end it with status 0.
 source "$(dirname "$0")/serve_setup.sh" "$1"
 log=$SERVE_TMP/serve.log
-"$WEFT_BIN" serve "$WEFT_SERVE_LOCK" --port 0 2>"$log" &
+# Two malloc arenas: the HTTP pool threads otherwise each grow their own, and the RSS would
+# measure glibc's arena placement rather than the server.
+MALLOC_ARENA_MAX=2 "$WEFT_BIN" serve "$WEFT_SERVE_LOCK" --port 0 2>"$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; rm -rf "$SERVE_TMP"' EXIT
 port=""
@@ -20,7 +22,7 @@ curl -sf "$url/health" >/dev/null || { cat "$log"; exit 1; }
 rss() { awk '/^VmRSS:/ {print $2}' /proc/$pid/status; }
 metric() { curl -sf "$url/metrics" | awk -v n="$1" '$1 ~ "^"n"({|$)" {print $2}'; }
 
-"$WEFT_BIN" bench serve --url "$url" --concurrency 32 --requests 400 --max-tokens 32 --check \
+"$WEFT_BIN" bench serve --url "$url" --concurrency 32 --requests 1000 --max-tokens 32 --check \
   >/dev/null
 before=$(rss)
 "$WEFT_BIN" bench serve --url "$url" --concurrency 32 --requests 2000 --max-tokens 32 \

@@ -102,7 +102,8 @@ static void on_event(void *user, const weft_token_event *ev) {
             r->phase = PHASE_DONE;
             serve_metrics_observe(&s->metrics, &s->metrics.e2e, now - r->t_arrival);
             int any = 0;
-            for (uint32_t i = 0; i < r->n_choices; i++) any |= r->choices[i].n_generated > 0;
+            for (uint32_t i = 0; i < r->n_choices; i++)
+                any |= r->choices[i].n_generated > 0;
             if (any) atomic_fetch_sub(&s->running, 1);
             if (r->counted) {
                 atomic_fetch_sub(&s->inflight, 1);
@@ -156,7 +157,8 @@ static int submit_generation(serve_server *s, serve_req *r) {
             serve_err_set(&r->err, st == WEFT_ERR_INVALID ? 400 : 500,
                           st == WEFT_ERR_INVALID ? "invalid_value" : "engine_error", NULL, "%s",
                           e.message[0] ? e.message : weft_status_name(st));
-            for (uint32_t k = 0; k < i; k++) weft_request_cancel(s->engine, r->choices[k].engine_id);
+            for (uint32_t k = 0; k < i; k++)
+                weft_request_cancel(s->engine, r->choices[k].engine_id);
             for (uint32_t k = i; k < r->n_choices; k++) {
                 r->choices[k].finish = WEFT_FINISH_ERROR;
                 r->n_done++;
@@ -173,7 +175,8 @@ static int submit_generation(serve_server *s, serve_req *r) {
     double now = serve_now();
     pthread_mutex_lock(&s->metrics.lock);
     serve_metrics_observe(&s->metrics, &s->metrics.queue, now - r->t_arrival);
-    for (uint32_t i = 0; i < r->g.n_prompts; i++) s->metrics.prompt_tokens += r->g.prompts[i].n;
+    for (uint32_t i = 0; i < r->g.n_prompts; i++)
+        s->metrics.prompt_tokens += r->g.prompts[i].n;
     pthread_mutex_unlock(&s->metrics.lock);
     r->phase = PHASE_ACCEPTED;
     if (r->g.stream) serve_http_wake(r); /* the handler can now answer 200 and stream */
@@ -229,11 +232,12 @@ static int run_score(serve_server *s, serve_req *r) {
     }
     free(logits);
     json_t *ids = json_array();
-    for (size_t i = 0; i < r->n_score; i++) json_array_append_new(ids, json_integer(r->score_ids[i]));
+    for (size_t i = 0; i < r->n_score; i++)
+        json_array_append_new(ids, json_integer(r->score_ids[i]));
     r->score_result = json_pack(
         "{s:s, s:s, s:s, s:I, s:o, s:o, s:f, s:b, s:{s:I, s:I}}", "id", r->id, "object", "score",
-        "model", r->model, "created", (json_int_t)r->created, "tokens", ids, "positions",
-        positions, "sum_logprob", sum, "all_greedy", (int)greedy_all, "usage", "prompt_tokens",
+        "model", r->model, "created", (json_int_t)r->created, "tokens", ids, "positions", positions,
+        "sum_logprob", sum, "all_greedy", (int)greedy_all, "usage", "prompt_tokens",
         (json_int_t)r->n_score, "total_tokens", (json_int_t)r->n_score);
     pthread_mutex_lock(&s->metrics.lock);
     s->metrics.prompt_tokens += r->n_score;
@@ -328,9 +332,11 @@ static int open_engine(serve_server *s) {
     } else {
         const char *dir = cand->model_dir;
         size_t len = strlen(dir);
-        while (len > 1 && dir[len - 1] == '/') len--;
+        while (len > 1 && dir[len - 1] == '/')
+            len--;
         size_t start = len;
-        while (start > 0 && dir[start - 1] != '/') start--;
+        while (start > 0 && dir[start - 1] != '/')
+            start--;
         snprintf(s->model_name, sizeof(s->model_name), "%.*s", (int)(len - start), dir + start);
     }
     if (!weft_chat_template_load || !weft_chat_template_free) {
@@ -434,7 +440,8 @@ static void refuse_queue(serve_server *s, unsigned status, const char *code, con
         serve_req_unref(q);
         q = next;
     }
-    for (size_t i = 0; i < n_cancels; i++) serve_req_unref(cancels[i]);
+    for (size_t i = 0; i < n_cancels; i++)
+        serve_req_unref(cancels[i]);
     free(cancels);
 }
 
@@ -619,9 +626,10 @@ int serve_bridge_start(serve_server *s) {
 int serve_bridge_submit(serve_server *s, serve_req *r, serve_err *err) {
     int state = atomic_load(&s->state);
     if (state != SERVE_READY)
-        return serve_err_set(err, 503, state == SERVE_DRAINING ? "server_draining" : "server_unavailable",
+        return serve_err_set(err, 503,
+                             state == SERVE_DRAINING ? "server_draining" : "server_unavailable",
                              NULL, "%s",
-                             state == SERVE_DRAINING ? "the server is shutting down"
+                             state == SERVE_DRAINING  ? "the server is shutting down"
                              : state == SERVE_LOADING ? "the model is still loading"
                                                       : "the engine failed");
     if (atomic_load(&s->inflight) >= s->cfg.max_waiting)

@@ -9,12 +9,18 @@
 
 static const char *type_for(unsigned status) {
     switch (status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "invalid_request_error";
-    case 429: return "rate_limit_error";
-    case 503: return "service_unavailable_error";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "invalid_request_error";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+        return "service_unavailable_error";
+    default:
+        return status >= 500 ? "server_error" : "invalid_request_error";
     }
 }
 
@@ -38,7 +44,8 @@ json_t *serve_err_json(const serve_err *e) {
     char msg[sizeof(e->message)];
     snprintf(msg, sizeof(msg), "%s", e->message);
     size_t n = strlen(msg);
-    while (n && !serve_utf8_valid(msg, n)) msg[--n] = 0;
+    while (n && !serve_utf8_valid(msg, n))
+        msg[--n] = 0;
     json_object_set_new(inner, "message", json_string(msg));
     json_object_set_new(inner, "type", json_string(e->type[0] ? e->type : "server_error"));
     json_object_set_new(inner, "param", e->param[0] ? json_string(e->param) : json_null());

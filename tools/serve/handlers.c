@@ -23,8 +23,9 @@ static void reply_json(serve_reply *out, unsigned status, json_t *j) {
 /* The body as a JSON object, or a 400. */
 static json_t *parse_body(serve_req *r, serve_err *err) {
     if (r->body.len == 0) {
-        serve_err_set(err, 400, "invalid_json", NULL, "the request body is empty; expected a JSON "
-                                                       "object");
+        serve_err_set(err, 400, "invalid_json", NULL,
+                      "the request body is empty; expected a JSON "
+                      "object");
         return NULL;
     }
     json_error_t je;
@@ -50,8 +51,7 @@ static int require_ready(serve_server *s, serve_err *err) {
         return serve_err_set(err, 503, "server_loading", NULL, "the model is still loading");
     if (st == SERVE_DRAINING)
         return serve_err_set(err, 503, "server_draining", NULL, "the server is shutting down");
-    return serve_err_set(err, 503, "engine_failed", NULL, "the engine failed: %s",
-                         s->load_error);
+    return serve_err_set(err, 503, "engine_failed", NULL, "the engine failed: %s", s->load_error);
 }
 
 /* ---- /health, /metrics, /v1/models ------------------------------------------------------ */
@@ -65,10 +65,10 @@ static void handle_health(serve_server *s, serve_reply *out) {
 
 static json_t *model_card(serve_server *s) {
     const weft_sampler_params *d = &s->defaults;
-    json_t *defaults = json_pack("{s:f, s:f, s:i, s:f, s:f}", "temperature", (double)d->temperature,
-                                 "top_p", (double)d->top_p, "top_k", d->top_k, "min_p",
-                                 (double)d->min_p, "repetition_penalty",
-                                 (double)d->repetition_penalty);
+    json_t *defaults =
+        json_pack("{s:f, s:f, s:i, s:f, s:f}", "temperature", (double)d->temperature, "top_p",
+                  (double)d->top_p, "top_k", d->top_k, "min_p", (double)d->min_p,
+                  "repetition_penalty", (double)d->repetition_penalty);
     if (s->default_max_new_tokens)
         json_object_set_new(defaults, "max_new_tokens", json_integer(s->default_max_new_tokens));
     json_t *weft = json_pack("{s:s, s:s, s:I, s:b, s:o}", "candidate_id", s->candidate_id,
@@ -112,14 +112,20 @@ static json_t *utf8_string(const char *t, size_t n) {
 
 static void handle_tokenize(serve_server *s, serve_req *r, json_t *body, serve_reply *out) {
     serve_err err;
-    static const char *const known[] = {"model", "prompt", "messages", "add_special_tokens",
-                                        "add_generation_prompt", "chat_template_kwargs",
-                                        "return_token_strs", NULL};
+    static const char *const known[] = {"model",
+                                        "prompt",
+                                        "messages",
+                                        "add_special_tokens",
+                                        "add_generation_prompt",
+                                        "chat_template_kwargs",
+                                        "return_token_strs",
+                                        NULL};
     const char *key;
     json_t *v;
     json_object_foreach(body, key, v) {
         int ok = 0;
-        for (const char *const *k = known; *k; k++) ok |= !strcmp(*k, key);
+        for (const char *const *k = known; *k; k++)
+            ok |= !strcmp(*k, key);
         if (!ok) {
             char shown[64];
             snprintf(shown, sizeof(shown), "%s", key);
@@ -143,14 +149,14 @@ static void handle_tokenize(serve_server *s, serve_req *r, json_t *body, serve_r
     }
     json_t *flag;
     int add_special = 1, add_gen = 1, strs = 0;
-#define BOOLF(name, dst)                                                                       \
-    flag = json_object_get(body, name);                                                        \
-    if (flag && !json_is_null(flag)) {                                                         \
-        if (!json_is_boolean(flag)) {                                                          \
-            serve_err_set(&err, 400, "invalid_type", name, "%s: expected a boolean", name);    \
-            return reply_error(out, &err);                                                     \
-        }                                                                                      \
-        dst = json_is_true(flag);                                                              \
+#define BOOLF(name, dst)                                                                           \
+    flag = json_object_get(body, name);                                                            \
+    if (flag && !json_is_null(flag)) {                                                             \
+        if (!json_is_boolean(flag)) {                                                              \
+            serve_err_set(&err, 400, "invalid_type", name, "%s: expected a boolean", name);        \
+            return reply_error(out, &err);                                                         \
+        }                                                                                          \
+        dst = json_is_true(flag);                                                                  \
     }
     BOOLF("add_special_tokens", add_special);
     BOOLF("add_generation_prompt", add_gen);

@@ -74,9 +74,8 @@ void serve_http_wake(serve_req *r) {
 static enum MHD_Result send_buffer(serve_server *s, struct MHD_Connection *conn, unsigned status,
                                    char *data, size_t len, const char *ctype,
                                    const char *extra_header, const char *extra_value) {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, data ? data : (char *)"", data ? MHD_RESPMEM_MUST_FREE
-                                                                          : MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, data ? data : (char *)"", data ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         free(data);
         return MHD_NO;
@@ -154,9 +153,8 @@ static void stream_free(void *cls) {
 
 static enum MHD_Result send_stream(serve_server *s, serve_req *r, struct MHD_Connection *conn) {
     serve_req_ref(r);
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, r,
-                                          stream_free);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                                  stream_reader, r, stream_free);
     if (!resp) {
         serve_req_unref(r);
         return MHD_NO;
@@ -187,11 +185,9 @@ typedef struct route {
 } route;
 
 static const route routes[] = {
-    {"/health", "GET", 0},          {"/metrics", "GET", 0},
-    {"/v1/models", "GET", 0},       {"/v1/models/", "GET", 1},
-    {"/v1/completions", "POST", 0}, {"/v1/chat/completions", "POST", 0},
-    {"/v1/score", "POST", 0},       {"/tokenize", "POST", 0},
-    {"/detokenize", "POST", 0},
+    {"/health", "GET", 0},     {"/metrics", "GET", 0},         {"/v1/models", "GET", 0},
+    {"/v1/models/", "GET", 1}, {"/v1/completions", "POST", 0}, {"/v1/chat/completions", "POST", 0},
+    {"/v1/score", "POST", 0},  {"/tokenize", "POST", 0},       {"/detokenize", "POST", 0},
 };
 
 static const route *find_route(const char *url) {
@@ -211,7 +207,8 @@ static int auth_ok(const serve_server *s, struct MHD_Connection *conn) {
     const char *tok = h + 7;
     size_t a = strlen(tok), b = strlen(s->cfg.api_key);
     unsigned diff = (unsigned)(a ^ b);
-    for (size_t i = 0; i < a; i++) diff |= (unsigned char)tok[i] ^ (unsigned char)s->cfg.api_key[i % (b ? b : 1)];
+    for (size_t i = 0; i < a; i++)
+        diff |= (unsigned char)tok[i] ^ (unsigned char)s->cfg.api_key[i % (b ? b : 1)];
     return diff == 0;
 }
 
@@ -221,8 +218,7 @@ static int first_call_checks(serve_server *s, struct MHD_Connection *conn, const
     if (!rt) {
         char shown[128];
         snprintf(shown, sizeof(shown), "%s", url);
-        return serve_err_set(err, 404, "not_found", NULL, "no such endpoint: %s %s", method,
-                             shown);
+        return serve_err_set(err, 404, "not_found", NULL, "no such endpoint: %s %s", method, shown);
     }
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (strcmp(method, rt->method) && !(is_get && !strcmp(rt->method, "GET")))
@@ -248,9 +244,8 @@ static int first_call_checks(serve_server *s, struct MHD_Connection *conn, const
 
 /* ---- the access handler --------------------------------------------------------------------- */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
     serve_server *s = cls;
     (void)version;
     serve_req *r = *con_cls;
@@ -352,9 +347,9 @@ int serve_http_start(serve_server *s, char *errbuf, size_t cap) {
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)s->cfg.http_threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)2048, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned int)300, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)2048, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)300,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
         on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     freeaddrinfo(ai);

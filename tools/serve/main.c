@@ -99,7 +99,8 @@ static int check_lock_file(const char *path) {
         return -1;
     }
     int c;
-    do c = fgetc(f);
+    do
+        c = fgetc(f);
     while (c != EOF && isspace(c));
     fclose(f);
     if (c != '{') {
@@ -184,15 +185,16 @@ int weft_cmd_serve(int argc, char **argv) {
     c->lock = lock;
     c->host = flags[F_HOST].value && flags[F_HOST].value[0] ? flags[F_HOST].value : DEFAULT_HOST;
     c->port = DEFAULT_PORT;
-    c->api_key = flags[F_API_KEY].value && flags[F_API_KEY].value[0] ? flags[F_API_KEY].value
-                                                                    : NULL;
+    c->api_key =
+        flags[F_API_KEY].value && flags[F_API_KEY].value[0] ? flags[F_API_KEY].value : NULL;
     c->served_model_name = flags[F_NAME].value;
     c->shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT;
     c->http_threads = DEFAULT_HTTP_THREADS;
     c->max_body = SERVE_MAX_BODY_DEFAULT;
     c->max_waiting = SERVE_MAX_WAITING_DEFAULT;
     int bad = 0;
-    if (flags[F_PORT].value) bad |= parse_u32_range("--port", flags[F_PORT].value, 0, 65535, &c->port);
+    if (flags[F_PORT].value)
+        bad |= parse_u32_range("--port", flags[F_PORT].value, 0, 65535, &c->port);
     if (flags[F_MAX_LEN].value)
         bad |= parse_u32_range("--max-model-len", flags[F_MAX_LEN].value, 2, 1u << 20,
                                &c->max_model_len);
@@ -214,8 +216,9 @@ int weft_cmd_serve(int argc, char **argv) {
         char *end = NULL;
         double d = strtod(flags[F_SHUTDOWN].value, &end);
         if (!end || *end || !(d >= 0 && d <= 86400)) {
-            fprintf(stderr, "weft serve: --shutdown-timeout: expected seconds from 0 to 86400, "
-                            "got '%s'\n",
+            fprintf(stderr,
+                    "weft serve: --shutdown-timeout: expected seconds from 0 to 86400, "
+                    "got '%s'\n",
                     flags[F_SHUTDOWN].value);
             bad = 1;
         } else {
@@ -255,8 +258,7 @@ int weft_cmd_serve(int argc, char **argv) {
         free(s);
         return 1;
     }
-    fprintf(stderr, "weft serve: listening on http://%s:%u (loading %s)\n", c->host, c->port,
-            lock);
+    fprintf(stderr, "weft serve: listening on http://%s:%u (loading %s)\n", c->host, c->port, lock);
     if (serve_bridge_start(s)) {
         fprintf(stderr, "weft serve: could not start the engine thread\n");
         serve_http_stop(s);
@@ -272,7 +274,8 @@ int weft_cmd_serve(int argc, char **argv) {
         if (st == SERVE_FAILED) break;
         if (st == SERVE_READY && !announced) {
             announced = 1;
-            fprintf(stderr, "weft serve: ready: model '%s' (candidate %s, %s, max_model_len %u)%s\n",
+            fprintf(stderr,
+                    "weft serve: ready: model '%s' (candidate %s, %s, max_model_len %u)%s\n",
                     s->model_name, s->candidate_id[0] ? s->candidate_id : "-", s->backend,
                     s->max_model_len, c->api_key ? ", API key required" : "");
         }
@@ -299,12 +302,14 @@ int weft_cmd_serve(int argc, char **argv) {
                 atomic_load(&s->inflight));
         serve_bridge_cancel_all(s);
         double hard = serve_now() + 10.0;
-        while (atomic_load(&s->inflight) > 0 && serve_now() < hard) wait_signal(&set, 0.01);
+        while (atomic_load(&s->inflight) > 0 && serve_now() < hard)
+            wait_signal(&set, 0.01);
     }
     serve_bridge_stop(s);
     /* Let responses that just finished reach their clients before connections close. */
     double flush = serve_now() + 2.0;
-    while (atomic_load(&s->live_reqs) > 0 && serve_now() < flush) wait_signal(&set, 0.005);
+    while (atomic_load(&s->live_reqs) > 0 && serve_now() < flush)
+        wait_signal(&set, 0.005);
     serve_http_stop(s);
     int code = atomic_load(&s->exit_code);
     if (s->chat && weft_chat_template_free) weft_chat_template_free(s->chat);

@@ -8,12 +8,10 @@
 
 #include "serve/serve.h"
 
-static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                                     0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
-                                     20.0,  40.0,  80.0};
-static const double itl_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
-                                    0.1,    0.15,  0.2,    0.3,   0.4,  0.5,   0.75, 1.0,
-                                    2.5,    5.0};
+static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
+                                     0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+static const double itl_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
+                                    0.15,   0.2,   0.3,    0.4,   0.5,  0.75,  1.0,  2.5,   5.0};
 static const double e2e_bounds[] = {0.01, 0.025, 0.05, 0.1,  0.25, 0.5,  1.0,   2.5,  5.0,
                                     10.0, 15.0,  20.0, 30.0, 40.0, 60.0, 120.0, 300.0};
 
@@ -41,7 +39,8 @@ void serve_metrics_observe(serve_metrics *m, serve_hist *h, double v) {
     (void)m;
     if (!(v >= 0)) v = 0;
     uint32_t i = 0;
-    while (i < h->n_bounds && v > h->bounds[i]) i++;
+    while (i < h->n_bounds && v > h->bounds[i])
+        i++;
     h->counts[i]++;
     h->sum += v;
     h->count++;
@@ -65,8 +64,7 @@ static void hist_text(serve_buf *b, const char *name, const char *help, const ch
                          (unsigned long long)cum);
     }
     cum += h->counts[h->n_bounds];
-    serve_buf_printf(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels,
-                     (unsigned long long)cum);
+    serve_buf_printf(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels, (unsigned long long)cum);
     size_t ll = strlen(labels);
     char lab[300] = "";
     if (ll > 1 && ll < sizeof(lab)) snprintf(lab, sizeof(lab), "{%.*s}", (int)(ll - 1), labels);
@@ -122,25 +120,24 @@ char *serve_metrics_text(serve_server *s) {
            kv.capacity_tokens ? (double)kv.used_tokens / (double)kv.capacity_tokens : 0.0);
     scalar(&b, "weft_kv_cache_used_tokens", "gauge", "Tokens held in the kv cache.", lab1,
            (double)kv.used_tokens);
-    scalar(&b, "weft_kv_cache_capacity_tokens", "gauge", "Tokens the kv cache pool can hold.",
-           lab1, (double)kv.capacity_tokens);
-    scalar(&b, "weft_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",
-           lab1, (double)m->prompt_tokens);
+    scalar(&b, "weft_kv_cache_capacity_tokens", "gauge", "Tokens the kv cache pool can hold.", lab1,
+           (double)kv.capacity_tokens);
+    scalar(&b, "weft_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", lab1,
+           (double)m->prompt_tokens);
     scalar(&b, "weft_generation_tokens_total", "counter", "Generated tokens.", lab1,
            (double)m->generation_tokens);
     scalar(&b, "weft_num_preemptions_total", "counter",
            "Requests the scheduler preempted (their kv cache dropped or swapped out).", lab1,
            (double)es.preemptions);
-    scalar(&b, "weft_engine_steps_total", "counter", "Engine steps run.", lab1,
-           (double)es.steps);
+    scalar(&b, "weft_engine_steps_total", "counter", "Engine steps run.", lab1, (double)es.steps);
     scalar(&b, "weft_engine_step_seconds_total", "counter", "Seconds spent inside engine steps.",
            lab1, es.step_seconds);
     serve_buf_printf(&b, "# HELP weft_request_success_total Finished choices by finish reason.\n"
                          "# TYPE weft_request_success_total counter\n");
     static const char *reasons[5] = {"none", "stop", "length", "abort", "error"};
     for (int i = 1; i < 5; i++)
-        serve_buf_printf(&b, "weft_request_success_total{%sfinished_reason=\"%s\"} %llu\n",
-                         labels, reasons[i], (unsigned long long)m->finished[i]);
+        serve_buf_printf(&b, "weft_request_success_total{%sfinished_reason=\"%s\"} %llu\n", labels,
+                         reasons[i], (unsigned long long)m->finished[i]);
     scalar(&b, "weft_requests_cancelled_disconnect_total", "counter",
            "Requests cancelled because the client disconnected.", lab1,
            (double)m->cancelled_disconnect);

@@ -63,7 +63,8 @@ static int check_fields(json_t *body, const char *const *known, const char *cons
     json_t *v;
     json_object_foreach(body, key, v) {
         int ok = 0;
-        for (const char *const *k = known; *k && !ok; k++) ok = !strcmp(*k, key);
+        for (const char *const *k = known; *k && !ok; k++)
+            ok = !strcmp(*k, key);
         if (ok) continue;
         for (const char *const *k = unsupported; *k; k++)
             if (!strcmp(*k, key))
@@ -159,7 +160,8 @@ json_t *serve_token_text(serve_server *s, int32_t id) {
         /* A piece of a multi-byte character: OpenAI's "bytes:\xNN" spelling. */
         serve_buf b = {0};
         serve_buf_append(&b, "bytes:", 6);
-        for (size_t i = 0; i < len; i++) serve_buf_printf(&b, "\\x%02x", (unsigned char)text[i]);
+        for (size_t i = 0; i < len; i++)
+            serve_buf_printf(&b, "\\x%02x", (unsigned char)text[i]);
         j = json_string(b.data ? b.data : "");
         serve_buf_free(&b);
     }
@@ -170,7 +172,8 @@ json_t *serve_token_text(serve_server *s, int32_t id) {
 void serve_gen_free(serve_gen *g) {
     free(g->bias_ids);
     free(g->bias_values);
-    for (uint32_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    for (uint32_t i = 0; i < g->n_stop; i++)
+        free(g->stop[i]);
     free(g->stop);
     free(g->stop_ids);
     for (uint32_t i = 0; i < g->n_prompts; i++) {
@@ -316,8 +319,7 @@ static int chat_messages(json_t *msgs, json_t **out, serve_err *err) {
             if (!strcmp(key, "role") || !strcmp(key, "content") || !strcmp(key, "name")) continue;
             json_decref(norm);
             if (!strcmp(key, "tool_calls") || !strcmp(key, "tool_call_id") ||
-                !strcmp(key, "function_call") || !strcmp(key, "audio") ||
-                !strcmp(key, "refusal"))
+                !strcmp(key, "function_call") || !strcmp(key, "audio") || !strcmp(key, "refusal"))
                 return serve_err_set(err, 400, "unsupported_parameter", "messages",
                                      "messages[%zu].%s: weft does not support tools or "
                                      "non-text messages yet",
@@ -334,8 +336,7 @@ static int chat_messages(json_t *msgs, json_t **out, serve_err *err) {
             json_decref(norm);
             if (r && !strcmp(r, "tool"))
                 return serve_err_set(err, 400, "unsupported_parameter", "messages",
-                                     "messages[%zu].role: tool messages are not supported yet",
-                                     i);
+                                     "messages[%zu].role: tool messages are not supported yet", i);
             return serve_err_set(err, 400, "invalid_value", "messages",
                                  "messages[%zu].role: expected system, developer, user or "
                                  "assistant",
@@ -376,8 +377,8 @@ static int chat_messages(json_t *msgs, json_t **out, serve_err *err) {
                                  "parts",
                                  i);
         }
-        json_t *nm = json_pack("{s:s, s:s#}", "role", r, "content", text.data ? text.data : "",
-                               text.len);
+        json_t *nm =
+            json_pack("{s:s, s:s#}", "role", r, "content", text.data ? text.data : "", text.len);
         json_t *name = json_object_get(m, "name");
         if (name && !json_is_null(name)) {
             if (!json_is_string(name)) {
@@ -396,8 +397,8 @@ static int chat_messages(json_t *msgs, json_t **out, serve_err *err) {
     return 0;
 }
 
-int serve_render_chat(serve_server *s, json_t *messages, int add_generation_prompt,
-                      json_t *kwargs, char **out, serve_err *err) {
+int serve_render_chat(serve_server *s, json_t *messages, int add_generation_prompt, json_t *kwargs,
+                      char **out, serve_err *err) {
     if (!s->chat)
         return serve_err_set(err, 400, "chat_template_unavailable", "messages", "%s",
                              s->chat_unavailable);
@@ -428,27 +429,86 @@ int serve_render_chat(serve_server *s, json_t *messages, int add_generation_prom
 }
 
 /* ---- generation ---------------------------------------------------------------------------- */
-static const char *const completion_fields[] = {
-    "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
-    "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "stop",
-    "stop_token_ids", "n", "best_of", "logprobs", "echo", "user", "stream", "stream_options",
-    "ignore_eos", "min_tokens", "skip_special_tokens", NULL};
+static const char *const completion_fields[] = {"model",
+                                                "prompt",
+                                                "max_tokens",
+                                                "temperature",
+                                                "top_p",
+                                                "top_k",
+                                                "min_p",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "repetition_penalty",
+                                                "logit_bias",
+                                                "seed",
+                                                "stop",
+                                                "stop_token_ids",
+                                                "n",
+                                                "best_of",
+                                                "logprobs",
+                                                "echo",
+                                                "user",
+                                                "stream",
+                                                "stream_options",
+                                                "ignore_eos",
+                                                "min_tokens",
+                                                "skip_special_tokens",
+                                                NULL};
 static const char *const completion_unsupported[] = {
-    "suffix", "tools", "tool_choice", "functions", "function_call", "response_format",
-    "prompt_logprobs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-    "use_beam_search", "length_penalty", "lora_request", NULL};
-static const char *const chat_fields[] = {
-    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-    "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "seed",
-    "stop", "stop_token_ids", "n", "logprobs", "top_logprobs", "user", "stream",
-    "stream_options", "ignore_eos", "min_tokens", "skip_special_tokens", "add_generation_prompt",
-    "chat_template_kwargs", NULL};
-static const char *const chat_unsupported[] = {
-    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
-    "response_format", "audio", "modalities", "prediction", "web_search_options",
-    "reasoning_effort", "store", "metadata", "service_tier", "echo", "continue_final_message",
-    "chat_template", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-    "use_beam_search", "documents", NULL};
+    "suffix",          "tools",           "tool_choice",    "functions",    "function_call",
+    "response_format", "prompt_logprobs", "guided_json",    "guided_regex", "guided_choice",
+    "guided_grammar",  "use_beam_search", "length_penalty", "lora_request", NULL};
+static const char *const chat_fields[] = {"model",
+                                          "messages",
+                                          "max_tokens",
+                                          "max_completion_tokens",
+                                          "temperature",
+                                          "top_p",
+                                          "top_k",
+                                          "min_p",
+                                          "presence_penalty",
+                                          "frequency_penalty",
+                                          "repetition_penalty",
+                                          "logit_bias",
+                                          "seed",
+                                          "stop",
+                                          "stop_token_ids",
+                                          "n",
+                                          "logprobs",
+                                          "top_logprobs",
+                                          "user",
+                                          "stream",
+                                          "stream_options",
+                                          "ignore_eos",
+                                          "min_tokens",
+                                          "skip_special_tokens",
+                                          "add_generation_prompt",
+                                          "chat_template_kwargs",
+                                          NULL};
+static const char *const chat_unsupported[] = {"tools",
+                                               "tool_choice",
+                                               "functions",
+                                               "function_call",
+                                               "parallel_tool_calls",
+                                               "response_format",
+                                               "audio",
+                                               "modalities",
+                                               "prediction",
+                                               "web_search_options",
+                                               "reasoning_effort",
+                                               "store",
+                                               "metadata",
+                                               "service_tier",
+                                               "echo",
+                                               "continue_final_message",
+                                               "chat_template",
+                                               "guided_json",
+                                               "guided_regex",
+                                               "guided_choice",
+                                               "guided_grammar",
+                                               "use_beam_search",
+                                               "documents",
+                                               NULL};
 
 static int parse_stop(json_t *body, serve_gen *g, serve_server *s, serve_err *err) {
     json_t *st = json_object_get(body, "stop");
@@ -558,10 +618,10 @@ int serve_parse_generation(serve_server *s, serve_req *r, json_t *body, serve_er
     double d;
     long long x;
     int rc, b;
-#define NUM(key, lo, hi, open, dst)                                                            \
-    do {                                                                                       \
-        if ((rc = get_number(body, key, lo, hi, open, &d, err)) < 0) return -1;                \
-        if (rc) dst = (float)d;                                                                \
+#define NUM(key, lo, hi, open, dst)                                                                \
+    do {                                                                                           \
+        if ((rc = get_number(body, key, lo, hi, open, &d, err)) < 0) return -1;                    \
+        if (rc) dst = (float)d;                                                                    \
     } while (0)
     NUM("temperature", 0.0, 2.0, 0, g->sp.temperature);
     NUM("top_p", 0.0, 1.0, 1, g->sp.top_p);
@@ -582,8 +642,7 @@ int serve_parse_generation(serve_server *s, serve_req *r, json_t *body, serve_er
     if (!chat && (rc = get_int(body, "best_of", 1, SERVE_MAX_N, &x, err)) < 0) return -1;
     if (!chat && rc && (uint32_t)x != g->n)
         return serve_err_set(err, 400, "unsupported_parameter", "best_of",
-                             "best_of: only best_of == n is supported (got %lld, n = %u)", x,
-                             g->n);
+                             "best_of: only best_of == n is supported (got %lld, n = %u)", x, g->n);
     if ((rc = get_bool(body, "stream", &g->stream, err)) < 0) return -1;
     json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
@@ -687,10 +746,10 @@ int serve_parse_generation(serve_server *s, serve_req *r, json_t *body, serve_er
         size_t np = g->prompts[i].n;
         if (np == 0)
             return serve_err_set(err, 400, "invalid_value", chat ? "messages" : "prompt",
-                                 "%s: the prompt encodes to no tokens", chat ? "messages" : "prompt");
+                                 "%s: the prompt encodes to no tokens",
+                                 chat ? "messages" : "prompt");
         if (np >= s->max_model_len)
-            return serve_err_set(err, 400, "context_length_exceeded",
-                                 chat ? "messages" : "prompt",
+            return serve_err_set(err, 400, "context_length_exceeded", chat ? "messages" : "prompt",
                                  "This model's maximum context length is %u tokens. However, "
                                  "your %s has %zu tokens, leaving no room for a completion.",
                                  s->max_model_len, chat ? "messages" : "prompt", np);
@@ -710,8 +769,8 @@ int serve_parse_generation(serve_server *s, serve_req *r, json_t *body, serve_er
     } else {
         /* OpenAI's completions default is 16 tokens; chat runs to the context's end (or the
          * model's generation_config max_new_tokens). */
-        uint32_t def = chat ? (s->default_max_new_tokens ? s->default_max_new_tokens : max_new)
-                            : 16;
+        uint32_t def =
+            chat ? (s->default_max_new_tokens ? s->default_max_new_tokens : max_new) : 16;
         g->max_tokens = def < max_new ? def : max_new;
     }
     if (g->sp.min_tokens > g->max_tokens) g->sp.min_tokens = g->max_tokens;
@@ -720,8 +779,8 @@ int serve_parse_generation(serve_server *s, serve_req *r, json_t *body, serve_er
 }
 
 /* ---- score --------------------------------------------------------------------------------- */
-static const char *const score_fields[] = {"model", "prompt", "tokens", "top_logprobs",
-                                           "add_special_tokens", NULL};
+static const char *const score_fields[] = {
+    "model", "prompt", "tokens", "top_logprobs", "add_special_tokens", NULL};
 static const char *const no_fields[] = {NULL};
 
 int serve_parse_score(serve_server *s, serve_req *r, json_t *body, serve_err *err) {
@@ -742,8 +801,8 @@ int serve_parse_score(serve_server *s, serve_req *r, json_t *body, serve_err *er
     if (has_p) {
         if (!json_is_string(pr))
             return serve_err_set(err, 400, "invalid_type", "prompt", "prompt: expected a string");
-        if (encode_text(s, json_string_value(pr), json_string_length(pr), add_special, "prompt",
-                        &p, err)) {
+        if (encode_text(s, json_string_value(pr), json_string_length(pr), add_special, "prompt", &p,
+                        err)) {
             free(p.ids);
             return -1;
         }

@@ -13,23 +13,30 @@
 
 const char *serve_finish_reason(uint32_t finish) {
     switch (finish) {
-    case WEFT_FINISH_STOP: return "stop";
-    case WEFT_FINISH_LENGTH: return "length";
-    case WEFT_FINISH_CANCELLED: return "abort";
-    case WEFT_FINISH_ERROR: return "error";
-    default: return NULL;
+    case WEFT_FINISH_STOP:
+        return "stop";
+    case WEFT_FINISH_LENGTH:
+        return "length";
+    case WEFT_FINISH_CANCELLED:
+        return "abort";
+    case WEFT_FINISH_ERROR:
+        return "error";
+    default:
+        return NULL;
     }
 }
 
 static uint32_t prompt_tokens(const serve_req *r) {
     uint64_t n = 0;
-    for (uint32_t i = 0; i < r->g.n_prompts; i++) n += r->g.prompts[i].n;
+    for (uint32_t i = 0; i < r->g.n_prompts; i++)
+        n += r->g.prompts[i].n;
     return (uint32_t)n;
 }
 
 static json_t *usage_json(const serve_req *r) {
     uint64_t gen = 0;
-    for (uint32_t i = 0; i < r->n_choices; i++) gen += r->choices[i].n_generated;
+    for (uint32_t i = 0; i < r->n_choices; i++)
+        gen += r->choices[i].n_generated;
     uint32_t p = prompt_tokens(r);
     return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)p, "completion_tokens",
                      (json_int_t)gen, "total_tokens", (json_int_t)(p + gen));
@@ -58,19 +65,17 @@ static json_t *chat_logprobs(serve_server *s, const serve_choice *c, size_t from
                                                   (double)t->top[k].logprob, "bytes",
                                                   bytes_json(s, t->top[k].id)));
         json_array_append_new(content,
-                              json_pack("{s:o, s:f, s:o, s:o}", "token",
-                                        serve_token_text(s, t->id), "logprob",
-                                        (double)t->logprob, "bytes", bytes_json(s, t->id),
-                                        "top_logprobs", tops));
+                              json_pack("{s:o, s:f, s:o, s:o}", "token", serve_token_text(s, t->id),
+                                        "logprob", (double)t->logprob, "bytes",
+                                        bytes_json(s, t->id), "top_logprobs", tops));
     }
     return json_pack("{s:o}", "content", content);
 }
 
 /* Completions logprobs: {tokens, token_logprobs, top_logprobs: [{text: lp}], text_offset} */
-static json_t *completion_logprobs(serve_server *s, const serve_choice *c, size_t from,
-                                   size_t to, size_t base_offset) {
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
-           *offs = json_array();
+static json_t *completion_logprobs(serve_server *s, const serve_choice *c, size_t from, size_t to,
+                                   size_t base_offset) {
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     for (size_t i = from; i < to; i++) {
         const serve_tok *t = &c->toks[i];
         json_array_append_new(tokens, serve_token_text(s, t->id));
@@ -116,8 +121,8 @@ json_t *serve_completion_json(serve_req *r) {
         if (chat) {
             json_t *msg = json_pack("{s:s, s:s#}", "role", "assistant", "content",
                                     c->text.data ? c->text.data : "", c->text.len);
-            ch = json_pack("{s:I, s:o, s:o, s:s?}", "index", (json_int_t)c->index, "message",
-                           msg, "logprobs", lp, "finish_reason", fr);
+            ch = json_pack("{s:I, s:o, s:o, s:s?}", "index", (json_int_t)c->index, "message", msg,
+                           "logprobs", lp, "finish_reason", fr);
         } else {
             serve_buf text = {0};
             if (r->g.echo && p->text) serve_buf_append(&text, p->text, p->text_len);
@@ -169,9 +174,9 @@ int serve_stream_pump(serve_req *r) {
                 emit(r, chunk(r, json_pack("{s:I, s:o, s:n, s:n}", "index", (json_int_t)c->index,
                                            "delta", delta, "logprobs", "finish_reason")));
             } else if (r->g.echo && p->text && p->text_len) {
-                emit(r, chunk(r, json_pack("{s:I, s:s#, s:n, s:n}", "index",
-                                           (json_int_t)c->index, "text", p->text, p->text_len,
-                                           "logprobs", "finish_reason")));
+                emit(r, chunk(r, json_pack("{s:I, s:s#, s:n, s:n}", "index", (json_int_t)c->index,
+                                           "text", p->text, p->text_len, "logprobs",
+                                           "finish_reason")));
             }
         }
         /* One event per generated token (its text and, when asked, its log-probabilities),
@@ -202,8 +207,8 @@ int serve_stream_pump(serve_req *r) {
                     ch = json_pack("{s:I, s:{s:s#}, s:o, s:n}", "index", (json_int_t)c->index,
                                    "delta", "content", t, tl, "logprobs", lp, "finish_reason");
                 else
-                    ch = json_pack("{s:I, s:s#, s:o, s:n}", "index", (json_int_t)c->index,
-                                   "text", t, tl, "logprobs", lp, "finish_reason");
+                    ch = json_pack("{s:I, s:s#, s:o, s:n}", "index", (json_int_t)c->index, "text",
+                                   t, tl, "logprobs", lp, "finish_reason");
                 emit(r, chunk(r, ch));
                 c->sent_text = text_to;
                 c->sent_toks = toks_to;

@@ -20,16 +20,16 @@
 #include "text/tokenizer.h"
 
 /* ---- limits (docs/SERVE.md, "Limits") ------------------------------------------------- */
-#define SERVE_MAX_BODY_DEFAULT (4u << 20) /* bytes of a request body */
-#define SERVE_MAX_N 16                    /* n: choices per prompt */
-#define SERVE_MAX_PROMPTS 64              /* prompts in one completions request */
-#define SERVE_MAX_CHOICES 64              /* prompts x n */
-#define SERVE_MAX_STOP 16                 /* stop strings */
-#define SERVE_MAX_STOP_LEN 256            /* bytes of one stop string */
-#define SERVE_MAX_STOP_IDS 64             /* stop_token_ids */
-#define SERVE_MAX_LOGIT_BIAS 1024         /* logit_bias entries */
-#define SERVE_MAX_MESSAGES 4096           /* chat messages */
-#define SERVE_MAX_WAITING_DEFAULT 4096    /* requests admitted and not finished */
+#define SERVE_MAX_BODY_DEFAULT (4u << 20)  /* bytes of a request body */
+#define SERVE_MAX_N 16                     /* n: choices per prompt */
+#define SERVE_MAX_PROMPTS 64               /* prompts in one completions request */
+#define SERVE_MAX_CHOICES 64               /* prompts x n */
+#define SERVE_MAX_STOP 16                  /* stop strings */
+#define SERVE_MAX_STOP_LEN 256             /* bytes of one stop string */
+#define SERVE_MAX_STOP_IDS 64              /* stop_token_ids */
+#define SERVE_MAX_LOGIT_BIAS 1024          /* logit_bias entries */
+#define SERVE_MAX_MESSAGES 4096            /* chat messages */
+#define SERVE_MAX_WAITING_DEFAULT 4096     /* requests admitted and not finished */
 #define SERVE_MAX_SCORE_BYTES (256u << 20) /* (tokens x vocab) f32 logits of one /v1/score */
 #define SERVE_MAX_USER_LEN 512
 
@@ -44,7 +44,7 @@ int serve_buf_printf(serve_buf *b, const char *fmt, ...) __attribute__((format(p
 void serve_buf_free(serve_buf *b);
 /* Appends t[0..n), with anything that is not UTF-8 (and NUL) replaced by U+FFFD. */
 int serve_buf_append_utf8(serve_buf *b, const char *t, size_t n);
-double serve_now(void);  /* monotonic seconds */
+double serve_now(void); /* monotonic seconds */
 int64_t serve_unix_time(void);
 uint64_t serve_random_u64(void); /* not for secrets: seeds and ids */
 /* True when s[0..n) is valid UTF-8. */
@@ -95,7 +95,7 @@ typedef struct serve_metrics {
     pthread_mutex_t lock;
     serve_hist ttft, itl, e2e, queue;
     uint64_t prompt_tokens, generation_tokens;
-    uint64_t finished[5]; /* by weft_finish */
+    uint64_t finished[5];      /* by weft_finish */
     uint64_t http_by_class[6]; /* 1xx..5xx */
     uint64_t rejected;         /* requests answered 4xx/5xx before reaching the engine */
     uint64_t cancelled_disconnect;
@@ -141,10 +141,10 @@ typedef struct serve_server {
     struct serve_req *q_head, *q_tail; /* submissions, in arrival order */
     struct serve_req **cancels;        /* requests whose client left */
     size_t n_cancels, cap_cancels;
-    int stop_engine;   /* engine thread: finish everything and return */
-    int cancel_all;    /* drain timed out: cancel whatever runs */
-    atomic_uint inflight; /* admitted generation/score requests not yet finished */
-    atomic_uint running;  /* of those, the ones that produced a token */
+    int stop_engine;       /* engine thread: finish everything and return */
+    int cancel_all;        /* drain timed out: cancel whatever runs */
+    atomic_uint inflight;  /* admitted generation/score requests not yet finished */
+    atomic_uint running;   /* of those, the ones that produced a token */
     atomic_uint live_reqs; /* serve_req objects alive (a response may still be sending) */
 
     serve_metrics metrics;
@@ -182,7 +182,7 @@ typedef struct serve_choice {
     serve_buf text;
     serve_tok *toks; /* only when logprobs were asked for */
     size_t n_toks, cap_toks;
-    uint32_t *ends;  /* text.len after each generated token: streams send one event per token */
+    uint32_t *ends; /* text.len after each generated token: streams send one event per token */
     size_t n_ends, cap_ends;
     uint32_t n_generated;
     uint32_t finish; /* weft_finish, NONE while running */
@@ -196,9 +196,9 @@ typedef struct serve_choice {
 /* Parsed generation parameters (request.c). */
 typedef struct serve_gen {
     int stream, include_usage, echo;
-    int logprobs;   /* 1 when logprobs were asked for */
+    int logprobs; /* 1 when logprobs were asked for */
     uint32_t top_k_logprobs;
-    uint32_t n;     /* per prompt */
+    uint32_t n; /* per prompt */
     uint32_t max_tokens;
     int max_tokens_given;
     weft_sampler_params sp;
@@ -215,10 +215,10 @@ typedef struct serve_gen {
 } serve_gen;
 
 enum {
-    PHASE_NEW = 0,    /* being received or validated by an HTTP thread */
-    PHASE_QUEUED,     /* handed to the engine thread */
-    PHASE_ACCEPTED,   /* the engine took every choice */
-    PHASE_DONE,       /* every choice finished (or the request was refused) */
+    PHASE_NEW = 0,  /* being received or validated by an HTTP thread */
+    PHASE_QUEUED,   /* handed to the engine thread */
+    PHASE_ACCEPTED, /* the engine took every choice */
+    PHASE_DONE,     /* every choice finished (or the request was refused) */
 };
 
 typedef struct serve_req {
@@ -286,13 +286,14 @@ void serve_http_stop(serve_server *s);
 /* Called by the engine thread with r->lock held: wakes a suspended connection. */
 void serve_http_wake(serve_req *r);
 
-/* ---- requests (request.c) --------------------------------------------------------------------- */
+/* ---- requests (request.c) ---------------------------------------------------------------------
+ */
 /* Parses a completions or chat body into r->g (prompts tokenized, limits checked). */
 int serve_parse_generation(serve_server *s, serve_req *r, json_t *body, serve_err *err);
 int serve_parse_score(serve_server *s, serve_req *r, json_t *body, serve_err *err);
 /* The chat prompt text for messages (with the model's template). *out malloc'ed. */
-int serve_render_chat(serve_server *s, json_t *messages, int add_generation_prompt,
-                      json_t *kwargs, char **out, serve_err *err);
+int serve_render_chat(serve_server *s, json_t *messages, int add_generation_prompt, json_t *kwargs,
+                      char **out, serve_err *err);
 /* Checks "model" against the served name (404 model_not_found). */
 int serve_check_model(serve_server *s, json_t *body, int required, char *model, size_t cap,
                       serve_err *err);

@@ -1,10 +1,10 @@
 /* Small helpers of the server: growable byte buffers, clocks, non-secret random numbers for
  * seeds and ids, and a UTF-8 check for the text the server itself produces. */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdatomic.h>
 #include <time.h>
 
 #include "serve/serve.h"
@@ -13,7 +13,8 @@ int serve_buf_append(serve_buf *b, const void *data, size_t n) {
     if (n == 0) return 0;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
+        while (cap < b->len + n + 1)
+            cap *= 2;
         char *p = realloc(b->data, cap);
         if (!p) return -1;
         b->data = p;
@@ -115,9 +116,12 @@ int serve_buf_append_utf8(serve_buf *b, const char *t, size_t n) {
     while (i < n) {
         size_t k = 1;
         unsigned c = (unsigned char)t[i];
-        if (c >= 0xF0) k = 4;
-        else if (c >= 0xE0) k = 3;
-        else if (c >= 0xC0) k = 2;
+        if (c >= 0xF0)
+            k = 4;
+        else if (c >= 0xE0)
+            k = 3;
+        else if (c >= 0xC0)
+            k = 2;
         int rc;
         if (c && i + k <= n && serve_utf8_valid(t + i, k)) {
             rc = serve_buf_append(b, t + i, k);
