@@ -1147,7 +1147,9 @@ weft_status weft_request_submit(weft_engine *e, const int32_t *prompt, size_t n_
              (!p->n_stop_ids || r->stop_ids);
     if (ok && e->tok && p->detokenize) {
         r->detok = weft_detok_new(e->tok, p->skip_special);
-        ok = r->detok != NULL;
+        /* The prompt's tail is the stream's context: the first generated piece decodes as a
+         * continuation (keeps its leading space), not as the start of a text. */
+        ok = r->detok != NULL && weft_detok_prime(r->detok, prompt, n_prompt, NULL) == WEFT_OK;
     }
     if (ok && p->n_stop) {
         for (uint32_t i = 0; i < p->n_stop; i++)
