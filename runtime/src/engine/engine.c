@@ -1087,6 +1087,13 @@ void weft_engine_get_stats(const weft_engine *e, weft_engine_stats *out) {
     if (e && out) *out = e->stats;
 }
 
+void weft_engine_kv_stats(const weft_engine *e, weft_kv_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof(*out));
+    out->size = sizeof(*out);
+    if (e && e->kv_ready && e->kv->stats) e->kv->stats(e->kv_st, out);
+}
+
 uint32_t weft_engine_profile(const weft_engine *e, const char **names, double *seconds,
                              uint64_t *calls, uint32_t cap) {
     if (!e) return 0;
@@ -1354,6 +1361,25 @@ static void accept_token(weft_engine *e, request *r, const weft_sample_result *r
 }
 
 /* ---- the step ---------------------------------------------------------------------------- */
+/* A request that gets its kv slot before computing anything offers its tokens to the kv
+ * provider's prefix cache (kv.prefix-cache): the tokens the provider already holds for it count
+ * as computed, so the step skips them. The provider leaves the last token to compute (its
+ * logits are sampled); a provider that claims every token is refused. */
+static weft_status kv_prefix_attach(weft_engine *e, request *r, weft_error *err) {
+    if (!e->kv->prefix_attach || r->n_computed || r->n_tokens < 2) return WEFT_OK;
+    uint32_t n_cached = 0;
+    weft_status s =
+        e->kv->prefix_attach(e->kv_st, r->kv_slot, r->tokens, r->n_tokens, &n_cached, err);
+    if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;
+    if (n_cached >= r->n_tokens)
+        return weft_error_set(err, WEFT_ERR_INTERNAL, "engine",
+                              "kv prefix_attach: expected fewer than %u cached tokens, got %u",
+                              r->n_tokens, n_cached);
+    r->n_computed = n_cached;
+    e->stats.prefix_cached_tokens += n_cached;
+    return WEFT_OK;
+}
+
 static weft_status upload_i32(weft_engine *e, weft_buffer *dst, const int32_t *src, uint32_t n,
                               weft_error *err) {
     weft_buffer host = {(void *)src, (uint64_t)n * 4, WEFT_MEMORY_HOST, 0, NULL};
@@ -1538,6 +1564,12 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
                 continue;
             }
             if (s != WEFT_OK) return s;
+            if ((s = kv_prefix_attach(e, r, err)) != WEFT_OK) {
+                finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
+                continue;
+            }
+            /* cached tokens are skipped: this step computes at most what is left */
+            if (n > r->n_tokens - r->n_computed) n = r->n_tokens - r->n_computed;
         }
         s = e->kv->reserve(e->kv_st, r->kv_slot, r->n_computed + n, err);
         if (s == WEFT_AGAIN) {

@@ -148,10 +148,13 @@ typedef struct weft_engine_stats {
     uint64_t decode_tokens;
     uint64_t graphs_built;
     double step_seconds; /* inside weft_engine_step */
+    uint64_t prefix_cached_tokens; /* prompt tokens a kv prefix cache held (not computed) */
     uint64_t preemptions;       /* requests whose cache was dropped by the scheduler (recompute) */
     uint64_t recomputed_tokens; /* generated tokens fed again after a preemption */
 } weft_engine_stats;
 void weft_engine_get_stats(const weft_engine *e, weft_engine_stats *out);
+/* The kv provider's figures (weft_kv_stats of plugin.h; zero before the kv is set up). */
+void weft_engine_kv_stats(const weft_engine *e, weft_kv_stats *out);
 
 /* Per op class timing when opened with profile = 1 (else all zero). Returns the number of
  * classes; names[i] and seconds[i], calls[i] filled for i < min(count, cap). */
