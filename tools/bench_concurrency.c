@@ -118,9 +118,18 @@ static double pct(dvec *d, double p) {
     return d->v[k ? k - 1 : 0];
 }
 
+/* A prompt of pseudo-random ids drawn from a generator seeded by salt: every request of every
+ * repeat gets its own, so a prefix cache cannot turn a repeat into a replay. */
 static void make_prompt(int32_t *p, uint32_t n, uint32_t salt, const weft_model_config *cfg) {
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = (int32_t)((7919u * (i + 1) + 104729u * salt) % cfg->vocab_size);
+    uint64_t x = 0x9e3779b97f4a7c15ull * (salt + 1);
+    for (uint32_t i = 0; i < n; i++) {
+        x ^= x >> 30;
+        x *= 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 27;
+        x *= 0x94d049bb133111ebull;
+        x ^= x >> 31;
+        p[i] = (int32_t)(x % cfg->vocab_size);
+    }
     if (cfg->bos_token_id >= 0) p[0] = cfg->bos_token_id;
 }
 
@@ -163,8 +172,11 @@ static weft_status step(weft_engine *e, weft_error *err) {
 
 /* One throughput repeat: returns wall and CPU seconds and the tokens generated. */
 static weft_status throughput_once(weft_engine *e, const weft_bench_conc *b, int32_t *prompts,
-                                   stream *ss, bench_run *run, int record, double *wall,
-                                   double *cpu, uint64_t *tokens, weft_error *err) {
+                                   stream *ss, bench_run *run, uint32_t repeat, int record,
+                                   double *wall, double *cpu, uint64_t *tokens, weft_error *err) {
+    const weft_model_config *cfg = weft_engine_config(e);
+    for (uint32_t i = 0; i < b->concurrency; i++)
+        make_prompt(prompts + (size_t)i * b->prompt, b->prompt, repeat * b->concurrency + i, cfg);
     const uint64_t t0 = now_ns();
     const double c0 = cpu_seconds_now();
     run->phase = record ? 3 : 0;
@@ -192,8 +204,8 @@ static weft_status throughput_once(weft_engine *e, const weft_bench_conc *b, int
     return s;
 }
 
-static int report_throughput(weft_engine *e, const weft_bench_conc *b, int32_t *prompts,
-                             stream *ss, bench_run *run) {
+static int report_throughput(weft_engine *e, const weft_bench_conc *b, int32_t *prompts, stream *ss,
+                             bench_run *run) {
     weft_error err;
     weft_error_clear(&err);
     double wall, cpu, *tps = calloc(b->repeats, sizeof(double)),
@@ -206,11 +218,11 @@ static int report_throughput(weft_engine *e, const weft_bench_conc *b, int32_t *
         return 1;
     }
     weft_engine_stats st0, st1;
-    weft_status s = throughput_once(e, b, prompts, ss, run, 0, &wall, &cpu, &tokens, &err);
+    weft_status s = throughput_once(e, b, prompts, ss, run, 0, 0, &wall, &cpu, &tokens, &err);
     weft_engine_get_stats(e, &st0);
     weft_engine_profile_reset(e);
     for (uint32_t r = 0; s == WEFT_OK && r < b->repeats; r++) {
-        s = throughput_once(e, b, prompts, ss, run, 1, &wall, &cpu, &tokens, &err);
+        s = throughput_once(e, b, prompts, ss, run, r + 1, 1, &wall, &cpu, &tokens, &err);
         tps[r] = wall > 0 ? (double)tokens / wall : 0;
         cps[r] = cpu > 0 ? (double)tokens / cpu : 0;
     }
@@ -241,14 +253,17 @@ static int report_throughput(weft_engine *e, const weft_bench_conc *b, int32_t *
         const weft_candidate *c = weft_engine_candidate(e);
         if (b->json)
             printf("{\"bench\":\"decode\",\"mode\":\"concurrency\",\"candidate\":\"%s\","
-                   "\"scheduler\":\"%s\",\"backend\":\"%s\",\"threads\":%u,\"concurrency\":%u,\"prompt\":%u,"
+                   "\"scheduler\":\"%s\",\"backend\":\"%s\",\"threads\":%u,\"concurrency\":%u,"
+                   "\"prompt\":%u,"
                    "\"gen\":%u,\"repeats\":%u,\"tokens_per_s\":{\"median\":%.2f,\"min\":%.2f,"
-                   "\"max\":%.2f},\"tokens_per_cpu_s\":%.2f,\"steps_per_repeat\":%.1f,"
+                   "\"max\":%.2f},\"tokens_per_cpu_s\":{\"median\":%.2f,\"max\":%.2f},"
+                   "\"steps_per_repeat\":%.1f,"
                    "\"decode_tokens_per_step\":%.2f,\"ttft_ms\":{\"p50\":%.3f,\"p99\":%.3f},"
                    "\"itl_ms\":{\"p50\":%.4f,\"p99\":%.4f},\"preemptions\":%llu}\n",
                    c->path, sched_name(c), c->backend, weft_engine_threads(e), b->concurrency,
-                   b->prompt, b->gen, b->repeats, t_med, t_min, t_max, c_med, steps, rows, ttft50, ttft99, itl50,
-                   itl99, (unsigned long long)(st1.preemptions - st0.preemptions));
+                   b->prompt, b->gen, b->repeats, t_med, t_min, t_max, c_med, cps[b->repeats - 1],
+                   steps, rows, ttft50, ttft99, itl50, itl99,
+                   (unsigned long long)(st1.preemptions - st0.preemptions));
         else {
             printf("concurrency %u: %s, scheduler %s (%s, %u thread%s), prompt %u, gen %u, %u "
                    "repeats after warm-up\n",
@@ -256,7 +271,8 @@ static int report_throughput(weft_engine *e, const weft_bench_conc *b, int32_t *
                    weft_engine_threads(e) == 1 ? "" : "s", b->prompt, b->gen, b->repeats);
             printf("  tokens/s   median %.1f  (min %.1f, max %.1f) aggregate\n", t_med, t_min,
                    t_max);
-            printf("  cpu time   %.1f tokens per CPU-second of the process (median)\n", c_med);
+            printf("  cpu time   %.1f tokens per CPU-second of the process (median, max %.1f)\n",
+                   c_med, cps[b->repeats - 1]);
             printf("  steps      %.1f per repeat, %.2f decode tokens per step\n", steps, rows);
             printf("  ttft       p50 %.3f ms  p99 %.3f ms\n", ttft50, ttft99);
             printf("  itl        p50 %.4f ms  p99 %.4f ms\n", itl50, itl99);
@@ -312,7 +328,7 @@ static int report_arrival(weft_engine *e, const weft_bench_conc *b, int32_t *pro
         memset(&ls, 0, sizeof(ls));
         ls.run = run;
         ls.is_long = 1;
-        make_prompt(lp, b->arrival, 1000003u + a, cfg);
+        make_prompt(lp, b->arrival, 0x40000000u + a, cfg);
         if (s == WEFT_OK) s = submit(e, lp, b->arrival, 1, &ls, &err);
         run->phase = a ? 2 : 0;
         while (s == WEFT_OK && ls.n == 0) {
@@ -350,23 +366,24 @@ static int report_arrival(weft_engine *e, const weft_bench_conc *b, int32_t *pro
     double per = (double)arrival_steps / b->repeats;
     if (b->json)
         printf("{\"bench\":\"decode\",\"mode\":\"arrival\",\"candidate\":\"%s\","
-               "\"scheduler\":\"%s\",\"backend\":\"%s\",\"threads\":%u,\"streams\":%u,\"arrival_prompt\":%u,\"arrivals\":%u,"
+               "\"scheduler\":\"%s\",\"backend\":\"%s\",\"threads\":%u,\"streams\":%u,\"arrival_"
+               "prompt\":%u,\"arrivals\":%u,"
                "\"steps_per_arrival\":%.1f,\"idle_itl_ms\":{\"p50\":%.4f,\"p99\":%.4f,"
                "\"max\":%.4f,\"n\":%zu},\"arrival_itl_ms\":{\"p50\":%.4f,\"p99\":%.4f,"
                "\"max\":%.4f,\"n\":%zu},\"p99_ratio\":%.3f,"
                "\"idle_itl_cpu_ms\":{\"p50\":%.4f,\"p99\":%.4f},"
                "\"arrival_itl_cpu_ms\":{\"p50\":%.4f,\"p99\":%.4f},\"p99_cpu_ratio\":%.3f}\n",
                c->path, sched_name(c), c->backend, weft_engine_threads(e), b->concurrency,
-               b->arrival, b->repeats,
-               per, i50, i99, imax, run->idle.n, a50, a99, amax, run->arrival.n,
-               i99 > 0 ? a99 / i99 : 0, ic50, ic99, ac50, ac99, ic99 > 0 ? ac99 / ic99 : 0);
+               b->arrival, b->repeats, per, i50, i99, imax, run->idle.n, a50, a99, amax,
+               run->arrival.n, i99 > 0 ? a99 / i99 : 0, ic50, ic99, ac50, ac99,
+               ic99 > 0 ? ac99 / ic99 : 0);
     else {
         printf("arrival of a %u-token prompt among %u decoding streams: %s, scheduler %s (%s, %u "
                "thread%s), %u arrivals\n",
-               b->arrival, b->concurrency, c->path, sched_name(c), c->backend, weft_engine_threads(e),
-               weft_engine_threads(e) == 1 ? "" : "s", b->repeats);
-        printf("  idle ITL     p50 %.4f ms  p99 %.4f ms  max %.4f ms  (%zu gaps)\n", i50, i99,
-               imax, run->idle.n);
+               b->arrival, b->concurrency, c->path, sched_name(c), c->backend,
+               weft_engine_threads(e), weft_engine_threads(e) == 1 ? "" : "s", b->repeats);
+        printf("  idle ITL     p50 %.4f ms  p99 %.4f ms  max %.4f ms  (%zu gaps)\n", i50, i99, imax,
+               run->idle.n);
         printf("  arrival ITL  p50 %.4f ms  p99 %.4f ms  max %.4f ms  (%zu gaps, %.1f steps per "
                "arrival)\n",
                a50, a99, amax, run->arrival.n, per);
@@ -395,8 +412,8 @@ int weft_bench_concurrency(weft_engine *e, const weft_bench_conc *b) {
     memset(&run, 0, sizeof(run));
     int rc = 1;
     if (prompts && ss) {
-        for (uint32_t i = 0; i < b->concurrency; i++)
-            make_prompt(prompts + (size_t)i * b->prompt, b->prompt, i, cfg);
+        for (uint32_t i = 0; i < b->concurrency; i++) /* the arrival mode's streams */
+            make_prompt(prompts + (size_t)i * b->prompt, b->prompt, 0x20000000u + i, cfg);
         rc = b->arrival ? report_arrival(e, b, prompts, ss, &run)
                         : report_throughput(e, b, prompts, ss, &run);
     } else {

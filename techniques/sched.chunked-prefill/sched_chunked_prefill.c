@@ -7,11 +7,11 @@
 
 #define NAME "sched.chunked-prefill"
 
-static weft_status chunk_create(const weft_host_services *host, const weft_options *opts,
-                                void **st, weft_error *err) {
+static weft_status chunk_create(const weft_host_services *host, const weft_options *opts, void **st,
+                                weft_error *err) {
     sched_policy pol;
     memset(&pol, 0, sizeof(pol));
-    pol.chunk_tokens = 32;
+    pol.chunk_tokens = 256;
     weft_status s = sched_core_common_options(opts, NAME, &pol, err);
     if (s != WEFT_OK) return s;
     if (pol.chunk_tokens == 0)

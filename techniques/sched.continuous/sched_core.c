@@ -84,10 +84,10 @@ static weft_status read_u32_option(const weft_options *opts, const char *name, c
     return WEFT_OK;
 }
 
-weft_status sched_core_common_options(const weft_options *opts, const char *name,
-                                      sched_policy *pol, weft_error *err) {
-    weft_status s = read_u32_option(opts, name, "max_step_tokens", 0, 1 << 20,
-                                    &pol->max_step_tokens, err);
+weft_status sched_core_common_options(const weft_options *opts, const char *name, sched_policy *pol,
+                                      weft_error *err) {
+    weft_status s =
+        read_u32_option(opts, name, "max_step_tokens", 0, 1 << 20, &pol->max_step_tokens, err);
     if (s == WEFT_OK)
         s = read_u32_option(opts, name, "max_running", 0, 1 << 16, &pol->max_running, err);
     if (s == WEFT_OK && weft_sdk_option(opts, "chunk_tokens"))
@@ -162,8 +162,7 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
         c->cap_ent = n_requests;
     }
     const int kv_known = limits->size >= sizeof(weft_sched_limits) &&
-                         limits->kv.size >= sizeof(weft_kv_stats) &&
-                         limits->kv.capacity_tokens > 0;
+                         limits->kv.size >= sizeof(weft_kv_stats) && limits->kv.capacity_tokens > 0;
     int pressure = c->denied_lost;
     uint32_t n = 0, n_holders = 0;
     for (uint32_t i = 0; i < n_requests; i++) {
@@ -213,8 +212,7 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
         }
 
     uint32_t budget = limits->max_tokens;
-    if (c->pol.max_step_tokens && c->pol.max_step_tokens < budget)
-        budget = c->pol.max_step_tokens;
+    if (c->pol.max_step_tokens && c->pol.max_step_tokens < budget) budget = c->pol.max_step_tokens;
     uint32_t seqs = limits->max_seqs;
     if (c->pol.max_running && c->pol.max_running < seqs) seqs = c->pol.max_running;
     uint32_t tokens = budget, prefill = c->pol.chunk_tokens ? c->pol.chunk_tokens : UINT32_MAX;

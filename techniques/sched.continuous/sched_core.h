@@ -35,7 +35,7 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
 void sched_core_kv_denied(void *st, uint64_t request_id);
 
 /* Reads the options every bundle shares (max_step_tokens, max_running) into pol. */
-weft_status sched_core_common_options(const weft_options *opts, const char *name,
-                                      sched_policy *pol, weft_error *err);
+weft_status sched_core_common_options(const weft_options *opts, const char *name, sched_policy *pol,
+                                      weft_error *err);
 
 #endif

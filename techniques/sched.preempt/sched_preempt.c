@@ -15,7 +15,7 @@ static weft_status preempt_create(const weft_host_services *host, const weft_opt
     sched_policy pol;
     memset(&pol, 0, sizeof(pol));
     pol.preempt = 1;
-    pol.chunk_tokens = 32;
+    pol.chunk_tokens = 256;
     pol.watermark_permille = 10;
     weft_status s = sched_core_common_options(opts, NAME, &pol, err);
     if (s != WEFT_OK) return s;

@@ -10,6 +10,8 @@
  *  - preemption: with the kv pool 4x oversubscribed (engine option kv_tokens) every request
  *    completes with its serial output, and requests really were preempted and recomputed;
  *    a request larger than the pool ends with an error instead of hanging;
+ *  - composition: each scheduler with kv.paged, and with kv.paged + kv.prefix-cache, batched
+ *    equals serial with a full pool and with the 4x oversubscribed one;
  *  - planning rules on hand-made request tables (decodes first, budgets, conservative and
  *    preemptive admission, victim choice), and option validation. */
 #include <setjmp.h>
@@ -60,8 +62,8 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
     (void)state;
-    static const char *const files[] = {"config.json",     "generation_config.json",
-                                        "model.safetensors", "tokenizer.json",
+    static const char *const files[] = {"config.json",           "generation_config.json",
+                                        "model.safetensors",     "tokenizer.json",
                                         "tokenizer_config.json", "candidate.yaml"};
     char p[1200];
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -352,6 +354,34 @@ static void test_preempt_oversubscribed(void **state) {
     assert_int_equal(st.preemptions, 0);
 }
 
+/* With kv.paged (and kv.prefix-cache on top): the schedulers compose with the paged pool, whose
+ * size the same kv_tokens budget sets (pages of 8 tokens), and with prefix reuse, which also
+ * serves a preempted request's recompute from its own published pages. */
+static void test_compose_with_paged_kv(void **state) {
+    (void)state;
+    reference();
+    static result got[N_REQ];
+    weft_engine_stats st;
+    static const char *const kv[] = {"{name: kv.paged, options: {page_size: 8}}",
+                                     "kv.paged, {name: kv.prefix-cache, options: {page_size: 8}}"};
+    static const char *const sched[] = {"sched.continuous", "sched.chunked-prefill",
+                                        "sched.preempt"};
+    char cand[256];
+    uint64_t pool = total_need() / 4;
+    for (size_t k = 0; k < 2; k++)
+        for (size_t i = 0; i < 3; i++) {
+            snprintf(cand, sizeof(cand), "%s, %s", sched[i], kv[k]);
+            run_waves(cand, 32, 0, got, &st);
+            assert_true(st.steps * 4 < total_generated());
+            assert_int_equal(st.preemptions, 0);
+            run_waves(cand, 32, pool, got, &st);
+            if (i == 2)
+                assert_true(st.preemptions > 0);
+            else
+                assert_int_equal(st.preemptions, 0);
+        }
+}
+
 static void test_request_larger_than_pool(void **state) {
     (void)state;
     reference();
@@ -533,8 +563,8 @@ static void test_plan_rules(void **state) {
     if (bundle_open(&cont, "sched.continuous", NULL, 0, &err) != WEFT_OK ||
         bundle_open(&chunk, "sched.chunked-prefill", (weft_option[]){opt_int("chunk_tokens", 32)},
                     1, &err) != WEFT_OK ||
-        bundle_open(&pre, "sched.preempt", (weft_option[]){opt_int("chunk_tokens", 32)}, 1,
-                    &err) != WEFT_OK)
+        bundle_open(&pre, "sched.preempt", (weft_option[]){opt_int("chunk_tokens", 32)}, 1, &err) !=
+            WEFT_OK)
         fail_msg("open: %s", err.message);
     /* Listed out of order on purpose: 0 waiting (50), 1 decoding (arrived 3), 2 prefilling
      * (100 left), 3 decoding (arrived 1), 4 waiting (10), 5 decoding (arrived 2). */
@@ -653,6 +683,7 @@ int main(void) {
         cmocka_unit_test(test_chunked_prefill_equals_serial),
         cmocka_unit_test(test_preempt_equals_serial),
         cmocka_unit_test(test_preempt_oversubscribed),
+        cmocka_unit_test(test_compose_with_paged_kv),
         cmocka_unit_test(test_request_larger_than_pool),
         cmocka_unit_test(test_chunked_prefill_shares_steps),
     };

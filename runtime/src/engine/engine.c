@@ -10,8 +10,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stddef.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>

@@ -147,7 +147,7 @@ typedef struct weft_engine_stats {
     uint64_t prefill_tokens;
     uint64_t decode_tokens;
     uint64_t graphs_built;
-    double step_seconds; /* inside weft_engine_step */
+    double step_seconds;           /* inside weft_engine_step */
     uint64_t prefix_cached_tokens; /* prompt tokens a kv prefix cache held (not computed) */
     uint64_t preemptions;       /* requests whose cache was dropped by the scheduler (recompute) */
     uint64_t recomputed_tokens; /* generated tokens fed again after a preemption */

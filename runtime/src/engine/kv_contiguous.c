@@ -20,11 +20,11 @@ typedef struct kv_contig {
     const weft_device_service *dev;
     weft_kv_contiguous desc;
     weft_kv_view view;
-    weft_buffer *k, *v;  /* (n_layers) */
-    uint8_t *used;       /* (n_slots) */
-    uint32_t *reserved;  /* (n_slots) tokens the slot may hold now */
-    uint64_t slot_bytes; /* per slot, all layers, k and v */
-    uint64_t cap_tokens; /* tokens reservable across slots (the budget), or slots * max_seq */
+    weft_buffer *k, *v;   /* (n_layers) */
+    uint8_t *used;        /* (n_slots) */
+    uint32_t *reserved;   /* (n_slots) tokens the slot may hold now */
+    uint64_t slot_bytes;  /* per slot, all layers, k and v */
+    uint64_t cap_tokens;  /* tokens reservable across slots (the budget), or slots * max_seq */
     uint64_t held_tokens; /* sum of reserved[] over open slots */
 } kv_contig;
 
