@@ -11,7 +11,9 @@
  *  3. Every other holder that is decoding gets one token, before any prompt work, so a prefill
  *     never delays a running stream's next token beyond one step.
  *  4. Holders still prefilling (or recomputing after preemption) continue, oldest first, under
- *     the step's token budget and the per-step prefill cap (chunk_tokens, 0 = none).
+ *     the step's token budget and the per-step prefill cap: chunk_tokens plus chunk_per_decode
+ *     per decode planned in step 3 (chunk_tokens 0 = no cap). A step with no decode has no cap,
+ *     since no running stream waits on it.
  *  5. Waiters are admitted in order while budget, sequence slots and kv allow; the first that
  *     cannot be admitted stops admission (first come, first served: a small late request does
  *     not overtake a large early one). Without a chunk cap a prompt is admitted only whole,
@@ -90,6 +92,9 @@ weft_status sched_core_common_options(const weft_options *opts, const char *name
         read_u32_option(opts, name, "max_step_tokens", 0, 1 << 20, &pol->max_step_tokens, err);
     if (s == WEFT_OK)
         s = read_u32_option(opts, name, "max_running", 0, 1 << 16, &pol->max_running, err);
+    if (s == WEFT_OK && weft_sdk_option(opts, "chunk_per_decode"))
+        s = read_u32_option(opts, name, "chunk_per_decode", 0, 1 << 16, &pol->chunk_per_decode,
+                            err);
     if (s == WEFT_OK && weft_sdk_option(opts, "chunk_tokens"))
         s = read_u32_option(opts, name, "chunk_tokens", 0, 1 << 20, &pol->chunk_tokens, err);
     if (s == WEFT_OK && weft_sdk_option(opts, "watermark_permille"))
@@ -215,7 +220,7 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
     if (c->pol.max_step_tokens && c->pol.max_step_tokens < budget) budget = c->pol.max_step_tokens;
     uint32_t seqs = limits->max_seqs;
     if (c->pol.max_running && c->pol.max_running < seqs) seqs = c->pol.max_running;
-    uint32_t tokens = budget, prefill = c->pol.chunk_tokens ? c->pol.chunk_tokens : UINT32_MAX;
+    uint32_t tokens = budget, decodes = 0;
     uint64_t growth = 0, worst = 0; /* this step's new cache tokens; holders' growth to max */
 
     /* 3. Decodes. */
@@ -226,6 +231,12 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
         tokens--;
         seqs--;
         growth++;
+        decodes++;
+    }
+    uint32_t prefill = UINT32_MAX;
+    if (c->pol.chunk_tokens && decodes) {
+        uint64_t cap = c->pol.chunk_tokens + (uint64_t)c->pol.chunk_per_decode * decodes;
+        prefill = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX - 1;
     }
     /* 4. Prefills (and recomputes) under way. */
     for (uint32_t i = 0; i < n_holders && tokens && seqs && prefill; i++) {

@@ -14,6 +14,10 @@ typedef struct sched_policy {
     /* Prompt (and recompute) tokens per step across all requests; 0 = no cap: a prefill takes
      * whatever budget the decodes leave (sched.continuous). */
     uint32_t chunk_tokens;
+    /* With a cap: more prompt tokens per decode in the step, so the cap grows with the number of
+     * running streams (their per-step cost is what a chunk is weighed against). A step without
+     * decodes has no cap: no running stream's latency is at stake. */
+    uint32_t chunk_per_decode;
     /* Preempt the youngest requests when the kv pool refuses growth, and admit requests by
      * what their next chunk needs rather than their worst case (sched.preempt). */
     int preempt;

@@ -459,6 +459,10 @@ static void test_chunked_prefill_shares_steps(void **state) {
     (void)state;
     long_prompt_arrival("{name: sched.chunked-prefill, options: {chunk_tokens: 16}}", 16);
     long_prompt_arrival("{name: sched.preempt, options: {chunk_tokens: 50}}", 50);
+    /* 2 + 3 per decode, with the 4 streams decoding: 14 per step. */
+    long_prompt_arrival("{name: sched.chunked-prefill, options: {chunk_tokens: 2, "
+                        "chunk_per_decode: 3}}",
+                        14);
     /* Without a cap the whole prompt goes in one step (with the decodes). */
     long_prompt_arrival("sched.continuous", 300);
 }
@@ -559,10 +563,13 @@ static void test_plan_rules(void **state) {
     (void)state;
     weft_error err;
     weft_error_clear(&err);
-    bundle cont, chunk, pre;
+    bundle cont, chunk, chunkd, pre;
     if (bundle_open(&cont, "sched.continuous", NULL, 0, &err) != WEFT_OK ||
         bundle_open(&chunk, "sched.chunked-prefill", (weft_option[]){opt_int("chunk_tokens", 32)},
                     1, &err) != WEFT_OK ||
+        bundle_open(&chunkd, "sched.chunked-prefill",
+                    (weft_option[]){opt_int("chunk_tokens", 4), opt_int("chunk_per_decode", 10)}, 2,
+                    &err) != WEFT_OK ||
         bundle_open(&pre, "sched.preempt", (weft_option[]){opt_int("chunk_tokens", 32)}, 1, &err) !=
             WEFT_OK)
         fail_msg("open: %s", err.message);
@@ -586,6 +593,13 @@ static void test_plan_rules(void **state) {
     l = lim(150, 8, 0, 0); /* 47 left: request 0 waits whole, and request 4 behind it */
     assert_string_equal(plan(&cont, r, 6, &l), "3:0:1 5:0:1 1:0:1 2:0:100");
     assert_string_equal(plan(&chunk, r, 6, &l), "3:0:1 5:0:1 1:0:1 2:0:32");
+    /* The cap grows with the decodes in the step: 4 + 10 per decode = 34. */
+    weft_sched_limits l64 = lim(64, 8, 0, 0);
+    assert_string_equal(plan(&chunkd, r, 6, &l64), "3:0:1 5:0:1 1:0:1 2:0:34");
+    /* Without decodes there is no cap: nobody's next token waits on the step. */
+    weft_sched_request idle[3] = {r[2], r[0], r[4]};
+    assert_string_equal(plan(&chunk, idle, 3, &l), "0:0:100 1:0:50");
+    assert_string_equal(plan(&chunkd, idle, 3, &l64), "0:0:64");
     /* Sequence budget. */
     l = lim(200, 2, 0, 0);
     assert_string_equal(plan(&cont, r, 6, &l), "3:0:1 5:0:1");
@@ -644,6 +658,7 @@ static void test_plan_rules(void **state) {
     assert_non_null(strstr(err.message, "request 20"));
     bundle_close(&cont);
     bundle_close(&chunk);
+    bundle_close(&chunkd);
     bundle_close(&pre);
 }
 

@@ -31,7 +31,7 @@ YAML
 repeats=${REPEATS:-5}
 for c in "baseline:" "continuous:sched.continuous" "chunked:sched.chunked-prefill" \
     "preempt:sched.preempt" \
-    "serve-cpu:{name: sched.preempt, options: {chunk_tokens: 8}}, kv.paged, kv.prefix-cache"; do
+    "serve-cpu:{name: sched.preempt, options: {chunk_tokens: 1, chunk_per_decode: 1}}, kv.paged, kv.prefix-cache"; do
     m=$(cand "${c%%:*}" "${c#*:}")
     for n in 1 8 32 64; do
         "$weft" bench decode --candidate "$m" --concurrency "$n" --prompt 128 --gen 128 \
@@ -42,7 +42,9 @@ for c in "continuous:sched.continuous" \
     "chunk64:{name: sched.chunked-prefill, options: {chunk_tokens: 64}}" \
     "chunk32:{name: sched.chunked-prefill, options: {chunk_tokens: 32}}" \
     "chunk16:{name: sched.chunked-prefill, options: {chunk_tokens: 16}}" \
-    "chunk8:{name: sched.chunked-prefill, options: {chunk_tokens: 8}}"; do
+    "chunk8:{name: sched.chunked-prefill, options: {chunk_tokens: 8}}" \
+    "perdecode1:{name: sched.chunked-prefill, options: {chunk_tokens: 1, chunk_per_decode: 1}}" \
+    "serve-cpu:{name: sched.preempt, options: {chunk_tokens: 1, chunk_per_decode: 1}}, kv.paged, kv.prefix-cache"; do
     m=$(cand "${c%%:*}" "${c#*:}")
     "$weft" bench decode --candidate "$m" --concurrency 8 --prompt 16 --gen 490 --arrival 448 \
         --repeats "${ARRIVALS:-5}" --json
