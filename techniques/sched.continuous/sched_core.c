@@ -21,8 +21,10 @@
  *       - without preemption, admission is conservative: the pool's free tokens must cover
  *         every holder's growth to its max_total plus the newcomer's max_total, so a running
  *         request is never refused (what a scheduler that cannot preempt must do);
- *       - with preemption, only what the step adds must fit, minus a watermark: more requests
- *         run at once, and a refusal is repaired by step 2.
+ *       - with preemption, each request's near need must fit, plus a watermark: its uncached
+ *         tokens (the rest of its prompt, or a preempted request's recompute) and its next
+ *         lookahead_tokens generated tokens (capped at its max_total), for every holder and
+ *         the newcomers; more requests run at once, and a refusal is repaired by step 2.
  *     When no request holds cache the head waiter is admitted regardless: the pool decides.
  *     No waiter is admitted in a step after a refusal (the pool is full; admitting would thrash).
  * The engine processes preempt items before run items and reserves kv in item order. */
@@ -97,6 +99,9 @@ weft_status sched_core_common_options(const weft_options *opts, const char *name
                             err);
     if (s == WEFT_OK && weft_sdk_option(opts, "chunk_tokens"))
         s = read_u32_option(opts, name, "chunk_tokens", 0, 1 << 20, &pol->chunk_tokens, err);
+    if (s == WEFT_OK && weft_sdk_option(opts, "lookahead_tokens"))
+        s = read_u32_option(opts, name, "lookahead_tokens", 0, 1 << 20, &pol->lookahead_tokens,
+                            err);
     if (s == WEFT_OK && weft_sdk_option(opts, "watermark_permille"))
         s = read_u32_option(opts, name, "watermark_permille", 0, 500, &pol->watermark_permille,
                             err);
@@ -134,6 +139,14 @@ static int entry_cmp(const void *a, const void *b) {
 
 static uint32_t min_u32(uint32_t a, uint32_t b) {
     return a < b ? a : b;
+}
+
+/* The cache a request will add soon: what it has not cached yet plus `lookahead` generated
+ * tokens, never past its max_total. */
+static uint64_t near_need(const sched_entry *e, uint32_t lookahead) {
+    uint64_t left = (uint64_t)e->max_total - e->n_computed;
+    uint64_t near = (uint64_t)e->pending + lookahead;
+    return near < left ? near : left;
 }
 
 static void emit(weft_sched_item *items, uint32_t *n_items, uint32_t index, uint32_t action,
@@ -221,7 +234,7 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
     uint32_t seqs = limits->max_seqs;
     if (c->pol.max_running && c->pol.max_running < seqs) seqs = c->pol.max_running;
     uint32_t tokens = budget, decodes = 0;
-    uint64_t growth = 0, worst = 0; /* this step's new cache tokens; holders' growth to max */
+    uint64_t worst = 0; /* holders' growth to their max_total (conservative admission) */
 
     /* 3. Decodes. */
     for (uint32_t i = 0; i < n_holders && tokens && seqs; i++) {
@@ -230,7 +243,6 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
         emit(items, n_items, e->index, 0, 1);
         tokens--;
         seqs--;
-        growth++;
         decodes++;
     }
     uint32_t prefill = UINT32_MAX;
@@ -247,10 +259,13 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
         tokens -= k;
         seqs--;
         if (prefill != UINT32_MAX) prefill -= k;
-        growth += k;
     }
+    uint64_t near = 0; /* holders' near need (preemptive admission) */
     for (uint32_t i = 0; i < n_holders; i++)
-        if (!c->ent[i].victim) worst += (uint64_t)c->ent[i].max_total - c->ent[i].n_computed;
+        if (!c->ent[i].victim) {
+            worst += (uint64_t)c->ent[i].max_total - c->ent[i].n_computed;
+            near += near_need(&c->ent[i], c->pol.lookahead_tokens);
+        }
 
     /* 5. Admission. */
     if (pressure) return WEFT_OK;
@@ -258,7 +273,7 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
     uint64_t free_tokens =
         kv_known && cap > limits->kv.used_tokens ? cap - limits->kv.used_tokens : 0;
     uint64_t watermark = cap * c->pol.watermark_permille / 1000;
-    uint64_t admitted_tokens = 0, admitted_worst = 0;
+    uint64_t admitted_near = 0, admitted_worst = 0;
     int admitted = 0;
     for (uint32_t i = n_holders; i < n && tokens && seqs && prefill; i++) {
         sched_entry *e = &c->ent[i];
@@ -267,7 +282,9 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
         int alone = live_holders == 0 && !admitted;
         if (kv_known && !alone) {
             if (c->pol.preempt) {
-                if (growth + admitted_tokens + k + watermark > free_tokens) break;
+                uint64_t need = near_need(e, c->pol.lookahead_tokens);
+                if (near + admitted_near + need + watermark > free_tokens) break;
+                admitted_near += need;
             } else if (worst + admitted_worst + e->max_total > free_tokens) {
                 break;
             }
@@ -276,7 +293,6 @@ weft_status sched_core_schedule(void *st, const weft_sched_request *reqs, uint32
         tokens -= k;
         seqs--;
         if (prefill != UINT32_MAX) prefill -= k;
-        admitted_tokens += k;
         admitted_worst += e->max_total;
         admitted = 1;
     }

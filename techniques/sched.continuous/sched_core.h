@@ -23,6 +23,10 @@ typedef struct sched_policy {
     int preempt;
     /* sched.preempt: kv tokens kept free when admitting, in thousandths of the pool. */
     uint32_t watermark_permille;
+    /* sched.preempt: generated tokens of every request the pool must have room for when a
+     * request is admitted (0 = only the prompts; the max_total of each = sched.continuous's
+     * conservative rule). Damps admit-then-preempt cycles. */
+    uint32_t lookahead_tokens;
 } sched_policy;
 
 typedef struct sched_core sched_core;

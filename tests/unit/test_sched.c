@@ -341,9 +341,13 @@ static void test_preempt_oversubscribed(void **state) {
     run_waves("sched.preempt", 32, pool, got, &st);
     assert_true(st.preemptions > 0);
     assert_true(st.recomputed_tokens > 0);
+    /* Admitting on the prompts alone (no lookahead) preempts much more often. */
+    run_waves("{name: sched.preempt, options: {lookahead_tokens: 0}}", 32, pool, got, &st);
+    assert_true(st.preemptions > 10);
     /* Without the chunk cap: whole prompts and whole recomputes. */
-    run_waves("{name: sched.preempt, options: {chunk_tokens: 0}}", 32, pool, got, &st);
-    assert_true(st.preemptions > 0);
+    run_waves("{name: sched.preempt, options: {chunk_tokens: 0, lookahead_tokens: 0}}", 32, pool,
+              got, &st);
+    assert_true(st.preemptions > 10);
     /* The schedulers that cannot preempt admit conservatively: same outputs, no preemption. */
     run_waves("sched.continuous", 32, pool, got, &st);
     assert_int_equal(st.preemptions, 0);
@@ -563,15 +567,19 @@ static void test_plan_rules(void **state) {
     (void)state;
     weft_error err;
     weft_error_clear(&err);
-    bundle cont, chunk, chunkd, pre;
+    bundle cont, chunk, chunkd, pre, prel;
     if (bundle_open(&cont, "sched.continuous", NULL, 0, &err) != WEFT_OK ||
         bundle_open(&chunk, "sched.chunked-prefill", (weft_option[]){opt_int("chunk_tokens", 32)},
                     1, &err) != WEFT_OK ||
         bundle_open(&chunkd, "sched.chunked-prefill",
                     (weft_option[]){opt_int("chunk_tokens", 4), opt_int("chunk_per_decode", 10)}, 2,
                     &err) != WEFT_OK ||
-        bundle_open(&pre, "sched.preempt", (weft_option[]){opt_int("chunk_tokens", 32)}, 1, &err) !=
-            WEFT_OK)
+        bundle_open(&pre, "sched.preempt",
+                    (weft_option[]){opt_int("chunk_tokens", 32), opt_int("lookahead_tokens", 0)}, 2,
+                    &err) != WEFT_OK ||
+        bundle_open(&prel, "sched.preempt",
+                    (weft_option[]){opt_int("chunk_tokens", 32), opt_int("lookahead_tokens", 8)}, 2,
+                    &err) != WEFT_OK)
         fail_msg("open: %s", err.message);
     /* Listed out of order on purpose: 0 waiting (50), 1 decoding (arrived 3), 2 prefilling
      * (100 left), 3 decoding (arrived 1), 4 waiting (10), 5 decoding (arrived 2). */
@@ -609,15 +617,20 @@ static void test_plan_rules(void **state) {
     assert_string_equal(plan(&cont, r, 6, &l), "3:0:1 5:0:1 1:0:1 2:0:100");
     l = lim(400, 8, 75 + 527, 75); /* then request 4 (max 20) would need 547 */
     assert_string_equal(plan(&cont, r, 6, &l), "3:0:1 5:0:1 1:0:1 2:0:100 0:0:50");
-    /* Preemptive admission counts only this step's tokens: 3 decodes + 10 prompt tokens of
-     * request 2 + a 22-token chunk of request 0 (the cap is 32) = 35. */
+    /* Preemptive admission (lookahead 0): the holders' uncached tokens (3 decodes, 10 prompt
+     * tokens of request 2) and request 0's whole prompt (50) must fit: 63 tokens. */
     weft_sched_request r2[6];
     memcpy(r2, r, sizeof(r));
     r2[2].n_computed = 110;
-    l = lim(400, 8, 49, 15); /* 34 free */
+    l = lim(400, 8, 77, 15); /* 62 free */
     assert_string_equal(plan(&pre, r2, 6, &l), "3:0:1 5:0:1 1:0:1 2:0:10");
-    l = lim(400, 8, 50, 15); /* 35 free, watermark 0 */
+    l = lim(400, 8, 78, 15); /* 63 free, watermark 0; the chunk cap leaves 22 for request 0 */
     assert_string_equal(plan(&pre, r2, 6, &l), "3:0:1 5:0:1 1:0:1 2:0:10 0:0:22");
+    /* Lookahead 8: 3 x 9 + 18 for the holders, 58 for request 0, watermark 1 (of 118..120). */
+    l = lim(400, 8, 118, 15);
+    assert_string_equal(plan(&prel, r2, 6, &l), "3:0:1 5:0:1 1:0:1 2:0:10");
+    l = lim(400, 8, 120, 15);
+    assert_string_equal(plan(&prel, r2, 6, &l), "3:0:1 5:0:1 1:0:1 2:0:10 0:0:22");
     l = lim(400, 8, 200, 15); /* watermark 2 */
     assert_string_equal(plan(&pre, r2, 6, &l), "3:0:1 5:0:1 1:0:1 2:0:10 0:0:22");
     /* A refusal: the youngest holder (12, arrived 4) is preempted, the others run, nobody is
@@ -660,6 +673,7 @@ static void test_plan_rules(void **state) {
     bundle_close(&chunk);
     bundle_close(&chunkd);
     bundle_close(&pre);
+    bundle_close(&prel);
 }
 
 static void test_options(void **state) {

@@ -3,8 +3,10 @@
 # context): aggregate throughput at concurrency 1, 8, 32, 64 (prompt 128, 128 out) for the serial
 # baseline and each scheduling technique, and the inter-token latency of 8 decoding streams
 # while a 448-token prompt arrives (the 8k-token arrival of TECHNIQUES.md scaled to this model's
-# context) for several chunk sizes. Prints one JSON object per run.
-#   usage: tools/scripts/bench_sched.sh BUILD_DIR [MODEL_DIR]
+# context) for several chunk sizes, and throughput at concurrency 32 with the kv pool at a
+# quarter of the need. Prints one JSON object per run.
+#   usage: [SECTIONS="throughput arrival oversubscribed"] [REPEATS=5] [ARRIVALS=5]
+#          [ARRIVAL_RUNS=1] tools/scripts/bench_sched.sh BUILD_DIR [MODEL_DIR]
 set -euo pipefail
 build=${1:?usage: bench_sched.sh BUILD_DIR [MODEL_DIR]}
 weft="$build/bin/weft"
@@ -29,6 +31,8 @@ YAML
     echo "$tmp/$1.yaml"
 }
 repeats=${REPEATS:-5}
+sections=${SECTIONS:-throughput arrival oversubscribed}
+if [[ " $sections " == *" throughput "* ]]; then
 for c in "baseline:" "continuous:sched.continuous" "chunked:sched.chunked-prefill" \
     "preempt:sched.preempt" \
     "serve-cpu:{name: sched.preempt, options: {chunk_tokens: 1, chunk_per_decode: 1}}, kv.paged, kv.prefix-cache"; do
@@ -38,6 +42,9 @@ for c in "baseline:" "continuous:sched.continuous" "chunked:sched.chunked-prefil
             --repeats "$repeats" --json
     done
 done
+fi
+if [[ " $sections " == *" arrival "* ]]; then
+for run in $(seq "${ARRIVAL_RUNS:-1}"); do
 for c in "continuous:sched.continuous" \
     "chunk64:{name: sched.chunked-prefill, options: {chunk_tokens: 64}}" \
     "chunk32:{name: sched.chunked-prefill, options: {chunk_tokens: 32}}" \
@@ -49,3 +56,14 @@ for c in "continuous:sched.continuous" \
     "$weft" bench decode --candidate "$m" --concurrency 8 --prompt 16 --gen 490 --arrival 448 \
         --repeats "${ARRIVALS:-5}" --json
 done
+done
+fi
+# A quarter of what 32 requests of 128 + 128 tokens need at once: 32 x 256 / 4 = 2048 tokens.
+if [[ " $sections " == *" oversubscribed "* ]]; then
+for c in "continuous:sched.continuous" "chunked:sched.chunked-prefill" "preempt:sched.preempt" \
+    "paged-preempt:sched.preempt, kv.paged" "paged-continuous:sched.continuous, kv.paged"; do
+    m=$(cand "${c%%:*}" "${c#*:}")
+    "$weft" bench decode --candidate "$m" --concurrency 32 --prompt 128 --gen 128 \
+        --repeats "$repeats" --kv-tokens 2048 --json
+done
+fi
