@@ -17,7 +17,7 @@ static weft_status preempt_create(const weft_host_services *host, const weft_opt
     pol.preempt = 1;
     pol.chunk_tokens = 256;
     pol.watermark_permille = 10;
-    pol.lookahead_tokens = 16;
+    pol.lookahead_tokens = 64;
     weft_status s = sched_core_common_options(opts, NAME, &pol, err);
     if (s != WEFT_OK) return s;
     return sched_core_create(host, NAME, &pol, (sched_core **)st, err);

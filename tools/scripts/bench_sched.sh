@@ -61,7 +61,9 @@ fi
 # A quarter of what 32 requests of 128 + 128 tokens need at once: 32 x 256 / 4 = 2048 tokens.
 if [[ " $sections " == *" oversubscribed "* ]]; then
 for c in "continuous:sched.continuous" "chunked:sched.chunked-prefill" "preempt:sched.preempt" \
-    "paged-preempt:sched.preempt, kv.paged" "paged-continuous:sched.continuous, kv.paged"; do
+    "preempt-la0:{name: sched.preempt, options: {lookahead_tokens: 0}}" \
+    "preempt-la64:{name: sched.preempt, options: {lookahead_tokens: 64}}" \
+    "paged-continuous:sched.continuous, kv.paged" "paged-preempt:sched.preempt, kv.paged"; do
     m=$(cand "${c%%:*}" "${c#*:}")
     "$weft" bench decode --candidate "$m" --concurrency 32 --prompt 128 --gen 128 \
         --repeats "$repeats" --kv-tokens 2048 --json
