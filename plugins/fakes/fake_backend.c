@@ -32,9 +32,9 @@ static weft_status be_info(void *st, weft_device_info *out, weft_error *err) {
 /* ---- kernels: f32, straightforward loops, every id and size checked ---------------------- */
 /* The tensors of input k / output 0 of node, checked to be f32 (or i32 for ids) of rank `rank`
  * with buffers big enough for rows x the product of the other dims. */
-static weft_status arg(const weft_exec_ctx *ctx, const weft_node *node, uint32_t id,
-                       uint32_t dtype, uint32_t rank, uint64_t rows, const weft_tensor **t,
-                       void **data, weft_error *err) {
+static weft_status arg(const weft_exec_ctx *ctx, const weft_node *node, uint32_t id, uint32_t dtype,
+                       uint32_t rank, uint64_t rows, const weft_tensor **t, void **data,
+                       weft_error *err) {
     const weft_graph *g = ctx->graph;
     if (id >= g->n_tensors)
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "node %s: tensor id %u out of range",
@@ -143,8 +143,8 @@ static weft_status k_lm_head(void *st, const weft_exec_ctx *ctx, const weft_node
         int32_t row = ctx->batch->logit_rows[r];
         if (row < 0 || (uint64_t)row >= T)
             return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                                  "node %s: logit row %d outside the step's %llu rows",
-                                  node->name, row, (unsigned long long)T);
+                                  "node %s: logit row %d outside the step's %llu rows", node->name,
+                                  row, (unsigned long long)T);
         for (int64_t v = 0; v < V; v++) {
             double acc = 0;
             for (int64_t d = 0; d < D; d++)
