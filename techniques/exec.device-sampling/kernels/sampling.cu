@@ -140,14 +140,16 @@ extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_par
     idx = BIG_ID;
     s = 0.0;
     bad = 0;
-    // one thread merges in block order, so the result does not depend on which block was last
+    // thread j takes the partials j, j + blockDim.x, ...; the block tree then merges them in a
+    // fixed order, so the result does not depend on which block finished last
+    for (u32 b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+        const ds_part *p = &parts[(long)row * gridDim.x + b];
+        int pb = __ldcg(&p->bad);
+        lse_merge(m, idx, s, __ldcg(&p->m), __ldcg(&p->idx), __ldcg(&p->s));
+        if (pb && (!bad || pb < bad)) bad = pb;
+    }
+    block_lse(m, idx, s, bad);
     if (threadIdx.x == 0) {
-        for (u32 b = 0; b < gridDim.x; b++) {
-            const ds_part *p = &parts[(long)row * gridDim.x + b];
-            int pb = __ldcg(&p->bad);
-            lse_merge(m, idx, s, __ldcg(&p->m), __ldcg(&p->idx), __ldcg(&p->s));
-            if (!bad || (pb && pb < bad)) bad = pb ? pb : bad;
-        }
         finish(&out[row], z, m, idx, s, bad);
         done[row] = 0;
     }
