@@ -1444,10 +1444,10 @@ static int has_logit_features(const weft_engine *e) {
 
 /* Samples one logits row. row is its place in the host copy, filled when on_host; otherwise
  * the step left the logits on the device for a sampler plugin (exec.device-sampling) and only
- * the token id and its logprob cross to the host. A request the plugin cannot serve falls back to the host sampler over a
- * download of its row alone: logit bias and an active min_tokens EOS mask (weft_sampling
- * carries neither), or a row the plugin declines with WEFT_ERR_UNSUPPORTED (penalties, top
- * alternatives). */
+ * the token id and its logprob cross to the host. A request the plugin cannot serve falls back
+ * to the host sampler over a download of its row alone: logit bias and an active min_tokens EOS
+ * mask (weft_sampling carries neither), or a row the plugin declines with WEFT_ERR_UNSUPPORTED
+ * (penalties, top alternatives). */
 static weft_status sample_row(weft_engine *e, request *r, float *row, int on_host,
                               uint32_t logits_row, const variant *v, weft_sample_result *res,
                               weft_error *err) {
@@ -1473,8 +1473,8 @@ static weft_status sample_row(weft_engine *e, request *r, float *row, int on_hos
         rowbuf.ptr = (uint8_t *)rowbuf.ptr + (uint64_t)logits_row * V * sizeof(float);
         rowbuf.bytes = (uint64_t)V * sizeof(float);
         memset(res, 0, sizeof(*res));
-        weft_status s = e->sampler->sample(e->sampler_st, &rowbuf, 1, V, &sp, &res->token,
-                                           &res->logprob, err);
+        weft_status s =
+            e->sampler->sample(e->sampler_st, &rowbuf, 1, V, &sp, &res->token, &res->logprob, err);
         if (s != WEFT_ERR_UNSUPPORTED) return s;
         weft_error_clear(err); /* declined: the host sampler serves this row */
     }
