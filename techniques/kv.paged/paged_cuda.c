@@ -1,12 +1,16 @@
 /* ATTENTION over the "paged" kv layout on the cuda backend: kernels/paged.cu (embedded at build
  * time) compiled by NVRTC for the device's architecture, once per cache dtype, when a graph
  * first asks for that dtype (accepts, a setup-class call), then launched on the engine's stream
- * with the driver API. The bundle links the driver and NVRTC itself; it reaches the backend's
- * CUDA context through the device service (`native`), so it shares the backend's context and
- * stream and never synchronises. Rows find their kv slot in the step input in.kv_slots (the
- * llama plugin emits it with `device_inputs: true`); a graph without it is declined at build
- * time with a logged reason. */
+ * with the driver API. It reaches the backend's CUDA context through the device service
+ * (`native`), so it shares the backend's context and stream and never synchronises. Rows find
+ * their kv slot in the step input in.kv_slots (the llama plugin emits it with
+ * `device_inputs: true`); a graph without it is declined at build time with a logged reason.
+ *
+ * The bundle also runs on the cpu backend, on machines without a CUDA driver, so it does not
+ * link the driver or NVRTC: the functions it needs are looked up when cuda ops are first
+ * registered, from the libraries the cuda backend has already loaded into the process. */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <nvrtc.h>
 #include <stdio.h>
@@ -16,9 +20,79 @@
 #include "paged_ops.h"
 #include "weft/sdk.h"
 
+#ifndef KV_PAGED_NVRTC_SONAME
+#define KV_PAGED_NVRTC_SONAME "libnvrtc.so"
+#endif
+
 extern const char kv_paged_cuda_source[]; /* kernels/paged.cu */
 
+/* The driver and NVRTC functions used here, resolved with dlsym. */
+typedef struct kvp_api {
+    void *cuda, *nvrtc; /* dlopen handles */
+    CUresult (*GetErrorName)(CUresult, const char **);
+    CUresult (*GetErrorString)(CUresult, const char **);
+    CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*CtxGetDevice)(CUdevice *);
+    CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*ModuleUnload)(CUmodule);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CUstream, void **, void **);
+    nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int,
+                                 const char *const *, const char *const *);
+    nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+    nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
+    nvrtcResult (*DestroyProgram)(nvrtcProgram *);
+    const char *(*GetErrorStringRtc)(nvrtcResult);
+} kvp_api;
+
+/* Object pointers and function pointers differ in ISO C; copy the bits. */
+#define KVP_SYM(handle, field, name)                                                             \
+    do {                                                                                         \
+        void *sym_ = dlsym(handle, name);                                                        \
+        if (!sym_) return name;                                                                  \
+        memcpy(&api->field, &sym_, sizeof(sym_));                                                \
+    } while (0)
+
+/* NULL, or the name of what is missing. */
+static const char *api_load(kvp_api *api) {
+    api->cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!api->cuda) return "libcuda.so.1";
+    api->nvrtc = dlopen(KV_PAGED_NVRTC_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!api->nvrtc) api->nvrtc = dlopen("libnvrtc.so", RTLD_NOW | RTLD_LOCAL);
+    if (!api->nvrtc) return KV_PAGED_NVRTC_SONAME;
+    KVP_SYM(api->cuda, GetErrorName, "cuGetErrorName");
+    KVP_SYM(api->cuda, GetErrorString, "cuGetErrorString");
+    KVP_SYM(api->cuda, CtxSetCurrent, "cuCtxSetCurrent");
+    KVP_SYM(api->cuda, CtxGetDevice, "cuCtxGetDevice");
+    KVP_SYM(api->cuda, DeviceGetAttribute, "cuDeviceGetAttribute");
+    KVP_SYM(api->cuda, ModuleLoadData, "cuModuleLoadData");
+    KVP_SYM(api->cuda, ModuleGetFunction, "cuModuleGetFunction");
+    KVP_SYM(api->cuda, ModuleUnload, "cuModuleUnload");
+    KVP_SYM(api->cuda, LaunchKernel, "cuLaunchKernel");
+    KVP_SYM(api->nvrtc, CreateProgram, "nvrtcCreateProgram");
+    KVP_SYM(api->nvrtc, CompileProgram, "nvrtcCompileProgram");
+    KVP_SYM(api->nvrtc, GetProgramLogSize, "nvrtcGetProgramLogSize");
+    KVP_SYM(api->nvrtc, GetProgramLog, "nvrtcGetProgramLog");
+    KVP_SYM(api->nvrtc, GetCUBINSize, "nvrtcGetCUBINSize");
+    KVP_SYM(api->nvrtc, GetCUBIN, "nvrtcGetCUBIN");
+    KVP_SYM(api->nvrtc, DestroyProgram, "nvrtcDestroyProgram");
+    KVP_SYM(api->nvrtc, GetErrorStringRtc, "nvrtcGetErrorString");
+    return NULL;
+}
+
+static void api_close(kvp_api *api) {
+    if (api->nvrtc) dlclose(api->nvrtc);
+    if (api->cuda) dlclose(api->cuda);
+    api->nvrtc = api->cuda = NULL;
+}
+
 typedef struct kvp_cuda {
+    kvp_api api;
     const weft_host_services *host;
     const weft_device_service *dev;
     CUcontext ctx;
@@ -32,10 +106,10 @@ static int dtype_index(uint32_t dt) {
     return dt == WEFT_DTYPE_F32 ? 1 : dt == WEFT_DTYPE_F16 ? 2 : dt == WEFT_DTYPE_BF16 ? 3 : 0;
 }
 
-static weft_status cu_error(weft_error *err, CUresult r, const char *what) {
+static weft_status cu_error(const kvp_cuda *c, weft_error *err, CUresult r, const char *what) {
     const char *name = NULL, *text = NULL;
-    cuGetErrorName(r, &name);
-    cuGetErrorString(r, &text);
+    c->api.GetErrorName(r, &name);
+    c->api.GetErrorString(r, &text);
     return weft_sdk_error(err, WEFT_ERR_DEVICE, KV_PAGED_NAME, "%s: %s (%s)", what,
                           name ? name : "CUDA error", text ? text : "no description");
 }
@@ -48,44 +122,44 @@ static weft_status compile(kvp_cuda *c, int t, weft_error *err) {
     snprintf(def, sizeof(def), "-DKVP_T=%d", t);
     const char *opts[] = {arch, def, "-std=c++17", "-default-device"};
     nvrtcProgram prog;
-    if (nvrtcCreateProgram(&prog, kv_paged_cuda_source, "paged.cu", 0, NULL, NULL) !=
+    if (c->api.CreateProgram(&prog, kv_paged_cuda_source, "paged.cu", 0, NULL, NULL) !=
         NVRTC_SUCCESS)
         return weft_sdk_error(err, WEFT_ERR_DEVICE, KV_PAGED_NAME, "nvrtcCreateProgram failed");
-    nvrtcResult rc = nvrtcCompileProgram(prog, 4, opts);
+    nvrtcResult rc = c->api.CompileProgram(prog, 4, opts);
     if (rc != NVRTC_SUCCESS) {
         size_t n = 0;
-        nvrtcGetProgramLogSize(prog, &n);
+        c->api.GetProgramLogSize(prog, &n);
         char *log = malloc(n + 1);
         if (log) {
-            nvrtcGetProgramLog(prog, log);
+            c->api.GetProgramLog(prog, log);
             log[n] = 0;
         }
         weft_sdk_error(err, WEFT_ERR_DEVICE, KV_PAGED_NAME,
                        "NVRTC failed to compile paged.cu for %s (%s): %.300s", c->arch,
-                       nvrtcGetErrorString(rc), log ? log : "");
+                       c->api.GetErrorStringRtc(rc), log ? log : "");
         free(log);
-        nvrtcDestroyProgram(&prog);
+        c->api.DestroyProgram(&prog);
         return WEFT_ERR_DEVICE;
     }
     size_t n = 0;
-    nvrtcGetCUBINSize(prog, &n);
+    c->api.GetCUBINSize(prog, &n);
     void *cubin = malloc(n ? n : 1);
     if (!cubin) {
-        nvrtcDestroyProgram(&prog);
+        c->api.DestroyProgram(&prog);
         return weft_sdk_error(err, WEFT_ERR_NOMEM, KV_PAGED_NAME, "out of memory");
     }
-    nvrtcGetCUBIN(prog, cubin);
-    nvrtcDestroyProgram(&prog);
-    CUresult r = cuCtxSetCurrent(c->ctx);
-    if (r == CUDA_SUCCESS) r = cuModuleLoadData(&c->mod[t], cubin);
+    c->api.GetCUBIN(prog, cubin);
+    c->api.DestroyProgram(&prog);
+    CUresult r = c->api.CtxSetCurrent(c->ctx);
+    if (r == CUDA_SUCCESS) r = c->api.ModuleLoadData(&c->mod[t], cubin);
     free(cubin);
     if (r != CUDA_SUCCESS) {
         c->mod[t] = NULL;
-        return cu_error(err, r, "loading the compiled paged.cu");
+        return cu_error(c, err, r, "loading the compiled paged.cu");
     }
-    if ((r = cuModuleGetFunction(&c->store[t], c->mod[t], "kvp_store")) != CUDA_SUCCESS ||
-        (r = cuModuleGetFunction(&c->attn[t], c->mod[t], "kvp_attention")) != CUDA_SUCCESS)
-        return cu_error(err, r, "looking up the paged.cu kernels");
+    if ((r = c->api.ModuleGetFunction(&c->store[t], c->mod[t], "kvp_store")) != CUDA_SUCCESS ||
+        (r = c->api.ModuleGetFunction(&c->attn[t], c->mod[t], "kvp_attention")) != CUDA_SUCCESS)
+        return cu_error(c, err, r, "looking up the paged.cu kernels");
     return WEFT_OK;
 }
 
@@ -182,25 +256,26 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
     CUdeviceptr kc = (CUdeviceptr)(uintptr_t)d->k[layer].ptr;
     CUdeviceptr vc = (CUdeviceptr)(uintptr_t)d->v[layer].ptr;
     CUstream stream = (CUstream)x->stream;
-    CUresult r = cuCtxSetCurrent(c->ctx);
-    if (r != CUDA_SUCCESS) return cu_error(err, r, "making the context current");
+    CUresult r = c->api.CtxSetCurrent(c->ctx);
+    if (r != CUDA_SUCCESS) return cu_error(c, err, r, "making the context current");
     void *sargs[] = {&kp, &vp, &pp, &sp, &tb, &kc, &vc, &T, &Hkv, &hd, &P, &mb, &ns, &np};
-    r = cuLaunchKernel(c->store[t], (unsigned)T, 1, 1, 128, 1, 1, 0, stream, sargs, NULL);
-    if (r != CUDA_SUCCESS) return cu_error(err, r, "launching kvp_store");
+    r = c->api.LaunchKernel(c->store[t], (unsigned)T, 1, 1, 128, 1, 1, 0, stream, sargs, NULL);
+    if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_store");
     void *aargs[] = {&qp, &pp, &sp, &tb, &kc, &vc, &op, &T, &Hq, &Hkv, &hd, &P, &mb, &ns, &np,
                      &window, &scale};
-    r = cuLaunchKernel(c->attn[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0, stream, aargs,
+    r = c->api.LaunchKernel(c->attn[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0, stream, aargs,
                        NULL);
-    if (r != CUDA_SUCCESS) return cu_error(err, r, "launching kvp_attention");
+    if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention");
     return WEFT_OK;
 }
 
 void kv_paged_cuda_free(void *st) {
     kvp_cuda *c = st;
     if (!c) return;
-    if (c->ctx && cuCtxSetCurrent(c->ctx) == CUDA_SUCCESS)
+    if (c->ctx && c->api.CtxSetCurrent && c->api.CtxSetCurrent(c->ctx) == CUDA_SUCCESS)
         for (int t = 0; t < 4; t++)
-            if (c->mod[t]) cuModuleUnload(c->mod[t]);
+            if (c->mod[t]) c->api.ModuleUnload(c->mod[t]);
+    api_close(&c->api);
     free(c);
 }
 
@@ -221,17 +296,27 @@ weft_status kv_paged_register_cuda(const weft_host_services *host, const weft_op
     c->host = host;
     c->dev = dev;
     c->ctx = ctx;
+    const char *missing = api_load(&c->api);
+    if (missing) {
+        const char *why = dlerror();
+        weft_sdk_error(err, WEFT_ERR_UNSUPPORTED, KV_PAGED_NAME,
+                       "register_ops: cannot use CUDA here: %s is missing (%s)", missing,
+                       why ? why : "no detail");
+        kv_paged_cuda_free(c);
+        return WEFT_ERR_UNSUPPORTED;
+    }
     CUdevice d;
     int major = 0, minor = 0;
-    CUresult r = cuCtxSetCurrent(ctx);
-    if (r == CUDA_SUCCESS) r = cuCtxGetDevice(&d);
+    CUresult r = c->api.CtxSetCurrent(ctx);
+    if (r == CUDA_SUCCESS) r = c->api.CtxGetDevice(&d);
     if (r == CUDA_SUCCESS)
-        r = cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+        r = c->api.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
     if (r == CUDA_SUCCESS)
-        r = cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+        r = c->api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
     if (r != CUDA_SUCCESS) {
-        free(c);
-        return cu_error(err, r, "reading the device's compute capability");
+        cu_error(c, err, r, "reading the device's compute capability");
+        kv_paged_cuda_free(c);
+        return WEFT_ERR_DEVICE;
     }
     snprintf(c->arch, sizeof(c->arch), "sm_%d%d", major, minor);
     static const uint32_t dtypes[] = {WEFT_DTYPE_F32, WEFT_DTYPE_F16, WEFT_DTYPE_BF16};
@@ -248,7 +333,7 @@ weft_status kv_paged_register_cuda(const weft_host_services *host, const weft_op
         impl.accepts = accepts;
         weft_status s = ops->add(ops->self, &impl, err);
         if (s) {
-            free(c);
+            kv_paged_cuda_free(c);
             return s;
         }
     }
