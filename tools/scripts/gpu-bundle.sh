@@ -6,7 +6,7 @@
 #   manifests), <out>/lib/{libyaml,libmicrohttpd,libcmocka} (what a stock CUDA image lacks),
 #   <out>/tests/ (unit tests and tools), all with $ORIGIN-relative rpaths.
 # On the GPU machine: export WEFT_PLUGIN_PATH=<out>/lib/weft/plugins; <out>/bin/weft ...
-#   tools/scripts/gpu-bundle.sh [OUT]   (default .gpu, which .gitignore ignores)
+#   tools/scripts/gpu-bundle.sh [OUT [--shared]]   (default .gpu, which .gitignore ignores)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-.gpu}
@@ -30,4 +30,11 @@ for t in "$build"/tests/*; do
 done
 # fakes and other test-only bundles built outside the plugin dir
 [ -d "$build/tests/fakes" ] && cp -a "$build/tests/fakes" "$out/tests/"
+# --shared: the references and models the GPU checks need (../shared does not travel)
+if [ "${2:-}" = "--shared" ]; then
+  sh=${WEFT_SHARED_DIR:-../shared}
+  mkdir -p "$out/shared/models" "$out/shared/reference"
+  cp -a "$sh/models/stories260K" "$out/shared/models/"
+  cp -a "$sh/reference/"* "$out/shared/reference/"
+fi
 du -sh "$out"

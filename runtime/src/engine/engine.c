@@ -1144,7 +1144,9 @@ weft_status weft_request_submit(weft_engine *e, const int32_t *prompt, size_t n_
              (!p->n_stop_ids || r->stop_ids);
     if (ok && e->tok && p->detokenize) {
         r->detok = weft_detok_new(e->tok, p->skip_special);
-        ok = r->detok != NULL;
+        /* The prompt's tail is the stream's context: the first generated piece decodes as a
+         * continuation (keeps its leading space), not as the start of a text. */
+        ok = r->detok != NULL && weft_detok_prime(r->detok, prompt, n_prompt, NULL) == WEFT_OK;
     }
     if (ok && p->n_stop) {
         for (uint32_t i = 0; i < p->n_stop; i++)
@@ -1382,7 +1384,10 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
     if (s != WEFT_OK) return s;
     if (used) *used = v;
     s = upload_i32(e, &v->data[v->t_tokens], e->b_tokens, n_rows, err);
-    if (s == WEFT_OK) s = upload_i32(e, &v->data[v->t_positions], e->b_positions, n_rows, err);
+    /* A model that reads no positions (fake.model's bigram graph) has the tensor but no node
+     * using it, so the arena gave it no bytes. */
+    if (s == WEFT_OK && v->data[v->t_positions].ptr)
+        s = upload_i32(e, &v->data[v->t_positions], e->b_positions, n_rows, err);
     if (s == WEFT_OK && v->t_kv_slots != WEFT_TENSOR_NONE && v->data[v->t_kv_slots].ptr) {
         for (uint32_t r = 0; r < n_rows; r++)
             e->b_kv_slots[r] = e->b_seqs[e->b_seq_of_row[r]].kv_slot;

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The GPU machine's checks and timings, one phase per call (each fits a 10-minute device call).
+# Runs from the repository root on the GPU machine with the bundle from gpu-bundle.sh in .gpu/
+# and a copy of the shared references and models in .gpu/shared/ (gpu-bundle.sh --shared).
+#   tools/scripts/gpu-check.sh ops       op tests, probe, parity on stories260K and the tiny
+#                                        references, compute-sanitizer on a short generation
+#   tools/scripts/gpu-check.sh refs      synthetic Qwen3-0.6B / Llama-3.2-1B: fp32 references
+#                                        from transformers, fp32 parity (1e-3) and bf16 KL
+#   tools/scripts/gpu-check.sh bench     decode benchmarks on the synthetic bf16 configs
+# Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
+set -uo pipefail
+phase=${1:-ops}
+root=$(pwd)
+B=$root/.gpu
+out=${OUT:-/tmp/weft-gpu-out}
+mkdir -p "$out"
+export PATH=$B/bin:$PATH WEFT_PLUGIN_PATH=$B/lib/weft/plugins
+export WEFT_CACHE=${WEFT_CACHE:-/tmp/weft-cache} WEFT_TEST_PLUGIN_DIR=$B/lib/weft/plugins
+export LD_LIBRARY_PATH=$B/lib:${LD_LIBRARY_PATH:-}
+S=$B/shared
+M=/tmp/weft-models
+mkdir -p "$M"
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+run() { # name, command...: runs, logs, records PASS/FAIL
+  local name=$1; shift
+  echo; echo "### $name: $*"
+  if "$@" >"$out/$name.log" 2>&1; then note "PASS $name"; else note "FAIL $name (rc $?)"; fi
+  tail -n 8 "$out/$name.log"
+}
+cuda_manifest=$root/manifests/baseline-cuda.yaml
+stories=$WEFT_CACHE/models/stories260k
+
+case $phase in
+ops)
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  run cuda_ops "$B/tests/test_cuda_ops"
+  run probe weft eval probe --backend cuda -o "$out/probe-h200.json"
+  mkdir -p "$stories"
+  weft convert llama2c "$S/models/stories260K/stories260K.bin" "$S/models/stories260K/tok512.bin" \
+    "$stories" >/dev/null
+  run parity_stories weft eval parity --manifest "$cuda_manifest" --model "$stories" \
+    --reference "$S/reference/stories260K/reference.safetensors" --max-rel 1e-3
+  for m in tiny-qwen3 tiny-llama3 tiny-qwen2; do
+    run "parity_$m" weft eval parity --manifest "$cuda_manifest" --model "$S/reference/$m" \
+      --reference "$S/reference/$m/reference.safetensors" --max-rel 1e-3
+  done
+  run run_stories weft run --candidate "$cuda_manifest" --model "$stories" --temperature 0 \
+    --max-tokens 64 "Once upon a time"
+  run bench_stories weft bench decode --candidate "$cuda_manifest" --model "$stories" \
+    --prompt 16 --gen 256
+  if command -v compute-sanitizer >/dev/null; then
+    run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 weft run \
+      --candidate "$cuda_manifest" --model "$stories" --temperature 0 --max-tokens 8 "Once"
+    run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 weft run \
+      --candidate "$cuda_manifest" --model "$stories" --temperature 0 --max-tokens 4 "Once"
+  fi
+  ;;
+refs)
+  for cfg in Qwen3-0.6B Llama-3.2-1B; do
+    weft synth "models/configs/$cfg.json" "$M/$cfg-f32" --dtype f32 --seed 1 >/dev/null &
+    weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 --seed 1 >/dev/null &
+  done
+  wait
+  for cfg in Qwen3-0.6B Llama-3.2-1B; do
+    run "hfref_$cfg" python3 tools/scripts/hf_reference.py "$M/$cfg-f32" "$out/ref-$cfg.safetensors" \
+      --tokens 8 --prompt 8 --new 16
+    run "parity_f32_$cfg" weft eval parity --manifest "$cuda_manifest" --model "$M/$cfg-f32" \
+      --reference "$out/ref-$cfg.safetensors" --max-rel 1e-3
+    run "parity_bf16_$cfg" weft eval parity --manifest "$cuda_manifest" --model "$M/$cfg-bf16" \
+      --reference "$out/ref-$cfg.safetensors" --max-mean-kl 1e-3 --no-greedy
+  done
+  ;;
+bench)
+  for cfg in Llama-3.2-1B Qwen3-0.6B; do
+    [ -d "$M/$cfg-bf16" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 \
+      --seed 1 >/dev/null
+    run "bench_$cfg" weft bench decode --candidate "$cuda_manifest" --model "$M/$cfg-bf16" \
+      --prompt 128 --gen 256 --repeats 5
+    run "limits_$cfg" weft eval limits --model "$M/$cfg-bf16" --probe "$out/probe-h200.json" \
+      --context 256
+  done
+  ;;
+*)
+  echo "unknown phase $phase" >&2
+  exit 2
+  ;;
+esac
+echo
+echo "summary ($phase):"
+printf '  %s\n' "${summary[@]}"
