@@ -18,8 +18,8 @@
 #include "paged_ops.h"
 #include "weft/sdk.h"
 
-#define RUN_MAX 64                 /* keys scored at once */
-#define INLINE_WORK 32768.0        /* below this many multiply-adds a step runs inline */
+#define RUN_MAX 64          /* keys scored at once */
+#define INLINE_WORK 32768.0 /* below this many multiply-adds a step runs inline */
 #define MAX_ELEMS ((uint64_t)1 << 46)
 
 #if defined(__GNUC__) && defined(__x86_64__) && (!defined(__clang__) || __clang_major__ >= 14)
@@ -146,7 +146,7 @@ INLINE v8f exp8(v8f x) {
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     v8f t = x * 1.44269504088896341f + magic;
     v8f n = t - magic;
-    v8f r = x - n * 0.693359375f;  /* ln 2 in two parts, so r stays exact */
+    v8f r = x - n * 0.693359375f; /* ln 2 in two parts, so r stays exact */
     r = r - n * -2.12194440e-4f;
     v8f p = 1.9875691500e-4f * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -377,11 +377,13 @@ static weft_status check_node(const weft_graph *g, const weft_node *n, weft_erro
         uint32_t want = i == 3 ? WEFT_DTYPE_I32 : WEFT_DTYPE_F32;
         int64_t c = t->rank == 1 ? 1 : t->rank == 2 ? t->shape[1] : -1;
         if (t->dtype != want || c != cols[i] || t->shape[0] <= 0)
-            return node_error(err, n, "tensor %s: expected %s with %lld columns, got dtype %u "
+            return node_error(err, n,
+                              "tensor %s: expected %s with %lld columns, got dtype %u "
                               "rank %u",
                               t->name, i == 3 ? "i32" : "f32", (long long)cols[i], t->dtype,
                               t->rank);
-        if (!q) q = t;
+        if (!q)
+            q = t;
         else if (t->shape[0] != q->shape[0])
             return node_error(err, n, "tensor %s has %lld rows, q has %lld", t->name,
                               (long long)t->shape[0], (long long)q->shape[0]);
@@ -426,10 +428,11 @@ static weft_status check_step(const weft_exec_ctx *ctx, const weft_node *n, job 
     uint64_t need = elems * dt_size(c->dtype);
     const weft_buffer *kb = &c->k[layer], *vb = &c->v[layer];
     if (!kb->ptr || !vb->ptr || kb->bytes < need || vb->bytes < need)
-        return node_error(err, n, "pages of layer %lld: expected K and V of %llu bytes, got %llu "
+        return node_error(err, n,
+                          "pages of layer %lld: expected K and V of %llu bytes, got %llu "
                           "and %llu",
-                          (long long)layer, (unsigned long long)need,
-                          (unsigned long long)kb->bytes, (unsigned long long)vb->bytes);
+                          (long long)layer, (unsigned long long)need, (unsigned long long)kb->bytes,
+                          (unsigned long long)vb->bytes);
     j->kc = kb->ptr;
     j->vc = vb->ptr;
     j->dt = c->dtype;
@@ -447,8 +450,8 @@ static weft_status check_step(const weft_exec_ctx *ctx, const weft_node *n, job 
                               sq->n_blocks, c->max_blocks);
         for (int32_t i = 0; i < sq->n_blocks; i++)
             if (sq->block_table[i] < 0 || (uint32_t)sq->block_table[i] >= c->n_pages)
-                return node_error(err, n, "sequence %u: block %d maps page %d, the pool has %u",
-                                  s, i, sq->block_table[i], c->n_pages);
+                return node_error(err, n, "sequence %u: block %d maps page %d, the pool has %u", s,
+                                  i, sq->block_table[i], c->n_pages);
     }
     for (int64_t r = 0; r < T; r++) {
         int32_t si = b->seq_of_row[r];
@@ -512,8 +515,8 @@ static weft_status run(void *st, const weft_exec_ctx *ctx, const weft_node *n, w
     return WEFT_OK;
 }
 
-weft_status kv_paged_register_cpu(const weft_threads_service *threads,
-                                  const weft_ops_service *ops, weft_error *err) {
+weft_status kv_paged_register_cpu(const weft_threads_service *threads, const weft_ops_service *ops,
+                                  weft_error *err) {
     static const uint32_t dtypes[] = {WEFT_DTYPE_F32, WEFT_DTYPE_BF16, WEFT_DTYPE_F16};
     for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++) {
         weft_op_impl impl;

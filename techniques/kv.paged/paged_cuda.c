@@ -37,8 +37,8 @@ typedef struct kvp_api {
     CUresult (*ModuleLoadData)(CUmodule *, const void *);
     CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*ModuleUnload)(CUmodule);
-    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
     nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int,
                                  const char *const *, const char *const *);
     nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
@@ -51,11 +51,11 @@ typedef struct kvp_api {
 } kvp_api;
 
 /* Object pointers and function pointers differ in ISO C; copy the bits. */
-#define KVP_SYM(handle, field, name)                                                             \
-    do {                                                                                         \
-        void *sym_ = dlsym(handle, name);                                                        \
-        if (!sym_) return name;                                                                  \
-        memcpy(&api->field, &sym_, sizeof(sym_));                                                \
+#define KVP_SYM(handle, field, name)                                                               \
+    do {                                                                                           \
+        void *sym_ = dlsym(handle, name);                                                          \
+        if (!sym_) return name;                                                                    \
+        memcpy(&api->field, &sym_, sizeof(sym_));                                                  \
     } while (0)
 
 /* NULL, or the name of what is missing. */
@@ -97,9 +97,9 @@ typedef struct kvp_cuda {
     const weft_device_service *dev;
     CUcontext ctx;
     char arch[32];
-    CUmodule mod[4];              /* by dtype: 1 f32, 2 f16, 3 bf16 */
+    CUmodule mod[4]; /* by dtype: 1 f32, 2 f16, 3 bf16 */
     CUfunction store[4], attn[4];
-    int failed[4];                /* compilation failed once: do not retry every node */
+    int failed[4]; /* compilation failed once: do not retry every node */
 } kvp_cuda;
 
 static int dtype_index(uint32_t dt) {
@@ -186,8 +186,8 @@ static int node_ok(const weft_graph *g, const weft_node *n, const char **why) {
         *why = "needs q, k, v and o in one f32, f16 or bf16 dtype and i32 positions and slots";
         return 0;
     }
-    if (Hq <= 0 || Hkv <= 0 || Hq % Hkv || hd <= 0 || hd > 256 || n->p.i[0] < 0 ||
-        n->p.i[4] < 0 || n->p.i[5] != 0) {
+    if (Hq <= 0 || Hkv <= 0 || Hq % Hkv || hd <= 0 || hd > 256 || n->p.i[0] < 0 || n->p.i[4] < 0 ||
+        n->p.i[5] != 0) {
         *why = "needs heads a multiple of kv heads, head_dim 1..256, causal mask";
         return 0;
     }
@@ -223,8 +223,8 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
         return weft_sdk_error(err, WEFT_ERR_INVALID, KV_PAGED_NAME, "attention: missing context");
     const char *why = NULL;
     if (!node_ok(x->graph, n, &why))
-        return weft_sdk_error(err, WEFT_ERR_INVALID, KV_PAGED_NAME, "attention node %s %s",
-                              n->name, why);
+        return weft_sdk_error(err, WEFT_ERR_INVALID, KV_PAGED_NAME, "attention node %s %s", n->name,
+                              why);
     const weft_kv_view *kv = x->kv;
     if (!kv || !kv->desc || strncmp(kv->layout, WEFT_KV_PAGED_LAYOUT, sizeof(kv->layout)))
         return weft_sdk_error(err, WEFT_ERR_INVALID, KV_PAGED_NAME,
@@ -261,10 +261,10 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
     void *sargs[] = {&kp, &vp, &pp, &sp, &tb, &kc, &vc, &T, &Hkv, &hd, &P, &mb, &ns, &np};
     r = c->api.LaunchKernel(c->store[t], (unsigned)T, 1, 1, 128, 1, 1, 0, stream, sargs, NULL);
     if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_store");
-    void *aargs[] = {&qp, &pp, &sp, &tb, &kc, &vc, &op, &T, &Hq, &Hkv, &hd, &P, &mb, &ns, &np,
-                     &window, &scale};
+    void *aargs[] = {&qp,  &pp, &sp, &tb, &kc, &vc, &op,     &T,    &Hq,
+                     &Hkv, &hd, &P,  &mb, &ns, &np, &window, &scale};
     r = c->api.LaunchKernel(c->attn[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0, stream, aargs,
-                       NULL);
+                            NULL);
     if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention");
     return WEFT_OK;
 }

@@ -74,8 +74,8 @@ static inline void kvt_manifest(char path[64], const char *techniques) {
     fclose(f);
 }
 
-static inline weft_engine *kvt_open(const char *manifest, const char *model_dir, uint32_t max_requests,
-                             uint32_t max_batch_tokens) {
+static inline weft_engine *kvt_open(const char *manifest, const char *model_dir,
+                                    uint32_t max_requests, uint32_t max_batch_tokens) {
     weft_engine_options o;
     weft_engine_options_default(&o);
     o.manifest_path = manifest;
@@ -105,7 +105,7 @@ static inline void kvt_collect(void *user, const weft_token_event *ev) {
 
 /* Submits one greedy request (EOS ignored) and steps until every request ended. */
 static inline void kvt_submit(weft_engine *e, const int32_t *prompt, size_t n, uint32_t max_tokens,
-                       kvt_out *out) {
+                              kvt_out *out) {
     memset(out, 0, sizeof(*out));
     weft_request_params rp;
     weft_request_params_default(&rp);
@@ -130,7 +130,7 @@ static inline void kvt_drain(weft_engine *e) {
 }
 
 static inline void kvt_greedy(weft_engine *e, const int32_t *prompt, size_t n, uint32_t max_tokens,
-                       kvt_out *out) {
+                              kvt_out *out) {
     kvt_submit(e, prompt, n, max_tokens, out);
     kvt_drain(e);
     assert_int_equal(out->finish, WEFT_FINISH_LENGTH);
@@ -147,8 +147,8 @@ typedef struct kvt_direct {
     weft_device_service dev;
 } kvt_direct;
 
-static inline weft_status kvt_dev_alloc(void *self, uint64_t bytes, uint32_t memory, weft_buffer *out,
-                                 weft_error *err) {
+static inline weft_status kvt_dev_alloc(void *self, uint64_t bytes, uint32_t memory,
+                                        weft_buffer *out, weft_error *err) {
     const weft_loaded_plugin *b = ((kvt_direct *)self)->backend;
     return b->desc->backend->alloc(b->state, bytes, memory, out, err);
 }
@@ -157,8 +157,8 @@ static inline void kvt_dev_free(void *self, weft_buffer *buf) {
     b->desc->backend->free(b->state, buf);
 }
 static inline weft_status kvt_dev_copy(void *self, weft_buffer *dst, uint64_t dst_off,
-                                const weft_buffer *src, uint64_t src_off, uint64_t bytes,
-                                void *stream, weft_error *err) {
+                                       const weft_buffer *src, uint64_t src_off, uint64_t bytes,
+                                       void *stream, weft_error *err) {
     const weft_loaded_plugin *b = ((kvt_direct *)self)->backend;
     return b->desc->backend->copy(b->state, dst, dst_off, src, src_off, bytes, stream, err);
 }
@@ -173,19 +173,26 @@ static inline void kvt_direct_open(kvt_direct *d, const char *manifest, const ch
     assert_non_null(d->host);
     weft_error err;
     weft_error_clear(&err);
-    if (weft_candidate_load_manifest(manifest, model_dir, weft_host_services_of(d->host),
-                                     &d->cand, &err) != WEFT_OK)
+    if (weft_candidate_load_manifest(manifest, model_dir, weft_host_services_of(d->host), &d->cand,
+                                     &err) != WEFT_OK)
         fail_msg("load %s: %s", manifest, err.message);
     d->backend = weft_candidate_slot(d->cand, WEFT_SLOT_BACKEND);
     d->kv = weft_candidate_slot(d->cand, WEFT_SLOT_KV);
     assert_non_null(d->backend);
     assert_non_null(d->kv);
-    d->dev = (weft_device_service){sizeof(weft_device_service), 1, d, "cpu", kvt_dev_alloc,
-                                   kvt_dev_free, kvt_dev_copy, kvt_dev_stream, NULL};
+    d->dev = (weft_device_service){sizeof(weft_device_service),
+                                   1,
+                                   d,
+                                   "cpu",
+                                   kvt_dev_alloc,
+                                   kvt_dev_free,
+                                   kvt_dev_copy,
+                                   kvt_dev_stream,
+                                   NULL};
 }
 
 static inline void kvt_direct_init(kvt_direct *d, uint32_t n_layers, uint32_t kv_heads, uint32_t hd,
-                            uint32_t max_seq, uint32_t max_requests) {
+                                   uint32_t max_seq, uint32_t max_requests) {
     weft_kv_geometry geo;
     memset(&geo, 0, sizeof(geo));
     geo.size = sizeof(geo);

@@ -16,7 +16,7 @@
 #include "../../techniques/kv.paged/kv_paged.h"
 
 static const weft_plugin_descriptor *cuda_desc, *paged_desc;
-static void *bst;         /* cuda backend instance */
+static void *bst; /* cuda backend instance */
 static const weft_backend_vtable *be;
 static weft_host *host;
 static weft_device_service dev;
@@ -86,8 +86,8 @@ static int setup(void **state) {
         bst = NULL;
         return 0;
     }
-    dev = (weft_device_service){sizeof(dev), 1, NULL, "cuda", d_alloc, d_free, d_copy, d_stream,
-                                d_native};
+    dev = (weft_device_service){sizeof(dev), 1,      NULL,     "cuda",  d_alloc,
+                                d_free,      d_copy, d_stream, d_native};
     return weft_host_register_service(host, WEFT_SERVICE_DEVICE, &dev) == WEFT_OK ? 0 : -1;
 }
 
@@ -169,8 +169,12 @@ static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int windo
     assert_non_null(impl);
     assert_string_equal(impl->layout, "paged");
     const weft_kv_vtable *kv = paged_desc->kv;
-    weft_kv_geometry geo = {.size = sizeof(geo), .n_layers = 1, .n_kv_heads = (uint32_t)Hkv,
-                            .head_dim = (uint32_t)hd, .dtype = dt, .max_seq = MAX_SEQ,
+    weft_kv_geometry geo = {.size = sizeof(geo),
+                            .n_layers = 1,
+                            .n_kv_heads = (uint32_t)Hkv,
+                            .head_dim = (uint32_t)hd,
+                            .dtype = dt,
+                            .max_seq = MAX_SEQ,
                             .max_requests = SLOTS};
     assert_int_equal(kv->init(pst, &geo, &dev, &err), WEFT_OK);
     int32_t slot[2];
@@ -253,15 +257,23 @@ static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int windo
         n.p.i[3] = hd;
         n.p.i[4] = window;
         snprintf(n.name, sizeof(n.name), "layers.0.attn");
-        weft_graph g = {.size = sizeof(g), .n_tensors = 6, .n_nodes = 1, .tensors = t,
-                        .nodes = &n};
+        weft_graph g = {.size = sizeof(g), .n_tensors = 6, .n_nodes = 1, .tensors = t, .nodes = &n};
         weft_seq seqs[2];
         memset(seqs, 0, sizeof(seqs));
-        weft_batch batch = {.size = sizeof(batch), .n_tokens = (uint32_t)T, .n_seqs = 2,
-                            .seq_of_row = seq_of_row, .seqs = seqs, .positions = pos};
-        weft_exec_ctx ctx = {.size = sizeof(ctx), .n_tokens = (uint32_t)T, .graph = &g,
-                             .batch = &batch, .data = data, .kv = kv->view(pst),
-                             .backend = bst, .stream = be->stream(bst)};
+        weft_batch batch = {.size = sizeof(batch),
+                            .n_tokens = (uint32_t)T,
+                            .n_seqs = 2,
+                            .seq_of_row = seq_of_row,
+                            .seqs = seqs,
+                            .positions = pos};
+        weft_exec_ctx ctx = {.size = sizeof(ctx),
+                             .n_tokens = (uint32_t)T,
+                             .graph = &g,
+                             .batch = &batch,
+                             .data = data,
+                             .kv = kv->view(pst),
+                             .backend = bst,
+                             .stream = be->stream(bst)};
         assert_true(impl->accepts(impl->state, &g, &n));
         if (impl->run(impl->state, &ctx, &n, &err) != WEFT_OK) fail_msg("run: %s", err.message);
         assert_int_equal(be->synchronize(bst, ctx.stream, &err), WEFT_OK);
@@ -285,7 +297,8 @@ static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int windo
                 for (int j = lo; j <= p; j++) {
                     double d = 0;
                     for (int e = 0; e < hd; e++)
-                        d += (double)Q[s][p * Hq * hd + h * hd + e] * K[s][j * Hkv * hd + kh * hd + e];
+                        d += (double)Q[s][p * Hq * hd + h * hd + e] *
+                             K[s][j * Hkv * hd + kh * hd + e];
                     sc[j] = d / sqrt((double)hd);
                     if (sc[j] > m) m = sc[j];
                 }
@@ -312,7 +325,8 @@ static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int windo
         free(o);
     }
     int32_t nb0, nb1;
-    const int32_t *t0 = kv->block_table(pst, slot[0], &nb0), *t1 = kv->block_table(pst, slot[1], &nb1);
+    const int32_t *t0 = kv->block_table(pst, slot[0], &nb0),
+                  *t1 = kv->block_table(pst, slot[1], &nb1);
     int identity = 1;
     for (int32_t b = 0; b < nb0; b++)
         identity &= t0[b] == b;

@@ -1560,6 +1560,7 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         if (r->in_step || r->finish || n == 0 || n_seqs == e->max_requests ||
             n_rows + n > e->max_batch_tokens)
             continue;
+        int opened = 0;
         if (r->kv_slot < 0) {
             s = e->kv->open(e->kv_st, r->id, &r->kv_slot, err);
             if (s == WEFT_AGAIN) {
@@ -1567,6 +1568,7 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
                 continue;
             }
             if (s != WEFT_OK) return s;
+            opened = 1;
             if ((s = kv_prefix_attach(e, r, err)) != WEFT_OK) {
                 finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
                 continue;
@@ -1578,7 +1580,10 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         if (s == WEFT_AGAIN) {
             /* A request with nothing cached gives its slot back: a waiting request never holds
              * kv, which a preempting scheduler relies on when it counts what can be freed. */
-            if (r->n_computed == 0) {
+            if (r->n_computed == 0 || opened) {
+                /* prefix pages attached this step go back too (they stay cached) */
+                e->stats.prefix_cached_tokens -= opened ? r->n_computed : 0;
+                r->n_computed = opened ? 0 : r->n_computed;
                 e->kv->close(e->kv_st, r->kv_slot);
                 r->kv_slot = -1;
             }

@@ -107,11 +107,16 @@ int main(int argc, char **argv) {
     uint32_t history = 480, fresh = 16, repeats = 7, page = 16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--model") && v) model = argv[++i];
-        else if (!strcmp(a, "--history") && v) history = (uint32_t)atoi(argv[++i]);
-        else if (!strcmp(a, "--new") && v) fresh = (uint32_t)atoi(argv[++i]);
-        else if (!strcmp(a, "--repeats") && v) repeats = (uint32_t)atoi(argv[++i]);
-        else if (!strcmp(a, "--page-size") && v) page = (uint32_t)atoi(argv[++i]);
+        if (!strcmp(a, "--model") && v)
+            model = argv[++i];
+        else if (!strcmp(a, "--history") && v)
+            history = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(a, "--new") && v)
+            fresh = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(a, "--repeats") && v)
+            repeats = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(a, "--page-size") && v)
+            page = (uint32_t)atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: weft-prefix-bench [--model DIR] [--history N] [--new N] "
                             "[--repeats N] [--page-size N]\n");
@@ -191,7 +196,8 @@ int main(int argc, char **argv) {
         for (uint32_t r = 0; r < repeats && rc == 0; r++) {
             memcpy(prompt + history, pool + history + (size_t)fresh * r, sizeof(int32_t) * fresh);
             rc = request(e, prompt, history + fresh, GEN, &p, &ttft_w[k][r], &ttft_c[k][r]);
-            if (k == 0) memcpy(first[r], p.ids, sizeof(first[r]));
+            if (k == 0)
+                memcpy(first[r], p.ids, sizeof(first[r]));
             else if (memcmp(first[r], p.ids, sizeof(first[r]))) {
                 fprintf(stderr, "weft-prefix-bench: %s: follow-up %u differs from the baseline\n",
                         names[k], r);
