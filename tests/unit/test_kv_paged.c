@@ -1,7 +1,7 @@
 /* kv.paged on the cpu backend:
  *   - the attention op over the "paged" layout, run directly on a hand-built node with
  *     scrambled block tables, two sequences, prefill then decode, against a double-precision
- *     reference written here (f32 and bf16 caches, grouped-query heads, a sliding window);
+ *     reference written here (f32, bf16 and f16 caches, grouped-query heads, a sliding window);
  *   - the engine with kv.paged (several page sizes, prefill split into chunks) against the
  *     Hugging Face references of stories260K and the tiny models: logits of a forward pass
  *     within 1e-4 of the reference and within 1e-5 of the contiguous default, greedy tokens
@@ -49,6 +49,23 @@ static float bf16_round(float f) {
     u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
     memcpy(&f, &u, 4);
     return f;
+}
+
+/* IEEE half rounding and decoding, written with frexp/ldexp so they share nothing with the
+ * plugin's bit-level conversions. */
+static float f16_round(float f) {
+    if (fabsf(f) < 0x1p-14f) return rintf(f * 0x1p24f) * 0x1p-24f; /* subnormal quantum */
+    int e;
+    float m = frexpf(f, &e); /* f = m 2^e, 0.5 <= |m| < 1: 11 significant bits */
+    return ldexpf(rintf(ldexpf(m, 11)), e - 11);
+}
+static float f16_decode(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    float v = e ? ldexpf((float)(m | 1024), e - 25) : ldexpf((float)m, -24);
+    return h & 0x8000 ? -v : v;
+}
+static float round_to(uint32_t dt, float f) {
+    return dt == WEFT_DTYPE_BF16 ? bf16_round(f) : dt == WEFT_DTYPE_F16 ? f16_round(f) : f;
 }
 
 /* ---- the op, directly ---------------------------------------------------------------------- */
@@ -190,6 +207,24 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
         assert_true(impl->accepts(impl->state, &g, &n));
         weft_error err;
         weft_error_clear(&err);
+        if (step == 0) {
+            /* Malformed steps are refused before anything is written: a row past the pages its
+             * sequence maps, and a table entry outside the pool. */
+            weft_seq saved = seqs[1];
+            seqs[1].n_blocks = (rows[1] - 1) / P; /* the last row's page is missing */
+            assert_int_equal(impl->run(impl->state, &ctx, &n, &err), WEFT_ERR_INVALID);
+            assert_non_null(strstr(err.message, "outside the"));
+            int32_t bad[16];
+            memcpy(bad, table[1], sizeof(bad));
+            bad[0] = N_PAGES;
+            seqs[1] = saved;
+            seqs[1].block_table = bad;
+            assert_int_equal(impl->run(impl->state, &ctx, &n, &err), WEFT_ERR_INVALID);
+            assert_non_null(strstr(err.message, "the pool has"));
+            seqs[1] = saved;
+            for (size_t i = 0; i < kb.bytes; i++)
+                assert_int_equal(((uint8_t *)kb.ptr)[i], 0);
+        }
         if (impl->run(impl->state, &ctx, &n, &err) != WEFT_OK) fail_msg("run: %s", err.message);
         double max_err = 0;
         for (int row = 0; row < T; row++) {
@@ -201,8 +236,7 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
                 for (int j = lo; j <= p; j++) {
                     double d = 0;
                     for (int e = 0; e < hd; e++) {
-                        float ke = K[s][j * Hkv * hd + kh * hd + e];
-                        if (dt == WEFT_DTYPE_BF16) ke = bf16_round(ke);
+                        float ke = round_to(dt, K[s][j * Hkv * hd + kh * hd + e]);
                         d += (double)Q[s][p * Hq * hd + h * hd + e] * ke;
                     }
                     sc[j] = d / sqrt((double)hd);
@@ -213,8 +247,7 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
                 for (int e = 0; e < hd; e++) {
                     double acc = 0;
                     for (int j = lo; j <= p; j++) {
-                        float ve = V[s][j * Hkv * hd + kh * hd + e];
-                        if (dt == WEFT_DTYPE_BF16) ve = bf16_round(ve);
+                        float ve = round_to(dt, V[s][j * Hkv * hd + kh * hd + e]);
                         acc += exp(sc[j] - m) * ve;
                     }
                     double got = o[row * Hq * hd + h * hd + e];
@@ -239,12 +272,13 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
                 float got;
                 if (dt == WEFT_DTYPE_F32) {
                     got = ((float *)kb.ptr)[at];
+                } else if (dt == WEFT_DTYPE_F16) {
+                    got = f16_decode(((uint16_t *)kb.ptr)[at]);
                 } else {
                     uint32_t u = (uint32_t)((uint16_t *)kb.ptr)[at] << 16;
                     memcpy(&got, &u, 4);
                 }
-                float want = dt == WEFT_DTYPE_F32 ? K[s][p * Hkv * hd + i]
-                                                  : bf16_round(K[s][p * Hkv * hd + i]);
+                float want = round_to(dt, K[s][p * Hkv * hd + i]);
                 assert_true(got == want);
             }
     for (int s = 0; s < 2; s++) {
@@ -267,19 +301,22 @@ static void test_op_block_tables(void **state) {
     weft_error_clear(&err);
     n_impls = 0;
     assert_int_equal(d.kv->desc->opset->register_ops(d.kv->state, "cpu", &ops, &err), WEFT_OK);
-    const weft_op_impl *f32 = NULL, *bf16 = NULL;
+    const weft_op_impl *f32 = NULL, *bf16 = NULL, *f16 = NULL;
     for (uint32_t i = 0; i < n_impls; i++) {
         assert_int_equal(impls[i].op, WEFT_OP_ATTENTION);
         assert_string_equal(impls[i].layout, "paged");
         if (impls[i].dtype == WEFT_DTYPE_F32) f32 = &impls[i];
         if (impls[i].dtype == WEFT_DTYPE_BF16) bf16 = &impls[i];
+        if (impls[i].dtype == WEFT_DTYPE_F16) f16 = &impls[i];
     }
     assert_non_null(f32);
     assert_non_null(bf16);
+    assert_non_null(f16);
     check_op(f32, WEFT_DTYPE_F32, 8, 4, 8, 3, 0);
     check_op(f32, WEFT_DTYPE_F32, 4, 2, 20, 1, 0); /* head_dim with a tail, one token per page */
     check_op(f32, WEFT_DTYPE_F32, 6, 2, 16, 4, 3); /* sliding window across pages */
     check_op(bf16, WEFT_DTYPE_BF16, 8, 2, 64, 5, 0);
+    check_op(f16, WEFT_DTYPE_F16, 4, 4, 24, 2, 0);
     /* cuda is not in this build unless configured with it; the message says why */
     weft_status s = d.kv->desc->opset->register_ops(d.kv->state, "tpu", &ops, &err);
     assert_int_equal(s, WEFT_ERR_UNSUPPORTED);
