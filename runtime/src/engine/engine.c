@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -58,7 +59,7 @@ typedef struct variant {
 
 typedef struct request {
     uint64_t id;
-    uint32_t state;  /* 0 waiting, 1 prefilling, 2 decoding */
+    uint32_t state;  /* 0 waiting, 1 prefilling, 2 decoding, 3 preempted (cache dropped) */
     int32_t *tokens; /* prompt then generated: (cap) */
     uint32_t n_tokens, cap;
     uint32_t n_prompt, n_computed, n_generated, max_total;
@@ -133,6 +134,8 @@ struct weft_engine {
     void *sampler_st;
 
     uint32_t max_model_len, max_requests, max_batch_tokens;
+    uint64_t kv_tokens; /* pool budget in tokens, 0 = max_requests * max_model_len */
+    uint32_t stalled;   /* steps in a row where the pool refused and nothing ran */
     int32_t eos[16];
     uint32_t n_eos;
 
@@ -626,6 +629,10 @@ static weft_status kv_setup(weft_engine *e, const weft_graph *g, weft_error *err
     geo.dtype = attention_dtype(g);
     geo.max_seq = e->max_model_len;
     geo.max_requests = e->max_requests;
+    /* A token budget becomes the pool's byte budget: k and v of every layer per token. */
+    if (e->kv_tokens)
+        geo.budget_bytes = e->kv_tokens * 2ull * geo.n_layers * geo.n_kv_heads * geo.head_dim *
+                           weft_graph_dtype_size(geo.dtype);
     weft_status s = e->kv->init(e->kv_st, &geo, &e->device_svc, err);
     if (s != WEFT_OK) {
         weft_error_prefix(err, "kv init");
@@ -924,6 +931,9 @@ weft_status weft_engine_open(const weft_engine_options *o, weft_engine **out, we
     e->profile = o->profile;
     e->next_id = 1;
     e->n_threads = o->threads;
+    e->kv_tokens = o->size >= offsetof(weft_engine_options, kv_tokens) + sizeof(o->kv_tokens)
+                       ? o->kv_tokens
+                       : 0;
     e->ops = weft_op_registry_new();
     weft_status s =
         e->ops ? WEFT_OK : weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
@@ -1086,6 +1096,13 @@ const weft_generation_config *weft_engine_generation_config(const weft_engine *e
 
 void weft_engine_get_stats(const weft_engine *e, weft_engine_stats *out) {
     if (e && out) *out = e->stats;
+}
+
+void weft_engine_kv_stats(const weft_engine *e, weft_kv_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof(*out));
+    out->size = sizeof(*out);
+    if (e && e->kv_ready && e->kv->stats) e->kv->stats(e->kv_st, out);
 }
 
 uint32_t weft_engine_profile(const weft_engine *e, const char **names, double *seconds,
@@ -1355,6 +1372,25 @@ static void accept_token(weft_engine *e, request *r, const weft_sample_result *r
 }
 
 /* ---- the step ---------------------------------------------------------------------------- */
+/* A request that gets its kv slot before computing anything offers its tokens to the kv
+ * provider's prefix cache (kv.prefix-cache): the tokens the provider already holds for it count
+ * as computed, so the step skips them. The provider leaves the last token to compute (its
+ * logits are sampled); a provider that claims every token is refused. */
+static weft_status kv_prefix_attach(weft_engine *e, request *r, weft_error *err) {
+    if (!e->kv->prefix_attach || r->n_computed || r->n_tokens < 2) return WEFT_OK;
+    uint32_t n_cached = 0;
+    weft_status s =
+        e->kv->prefix_attach(e->kv_st, r->kv_slot, r->tokens, r->n_tokens, &n_cached, err);
+    if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;
+    if (n_cached >= r->n_tokens)
+        return weft_error_set(err, WEFT_ERR_INTERNAL, "engine",
+                              "kv prefix_attach: expected fewer than %u cached tokens, got %u",
+                              r->n_tokens, n_cached);
+    r->n_computed = n_cached;
+    e->stats.prefix_cached_tokens += n_cached;
+    return WEFT_OK;
+}
+
 static weft_status upload_i32(weft_engine *e, weft_buffer *dst, const int32_t *src, uint32_t n,
                               weft_error *err) {
     weft_buffer host = {(void *)src, (uint64_t)n * 4, WEFT_MEMORY_HOST, 0, NULL};
@@ -1539,8 +1575,35 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         weft_error_prefix(err, "scheduler");
         return s < 0 ? s : WEFT_ERR_INTERNAL;
     }
+    for (size_t i = 0; i < e->n_reqs; i++)
+        e->reqs[i]->in_step = 0;
+    /* Preemptions (action 1, sched.preempt) come before any reservation, so the cache they
+     * free serves this step. The request's cache is published (commit, for a prefix cache) and
+     * released; its prompt and generated tokens are recomputed when it is scheduled again, and
+     * its next token is then sampled from the same logits with the same Philox counter (the
+     * output index), so its output does not change. It sits out the step that preempted it.
+     * Swap actions (2, 3) need a host tier no kv provider has yet; they are ignored. */
+    uint32_t n_preempted = 0;
+    for (uint32_t k = 0; k < n_items && k < e->n_reqs; k++) {
+        const weft_sched_item *it = &e->s_items[k];
+        if (it->action != 1 || it->index >= e->n_reqs) continue;
+        request *r = e->reqs[it->index];
+        if (r->finish || r->in_step || (r->kv_slot < 0 && r->n_computed == 0)) continue;
+        if (r->kv_slot >= 0) {
+            if (e->kv->commit) e->kv->commit(e->kv_st, r->kv_slot, r->tokens, r->n_computed);
+            e->kv->close(e->kv_st, r->kv_slot);
+            r->kv_slot = -1;
+        }
+        r->n_computed = 0;
+        r->state = 3;
+        r->in_step = 1;
+        e->stats.preemptions++;
+        n_preempted++;
+    }
     /* Assemble the batch. */
     uint32_t n_rows = 0, n_seqs = 0, n_logits = 0;
+    request *last_denied = NULL;
+    uint32_t denied_tokens = 0;
     for (uint32_t k = 0; k < n_items && k < e->n_reqs; k++) {
         const weft_sched_item *it = &e->s_items[k];
         if (it->index >= e->n_reqs || it->action != 0 || it->n_tokens == 0) continue;
@@ -1550,6 +1613,7 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         if (r->in_step || r->finish || n == 0 || n_seqs == e->max_requests ||
             n_rows + n > e->max_batch_tokens)
             continue;
+        int opened = 0;
         if (r->kv_slot < 0) {
             s = e->kv->open(e->kv_st, r->id, &r->kv_slot, err);
             if (s == WEFT_AGAIN) {
@@ -1557,9 +1621,27 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
                 continue;
             }
             if (s != WEFT_OK) return s;
+            opened = 1;
+            if ((s = kv_prefix_attach(e, r, err)) != WEFT_OK) {
+                finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
+                continue;
+            }
+            /* cached tokens are skipped: this step computes at most what is left */
+            if (n > r->n_tokens - r->n_computed) n = r->n_tokens - r->n_computed;
         }
         s = e->kv->reserve(e->kv_st, r->kv_slot, r->n_computed + n, err);
         if (s == WEFT_AGAIN) {
+            /* A request with nothing cached gives its slot back: a waiting request never holds
+             * kv, which a preempting scheduler relies on when it counts what can be freed. */
+            if (r->n_computed == 0 || opened) {
+                /* prefix pages attached this step go back too (they stay cached) */
+                e->stats.prefix_cached_tokens -= opened ? r->n_computed : 0;
+                r->n_computed = opened ? 0 : r->n_computed;
+                e->kv->close(e->kv_st, r->kv_slot);
+                r->kv_slot = -1;
+            }
+            last_denied = r;
+            denied_tokens = r->n_computed + n;
             if (e->sched->kv_denied) e->sched->kv_denied(e->sched_st, r->id);
             continue;
         }
@@ -1592,10 +1674,25 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         n_seqs++;
     }
     if (n_rows == 0) {
-        /* Nothing could run (kv full and nothing running): cancellations may free room. */
+        /* Nothing ran. After a refusal the scheduler gets one more step to make room (a
+         * preempting one does so through kv_denied); a second step in a row where the pool
+         * refuses and nothing is preempted cannot change anything, so the youngest refused
+         * request ends with an error instead of being retried forever (it needs more than the
+         * pool can give while the others keep theirs). */
+        e->stalled = last_denied && !n_preempted ? e->stalled + 1 : 0;
+        if (e->stalled >= 2) {
+            char msg[200];
+            snprintf(msg, sizeof(msg),
+                     "kv: the pool (capacity %llu tokens) refused %u tokens for this request and "
+                     "nothing else could free room",
+                     (unsigned long long)limits.kv.capacity_tokens, denied_tokens);
+            finish_request(e, last_denied, WEFT_FINISH_ERROR, msg);
+            e->stalled = 0;
+        }
         retire(e);
         return e->n_reqs ? WEFT_AGAIN : WEFT_FINISHED;
     }
+    e->stalled = 0;
     prof_host(e, "engine.plan", t0);
     /* With a sampler plugin the logits stay on the device (unless a feature edits them). */
     int on_host = !e->sampler || has_logit_features(e);
@@ -1604,15 +1701,16 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
     if (s == WEFT_OK) {
         for (uint32_t q = 0; q < n_seqs; q++) {
             request *r = e->b_req[q];
-            r->in_step = 0;
-            uint32_t n = (uint32_t)e->b_seqs[q].n_new;
+            uint32_t n = (uint32_t)e->b_seqs[q].n_new, p0 = r->n_computed;
             r->n_computed += n;
-            if (r->n_computed <= r->n_prompt) {
-                e->stats.prefill_tokens += n;
-                r->state = 1;
-            } else {
-                e->stats.decode_tokens += n;
-            }
+            /* Rows at prompt positions are prefill; a row at the last known token after the
+             * prompt is decode; generated tokens before it are fed again after a preemption. */
+            uint32_t pre = p0 < r->n_prompt ? (r->n_prompt - p0 < n ? r->n_prompt - p0 : n) : 0;
+            uint32_t dec = r->n_computed == r->n_tokens && r->n_tokens > r->n_prompt ? 1 : 0;
+            e->stats.prefill_tokens += pre;
+            e->stats.decode_tokens += dec;
+            e->stats.recomputed_tokens += n - pre - dec;
+            if (r->n_computed < r->n_tokens || r->n_generated == 0) r->state = 1;
             if (e->b_logit_seq[q] == UINT32_MAX || r->finish) continue;
             if (r->cancelled) continue;
             weft_sample_result res;
@@ -1629,10 +1727,8 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
             prof_host(e, "engine.deliver", t_d);
         }
     } else {
-        for (uint32_t q = 0; q < n_seqs; q++) {
-            e->b_req[q]->in_step = 0;
+        for (uint32_t q = 0; q < n_seqs; q++)
             finish_request(e, e->b_req[q], WEFT_FINISH_ERROR, err_text(err));
-        }
     }
     retire(e);
     e->stats.steps++;
