@@ -283,14 +283,17 @@ static int bench_decode(int argc, char **argv) {
     return rc;
 }
 
+int weft_bench_prefill_main(int argc, char **argv); /* bench_prefill.c */
+
 int weft_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: weft bench decode [options]   (weft bench decode --help)\n"
-                "       weft bench prefill            (not in this build yet)\n");
+                "       weft bench prefill [options]  (weft bench prefill --help)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
-    fprintf(stderr, "weft bench: unknown benchmark '%s' (expected decode)\n", argv[1]);
+    if (!strcmp(argv[1], "prefill")) return weft_bench_prefill_main(argc - 1, argv + 1);
+    fprintf(stderr, "weft bench: unknown benchmark '%s' (expected decode or prefill)\n", argv[1]);
     return 2;
 }

@@ -30,10 +30,10 @@
 #define WEFT_KV_PAGED_LAYOUT "paged"
 
 typedef struct weft_kv_paged {
-    uint32_t size;       /* sizeof(weft_kv_paged) */
+    uint32_t size; /* sizeof(weft_kv_paged) */
     uint32_t n_layers;
-    uint32_t n_pages;    /* pages in the pool */
-    uint32_t page_size;  /* token positions per page */
+    uint32_t n_pages;   /* pages in the pool */
+    uint32_t page_size; /* token positions per page */
     uint32_t n_kv_heads;
     uint32_t head_dim;
     uint32_t dtype;      /* weft_dtype of the cache: f32, f16 or bf16 */

@@ -5,8 +5,10 @@
  * lo..pos of its own sequence (lo > 0 only with a sliding window), so prefill rows see the
  * earlier rows of the same step and decode rows the pages of earlier steps. Positions are found
  * through the sequence's block table (weft_seq.block_table): position p is row p % P of page
- * table[p / P]. Softmax is computed online over runs of keys that lie in one page (at most 64
- * keys at a time), so each run is a plain strided walk and nothing is allocated in the step.
+ * table[p / P]. Softmax is computed online over runs of up to 64 keys whose addresses are
+ * looked up first, so a run may cross pages and small pages cost no extra rescaling; scores
+ * are taken four keys at a time and exponentials eight at a time. Nothing is allocated in the
+ * step.
  * Every row and every block-table entry it can reach is checked before the first write, so a
  * bad step leaves the cache untouched. */
 #include <math.h>
@@ -16,8 +18,8 @@
 #include "paged_ops.h"
 #include "weft/sdk.h"
 
-#define RUN_MAX 64                 /* keys scored at once */
-#define INLINE_WORK 32768.0        /* below this many multiply-adds a step runs inline */
+#define RUN_MAX 64          /* keys scored at once */
+#define INLINE_WORK 32768.0 /* below this many multiply-adds a step runs inline */
 #define MAX_ELEMS ((uint64_t)1 << 46)
 
 #if defined(__GNUC__) && defined(__x86_64__) && (!defined(__clang__) || __clang_major__ >= 14)
@@ -107,6 +109,62 @@ typedef struct job {
     float scale;
 } job;
 
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+#if defined(__clang__)
+#define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUF(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
+#endif
+
+/* The sums of four vectors' lanes in lanes 0..3 (a, b, c, d): fold halves, then pairs. */
+INLINE v8f hsum4(v8f a, v8f b, v8f c, v8f d) {
+    v8f x = SHUF(a, b, 0, 1, 2, 3, 8, 9, 10, 11) + SHUF(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
+    v8f y = SHUF(c, d, 0, 1, 2, 3, 8, 9, 10, 11) + SHUF(c, d, 4, 5, 6, 7, 12, 13, 14, 15);
+    v8f z = SHUF(x, y, 0, 1, 8, 9, 4, 5, 12, 13) + SHUF(x, y, 2, 3, 10, 11, 6, 7, 14, 15);
+    return SHUF(z, z, 0, 4, 2, 6, 0, 4, 2, 6) + SHUF(z, z, 1, 5, 3, 7, 1, 5, 3, 7);
+}
+
+/* Lane-wise mask ? a : b (mask lanes are all ones or zero); C has no vector conditional. */
+INLINE v8f vsel(v8i mask, v8f a, v8f b) {
+    v8i ai, bi;
+    memcpy(&ai, &a, sizeof(ai));
+    memcpy(&bi, &b, sizeof(bi));
+    ai = (mask & ai) | (~mask & bi);
+    memcpy(&a, &ai, sizeof(a));
+    return a;
+}
+
+/* e^x for eight lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial, 2^n
+ * through the exponent bits. About 1 ulp over the range softmax uses (x <= 0); inputs below
+ * -87 give the smallest normal instead of 0, which is negligible next to the row maximum's 1. */
+INLINE v8f exp8(v8f x) {
+    const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
+    const v8f hi = {88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f};
+    x = vsel(x < lo, lo, x);
+    x = vsel(x > hi, hi, x);
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    v8f t = x * 1.44269504088896341f + magic;
+    v8f n = t - magic;
+    v8f r = x - n * 0.693359375f; /* ln 2 in two parts, so r stays exact */
+    r = r - n * -2.12194440e-4f;
+    v8f p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    v8i bits;
+    memcpy(&bits, &t, sizeof(bits));
+    v8i magic_bits;
+    v8f m8 = {magic, magic, magic, magic, magic, magic, magic, magic};
+    memcpy(&magic_bits, &m8, sizeof(magic_bits));
+    v8i e = (bits - magic_bits + 127) << 23;
+    v8f scale;
+    memcpy(&scale, &e, sizeof(scale));
+    return p * scale;
+}
+
 INLINE float dot(const float *q, const char *k, int64_t hd, uint32_t dt) {
     int64_t h8 = hd & ~(int64_t)7;
     v8f a = {0};
@@ -121,6 +179,8 @@ INLINE float dot(const float *q, const char *k, int64_t hd, uint32_t dt) {
     return s;
 }
 
+/* One (row, head): keys lo..pos in runs of up to RUN_MAX, each key found through the block
+ * table, so a run may span pages; online softmax rescales once per run. */
 INLINE void head(const job *j, int64_t r, int64_t h, uint32_t dt) {
     const int64_t hd = j->hd, P = j->P, h8 = hd & ~(int64_t)7;
     const size_t es = dt_size(dt), stride = (size_t)j->Hkv * hd * es; /* bytes per position */
@@ -132,19 +192,61 @@ INLINE void head(const job *j, int64_t r, int64_t h, uint32_t dt) {
     float *o = j->o + (r * j->Hq + h) * hd;
     for (int64_t d = 0; d < hd; d++)
         o[d] = 0.0f;
-    float m = -INFINITY, l = 0.0f, sc[RUN_MAX];
-    for (int64_t s0 = lo; s0 <= p;) {
-        /* A run of keys inside one page: s0 .. s0 + n - 1. */
-        const int64_t off = s0 % P, left = P - off, todo = p + 1 - s0;
-        const int64_t n = left < todo ? (left < RUN_MAX ? left : RUN_MAX)
-                                      : (todo < RUN_MAX ? todo : RUN_MAX);
-        const size_t base = ((size_t)table[s0 / P] * (size_t)P + (size_t)off) * stride + head_off;
-        const char *kr = j->kc + base, *vr = j->vc + base;
-        float cmax = -INFINITY;
-        for (int64_t i = 0; i < n; i++) {
-            sc[i] = dot(q, kr + (size_t)i * stride, hd, dt) * j->scale;
-            cmax = sc[i] > cmax ? sc[i] : cmax;
+    float m = -INFINITY, l = 0.0f;
+    float sc[RUN_MAX] __attribute__((aligned(32)));
+    size_t off[RUN_MAX], seg_off[RUN_MAX];
+    int64_t seg_n[RUN_MAX];
+    int64_t b = lo / P, in_page = lo % P;
+    for (int64_t s0 = lo; s0 <= p; s0 += RUN_MAX) {
+        const int64_t n = p + 1 - s0 < RUN_MAX ? p + 1 - s0 : RUN_MAX;
+        /* the run as segments of consecutive rows of one page, and each key's offset */
+        int64_t n_seg = 0;
+        for (int64_t i = 0; i < n;) {
+            int64_t len = P - in_page < n - i ? P - in_page : n - i;
+            size_t base = ((size_t)table[b] * (size_t)P + (size_t)in_page) * stride + head_off;
+            seg_off[n_seg] = base;
+            seg_n[n_seg++] = len;
+            for (int64_t t = 0; t < len; t++)
+                off[i + t] = base + (size_t)t * stride;
+            i += len;
+            in_page += len;
+            if (in_page == P) {
+                in_page = 0;
+                b++;
+            }
         }
+        /* scores, four keys at a time so their products overlap */
+        int64_t i = 0;
+        for (; i + 4 <= n && h8 == hd; i += 4) {
+            const char *k0 = j->kc + off[i], *k1 = j->kc + off[i + 1];
+            const char *k2 = j->kc + off[i + 2], *k3 = j->kc + off[i + 3];
+            v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t d = 0; d < h8; d += 8) {
+                v8f qv;
+                memcpy(&qv, q + d, sizeof(qv));
+                a0 += qv * load8(k0, d, dt);
+                a1 += qv * load8(k1, d, dt);
+                a2 += qv * load8(k2, d, dt);
+                a3 += qv * load8(k3, d, dt);
+            }
+            v8f s4 = hsum4(a0, a1, a2, a3) * j->scale;
+            memcpy(sc + i, &s4, 4 * sizeof(float));
+        }
+        for (; i < n; i++)
+            sc[i] = dot(q, j->kc + off[i], hd, dt) * j->scale;
+        const int64_t n8 = (n + 7) & ~(int64_t)7;
+        for (int64_t k = n; k < n8; k++)
+            sc[k] = -INFINITY;
+        v8f vmax;
+        memcpy(&vmax, sc, sizeof(vmax));
+        for (int64_t k = 8; k < n8; k += 8) {
+            v8f v;
+            memcpy(&v, sc + k, sizeof(v));
+            vmax = vsel(v > vmax, v, vmax);
+        }
+        float cmax = vmax[0];
+        for (int k = 1; k < 8; k++)
+            cmax = vmax[k] > cmax ? vmax[k] : cmax;
         if (cmax > m) {
             float corr = expf(m - cmax); /* 0 on the first run: m is -inf */
             l *= corr;
@@ -152,24 +254,49 @@ INLINE void head(const job *j, int64_t r, int64_t h, uint32_t dt) {
                 o[d] *= corr;
             m = cmax;
         }
-        for (int64_t i = 0; i < n; i++) {
-            sc[i] = expf(sc[i] - m);
-            l += sc[i];
+        /* weights e^(s - m); padding lanes (-inf) are forced to 0 */
+        v8f sum = {0};
+        for (int64_t k = 0; k < n8; k += 8) {
+            v8f v;
+            memcpy(&v, sc + k, sizeof(v));
+            v8i live = {0, 1, 2, 3, 4, 5, 6, 7};
+            live = live + (int32_t)k < (int32_t)n;
+            v8f e = exp8(v - m);
+            v8i eb;
+            memcpy(&eb, &e, sizeof(eb));
+            eb &= live;
+            memcpy(&e, &eb, sizeof(e));
+            memcpy(sc + k, &e, sizeof(e));
+            sum += e;
         }
+        l += hsum(sum);
+        /* o += sum_i w_i v_i, one eight-lane slice of o at a time, four chains over the keys */
         for (int64_t d = 0; d < h8; d += 8) {
-            v8f acc;
-            memcpy(&acc, o + d, sizeof(acc));
-            for (int64_t i = 0; i < n; i++)
-                acc += load8(vr + (size_t)i * stride, d, dt) * sc[i];
-            memcpy(o + d, &acc, sizeof(acc));
+            v8f c0, c1 = {0}, c2 = {0}, c3 = {0};
+            memcpy(&c0, o + d, sizeof(c0));
+            const float *w = sc;
+            for (int64_t g = 0; g < n_seg; g++) {
+                const char *v0 = j->vc + seg_off[g];
+                int64_t k = 0, len = seg_n[g];
+                for (; k + 4 <= len; k += 4, v0 += 4 * stride) {
+                    c0 += load8(v0, d, dt) * w[k];
+                    c1 += load8(v0 + stride, d, dt) * w[k + 1];
+                    c2 += load8(v0 + 2 * stride, d, dt) * w[k + 2];
+                    c3 += load8(v0 + 3 * stride, d, dt) * w[k + 3];
+                }
+                for (; k < len; k++, v0 += stride)
+                    c0 += load8(v0, d, dt) * w[k];
+                w += len;
+            }
+            c0 = (c0 + c1) + (c2 + c3);
+            memcpy(o + d, &c0, sizeof(c0));
         }
         for (int64_t d = h8; d < hd; d++) {
             float acc = o[d];
-            for (int64_t i = 0; i < n; i++)
-                acc += sc[i] * load1(vr + (size_t)i * stride, d, dt);
+            for (int64_t k = 0; k < n; k++)
+                acc += sc[k] * load1(j->vc + off[k], d, dt);
             o[d] = acc;
         }
-        s0 += n;
     }
     float inv = l > 0.0f ? 1.0f / l : 0.0f;
     for (int64_t d = 0; d < hd; d++)
@@ -250,11 +377,13 @@ static weft_status check_node(const weft_graph *g, const weft_node *n, weft_erro
         uint32_t want = i == 3 ? WEFT_DTYPE_I32 : WEFT_DTYPE_F32;
         int64_t c = t->rank == 1 ? 1 : t->rank == 2 ? t->shape[1] : -1;
         if (t->dtype != want || c != cols[i] || t->shape[0] <= 0)
-            return node_error(err, n, "tensor %s: expected %s with %lld columns, got dtype %u "
+            return node_error(err, n,
+                              "tensor %s: expected %s with %lld columns, got dtype %u "
                               "rank %u",
                               t->name, i == 3 ? "i32" : "f32", (long long)cols[i], t->dtype,
                               t->rank);
-        if (!q) q = t;
+        if (!q)
+            q = t;
         else if (t->shape[0] != q->shape[0])
             return node_error(err, n, "tensor %s has %lld rows, q has %lld", t->name,
                               (long long)t->shape[0], (long long)q->shape[0]);
@@ -299,10 +428,11 @@ static weft_status check_step(const weft_exec_ctx *ctx, const weft_node *n, job 
     uint64_t need = elems * dt_size(c->dtype);
     const weft_buffer *kb = &c->k[layer], *vb = &c->v[layer];
     if (!kb->ptr || !vb->ptr || kb->bytes < need || vb->bytes < need)
-        return node_error(err, n, "pages of layer %lld: expected K and V of %llu bytes, got %llu "
+        return node_error(err, n,
+                          "pages of layer %lld: expected K and V of %llu bytes, got %llu "
                           "and %llu",
-                          (long long)layer, (unsigned long long)need,
-                          (unsigned long long)kb->bytes, (unsigned long long)vb->bytes);
+                          (long long)layer, (unsigned long long)need, (unsigned long long)kb->bytes,
+                          (unsigned long long)vb->bytes);
     j->kc = kb->ptr;
     j->vc = vb->ptr;
     j->dt = c->dtype;
@@ -320,8 +450,8 @@ static weft_status check_step(const weft_exec_ctx *ctx, const weft_node *n, job 
                               sq->n_blocks, c->max_blocks);
         for (int32_t i = 0; i < sq->n_blocks; i++)
             if (sq->block_table[i] < 0 || (uint32_t)sq->block_table[i] >= c->n_pages)
-                return node_error(err, n, "sequence %u: block %d maps page %d, the pool has %u",
-                                  s, i, sq->block_table[i], c->n_pages);
+                return node_error(err, n, "sequence %u: block %d maps page %d, the pool has %u", s,
+                                  i, sq->block_table[i], c->n_pages);
     }
     for (int64_t r = 0; r < T; r++) {
         int32_t si = b->seq_of_row[r];
@@ -385,8 +515,8 @@ static weft_status run(void *st, const weft_exec_ctx *ctx, const weft_node *n, w
     return WEFT_OK;
 }
 
-weft_status kv_paged_register_cpu(const weft_threads_service *threads,
-                                  const weft_ops_service *ops, weft_error *err) {
+weft_status kv_paged_register_cpu(const weft_threads_service *threads, const weft_ops_service *ops,
+                                  weft_error *err) {
     static const uint32_t dtypes[] = {WEFT_DTYPE_F32, WEFT_DTYPE_BF16, WEFT_DTYPE_F16};
     for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++) {
         weft_op_impl impl;

@@ -10,8 +10,8 @@
 
 /* cpu: ATTENTION on f32 activations over a paged f32, bf16 or f16 cache; the block tables come
  * from the step's host batch (weft_seq.block_table). threads may be NULL (runs inline). */
-weft_status kv_paged_register_cpu(const weft_threads_service *threads,
-                                  const weft_ops_service *ops, weft_error *err);
+weft_status kv_paged_register_cpu(const weft_threads_service *threads, const weft_ops_service *ops,
+                                  weft_error *err);
 
 /* cuda: ATTENTION over a paged cache in the activation dtype, block tables read on the device
  * (weft_kv_paged.tables) with the row -> slot map from in.kv_slots. */

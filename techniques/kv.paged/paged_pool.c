@@ -17,10 +17,14 @@ static uint32_t dtype_bytes(uint32_t dt) {
 /* ---- lists --------------------------------------------------------------------------- */
 static void lru_remove(kv_paged_pool *p, int32_t pg) {
     int32_t a = p->lru_prev[pg], b = p->lru_next[pg];
-    if (a >= 0) p->lru_next[a] = b;
-    else p->lru_head = b;
-    if (b >= 0) p->lru_prev[b] = a;
-    else p->lru_tail = a;
+    if (a >= 0)
+        p->lru_next[a] = b;
+    else
+        p->lru_head = b;
+    if (b >= 0)
+        p->lru_prev[b] = a;
+    else
+        p->lru_tail = a;
     p->lru_prev[pg] = p->lru_next[pg] = -1;
     p->n_lru--;
 }
@@ -28,8 +32,10 @@ static void lru_remove(kv_paged_pool *p, int32_t pg) {
 static void lru_push(kv_paged_pool *p, int32_t pg) { /* most recent at the tail */
     p->lru_prev[pg] = p->lru_tail;
     p->lru_next[pg] = -1;
-    if (p->lru_tail >= 0) p->lru_next[p->lru_tail] = pg;
-    else p->lru_head = pg;
+    if (p->lru_tail >= 0)
+        p->lru_next[p->lru_tail] = pg;
+    else
+        p->lru_head = pg;
     p->lru_tail = pg;
     p->n_lru++;
 }
@@ -58,15 +64,17 @@ static void ref_page(kv_paged_pool *p, int32_t pg) {
 static void unref_page(kv_paged_pool *p, int32_t pg) {
     if (p->refs[pg] == 0) return; /* never mapped: nothing to drop */
     if (--p->refs[pg]) return;
-    if (p->cached[pg]) lru_push(p, pg);
-    else p->free_stack[p->n_free++] = pg;
+    if (p->cached[pg])
+        lru_push(p, pg);
+    else
+        p->free_stack[p->n_free++] = pg;
 }
 
 void kv_paged_pool_set_cached(kv_paged_pool *p, int32_t pg, int cached) {
     if (!p->ready || pg < 0 || (uint32_t)pg >= p->n_pages || !p->cached[pg] == !cached) return;
     p->cached[pg] = (uint8_t)(cached != 0);
     if (p->refs[pg]) return; /* still mapped: the state changes when the last slot lets go */
-    if (cached) { /* a free page the index now holds: only an index can do that */
+    if (cached) {            /* a free page the index now holds: only an index can do that */
         for (uint32_t i = 0; i < p->n_free; i++)
             if (p->free_stack[i] == pg) {
                 p->free_stack[i] = p->free_stack[--p->n_free];
@@ -83,11 +91,10 @@ void kv_paged_pool_set_cached(kv_paged_pool *p, int32_t pg, int cached) {
 static weft_status sync_table(kv_paged_pool *p, int32_t slot, uint32_t b0, uint32_t b1,
                               weft_error *err) {
     if (b1 <= b0) return WEFT_OK;
-    weft_buffer host = {p->bt, (uint64_t)p->n_slots * p->max_blocks * 4, WEFT_MEMORY_HOST, 0,
-                        NULL};
+    weft_buffer host = {p->bt, (uint64_t)p->n_slots * p->max_blocks * 4, WEFT_MEMORY_HOST, 0, NULL};
     uint64_t off = ((uint64_t)slot * p->max_blocks + b0) * 4;
-    weft_status s = p->dev->copy(p->dev->self, &p->tables, off, &host, off,
-                                 (uint64_t)(b1 - b0) * 4, p->dev->stream(p->dev->self), err);
+    weft_status s = p->dev->copy(p->dev->self, &p->tables, off, &host, off, (uint64_t)(b1 - b0) * 4,
+                                 p->dev->stream(p->dev->self), err);
     if (s != WEFT_OK && err)
         weft_sdk_error(err, s, p->name, "copying the block table of slot %d: %s", slot,
                        err->message);
@@ -204,8 +211,7 @@ weft_status kv_paged_pool_init(kv_paged_pool *p, const weft_kv_geometry *geo,
     if (s == WEFT_OK) s = dev->alloc(dev->self, table_bytes, WEFT_MEMORY_DEVICE, &p->tables, err);
     if (s == WEFT_OK) {
         weft_buffer host = {p->bt, table_bytes, WEFT_MEMORY_HOST, 0, NULL};
-        s = dev->copy(dev->self, &p->tables, 0, &host, 0, table_bytes, dev->stream(dev->self),
-                      err);
+        s = dev->copy(dev->self, &p->tables, 0, &host, 0, table_bytes, dev->stream(dev->self), err);
     }
     if (s != WEFT_OK) {
         kv_paged_pool_fini(p);
@@ -255,8 +261,7 @@ weft_status kv_paged_pool_open(kv_paged_pool *p, int32_t *slot, weft_error *err)
 weft_status kv_paged_pool_reserve(kv_paged_pool *p, int32_t slot, uint32_t n_total,
                                   weft_error *err) {
     if (!slot_ok(p, slot))
-        return weft_sdk_error(err, WEFT_ERR_INVALID, p->name, "reserve: slot %d is not open",
-                              slot);
+        return weft_sdk_error(err, WEFT_ERR_INVALID, p->name, "reserve: slot %d is not open", slot);
     if (n_total > p->geo.max_seq)
         return weft_sdk_error(err, WEFT_ERR_INVALID, p->name,
                               "reserve: %u tokens exceed the longest request (%u)", n_total,
@@ -281,8 +286,8 @@ weft_status kv_paged_pool_reserve(kv_paged_pool *p, int32_t slot, uint32_t n_tot
             weft_status s = p->dev->copy(p->dev->self, &p->k[l], to, &p->k[l], from, p->page_bytes,
                                          stream, err);
             if (s == WEFT_OK)
-                s = p->dev->copy(p->dev->self, &p->v[l], to, &p->v[l], from, p->page_bytes,
-                                 stream, err);
+                s = p->dev->copy(p->dev->self, &p->v[l], to, &p->v[l], from, p->page_bytes, stream,
+                                 err);
             if (s != WEFT_OK) {
                 unref_page(p, pg);
                 return s;
@@ -355,8 +360,7 @@ weft_status kv_paged_pool_attach(kv_paged_pool *p, int32_t slot, const int32_t *
     for (uint32_t i = 0; i < n; i++)
         if (pages[i] < 0 || (uint32_t)pages[i] >= p->n_pages)
             return weft_sdk_error(err, WEFT_ERR_INVALID, p->name,
-                                  "prefix attach: page %d outside 0..%u", pages[i],
-                                  p->n_pages - 1);
+                                  "prefix attach: page %d outside 0..%u", pages[i], p->n_pages - 1);
     int32_t *row = p->bt + (size_t)slot * p->max_blocks;
     for (uint32_t i = 0; i < n; i++) {
         ref_page(p, pages[i]);

@@ -31,7 +31,7 @@ typedef struct kv_paged_index_hooks {
 } kv_paged_index_hooks;
 
 typedef struct kv_paged_pool {
-    const char *name; /* bundle name for messages */
+    const char *name;                 /* bundle name for messages */
     uint32_t page_size, pages_option; /* options: tokens per page; pages (0 = derived) */
     weft_kv_geometry geo;
     const weft_device_service *dev;

@@ -41,9 +41,9 @@ typedef struct prefix_state {
     const weft_host_services *host;
     kv_paged_pool pool;
     /* index: chained hash table over pages, one entry per cached page */
-    uint32_t n_buckets; /* power of two */
-    int32_t *bucket;    /* (n_buckets) first page of the chain, -1 = empty */
-    int32_t *next;      /* (n_pages) */
+    uint32_t n_buckets;     /* power of two */
+    int32_t *bucket;        /* (n_buckets) first page of the chain, -1 = empty */
+    int32_t *next;          /* (n_pages) */
     uint64_t *key, *parent; /* (n_pages) */
     int32_t *page_tokens;   /* (n_pages, page_size) */
     uint32_t n_entries;
@@ -113,7 +113,8 @@ static void publish(prefix_state *s, int32_t slot, const int32_t *tokens, uint32
 /* ---- instance ---------------------------------------------------------------------------- */
 static weft_status prefix_create(const weft_host_services *host, const weft_options *opts,
                                  void **out, weft_error *err) {
-    if (!host || !out) return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "create: missing argument");
+    if (!host || !out)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "create: missing argument");
     int64_t page_size = weft_sdk_option_int(opts, "page_size", 16);
     int64_t pages = weft_sdk_option_int(opts, "pages", 0);
     if (page_size < 1 || page_size > 4096)

@@ -24,13 +24,13 @@
 #include "plugin/host.h"
 #include "util/error.h"
 
-static const char *kvt_shared_dir(void) {
+static inline const char *kvt_shared_dir(void) {
     const char *d = getenv("WEFT_SHARED_DIR");
     return d && d[0] ? d : WEFT_SHARED_DIR;
 }
 
 /* stories260K converted into a temporary directory (removed by kvt_stories_remove). */
-static int kvt_stories_convert(char dir[64]) {
+static inline int kvt_stories_convert(char dir[64]) {
     snprintf(dir, 64, "/tmp/weft-kv-XXXXXX");
     if (!mkdtemp(dir)) return -1;
     char model[1024], tok[1024];
@@ -45,7 +45,7 @@ static int kvt_stories_convert(char dir[64]) {
     return 0;
 }
 
-static void kvt_stories_remove(const char *dir) {
+static inline void kvt_stories_remove(const char *dir) {
     static const char *const files[] = {"config.json", "generation_config.json",
                                         "model.safetensors", "tokenizer.json",
                                         "tokenizer_config.json"};
@@ -59,7 +59,7 @@ static void kvt_stories_remove(const char *dir) {
 
 /* Writes a cpu candidate manifest with the given techniques block (YAML list items, each line
  * starting with "  - ", or "" for none) to a temporary file; path receives its name. */
-static void kvt_manifest(char path[64], const char *techniques) {
+static inline void kvt_manifest(char path[64], const char *techniques) {
     snprintf(path, 64, "/tmp/weft-kv-cand-XXXXXX.yaml");
     int fd = mkstemps(path, 5);
     assert_true(fd >= 0);
@@ -74,8 +74,8 @@ static void kvt_manifest(char path[64], const char *techniques) {
     fclose(f);
 }
 
-static weft_engine *kvt_open(const char *manifest, const char *model_dir, uint32_t max_requests,
-                             uint32_t max_batch_tokens) {
+static inline weft_engine *kvt_open(const char *manifest, const char *model_dir,
+                                    uint32_t max_requests, uint32_t max_batch_tokens) {
     weft_engine_options o;
     weft_engine_options_default(&o);
     o.manifest_path = manifest;
@@ -97,15 +97,15 @@ typedef struct kvt_out {
     uint32_t finish;
 } kvt_out;
 
-static void kvt_collect(void *user, const weft_token_event *ev) {
+static inline void kvt_collect(void *user, const weft_token_event *ev) {
     kvt_out *o = user;
     if (ev->token >= 0 && o->n < sizeof(o->ids) / sizeof(o->ids[0])) o->ids[o->n++] = ev->token;
     if (ev->finish) o->finish = ev->finish;
 }
 
 /* Submits one greedy request (EOS ignored) and steps until every request ended. */
-static void kvt_submit(weft_engine *e, const int32_t *prompt, size_t n, uint32_t max_tokens,
-                       kvt_out *out) {
+static inline void kvt_submit(weft_engine *e, const int32_t *prompt, size_t n, uint32_t max_tokens,
+                              kvt_out *out) {
     memset(out, 0, sizeof(*out));
     weft_request_params rp;
     weft_request_params_default(&rp);
@@ -120,7 +120,7 @@ static void kvt_submit(weft_engine *e, const int32_t *prompt, size_t n, uint32_t
         fail_msg("submit: %s", err.message);
 }
 
-static void kvt_drain(weft_engine *e) {
+static inline void kvt_drain(weft_engine *e) {
     weft_error err;
     weft_error_clear(&err);
     while (weft_engine_active(e)) {
@@ -129,8 +129,8 @@ static void kvt_drain(weft_engine *e) {
     }
 }
 
-static void kvt_greedy(weft_engine *e, const int32_t *prompt, size_t n, uint32_t max_tokens,
-                       kvt_out *out) {
+static inline void kvt_greedy(weft_engine *e, const int32_t *prompt, size_t n, uint32_t max_tokens,
+                              kvt_out *out) {
     kvt_submit(e, prompt, n, max_tokens, out);
     kvt_drain(e);
     assert_int_equal(out->finish, WEFT_FINISH_LENGTH);
@@ -147,45 +147,52 @@ typedef struct kvt_direct {
     weft_device_service dev;
 } kvt_direct;
 
-static weft_status kvt_dev_alloc(void *self, uint64_t bytes, uint32_t memory, weft_buffer *out,
-                                 weft_error *err) {
+static inline weft_status kvt_dev_alloc(void *self, uint64_t bytes, uint32_t memory,
+                                        weft_buffer *out, weft_error *err) {
     const weft_loaded_plugin *b = ((kvt_direct *)self)->backend;
     return b->desc->backend->alloc(b->state, bytes, memory, out, err);
 }
-static void kvt_dev_free(void *self, weft_buffer *buf) {
+static inline void kvt_dev_free(void *self, weft_buffer *buf) {
     const weft_loaded_plugin *b = ((kvt_direct *)self)->backend;
     b->desc->backend->free(b->state, buf);
 }
-static weft_status kvt_dev_copy(void *self, weft_buffer *dst, uint64_t dst_off,
-                                const weft_buffer *src, uint64_t src_off, uint64_t bytes,
-                                void *stream, weft_error *err) {
+static inline weft_status kvt_dev_copy(void *self, weft_buffer *dst, uint64_t dst_off,
+                                       const weft_buffer *src, uint64_t src_off, uint64_t bytes,
+                                       void *stream, weft_error *err) {
     const weft_loaded_plugin *b = ((kvt_direct *)self)->backend;
     return b->desc->backend->copy(b->state, dst, dst_off, src, src_off, bytes, stream, err);
 }
-static void *kvt_dev_stream(void *self) {
+static inline void *kvt_dev_stream(void *self) {
     (void)self;
     return NULL;
 }
 
-static void kvt_direct_open(kvt_direct *d, const char *manifest, const char *model_dir) {
+static inline void kvt_direct_open(kvt_direct *d, const char *manifest, const char *model_dir) {
     memset(d, 0, sizeof(*d));
     d->host = weft_host_new();
     assert_non_null(d->host);
     weft_error err;
     weft_error_clear(&err);
-    if (weft_candidate_load_manifest(manifest, model_dir, weft_host_services_of(d->host),
-                                     &d->cand, &err) != WEFT_OK)
+    if (weft_candidate_load_manifest(manifest, model_dir, weft_host_services_of(d->host), &d->cand,
+                                     &err) != WEFT_OK)
         fail_msg("load %s: %s", manifest, err.message);
     d->backend = weft_candidate_slot(d->cand, WEFT_SLOT_BACKEND);
     d->kv = weft_candidate_slot(d->cand, WEFT_SLOT_KV);
     assert_non_null(d->backend);
     assert_non_null(d->kv);
-    d->dev = (weft_device_service){sizeof(weft_device_service), 1, d, "cpu", kvt_dev_alloc,
-                                   kvt_dev_free, kvt_dev_copy, kvt_dev_stream, NULL};
+    d->dev = (weft_device_service){sizeof(weft_device_service),
+                                   1,
+                                   d,
+                                   "cpu",
+                                   kvt_dev_alloc,
+                                   kvt_dev_free,
+                                   kvt_dev_copy,
+                                   kvt_dev_stream,
+                                   NULL};
 }
 
-static void kvt_direct_init(kvt_direct *d, uint32_t n_layers, uint32_t kv_heads, uint32_t hd,
-                            uint32_t max_seq, uint32_t max_requests) {
+static inline void kvt_direct_init(kvt_direct *d, uint32_t n_layers, uint32_t kv_heads, uint32_t hd,
+                                   uint32_t max_seq, uint32_t max_requests) {
     weft_kv_geometry geo;
     memset(&geo, 0, sizeof(geo));
     geo.size = sizeof(geo);
@@ -201,7 +208,7 @@ static void kvt_direct_init(kvt_direct *d, uint32_t n_layers, uint32_t kv_heads,
         fail_msg("kv init: %s", err.message);
 }
 
-static void kvt_direct_close(kvt_direct *d) {
+static inline void kvt_direct_close(kvt_direct *d) {
     if (d->kv && d->kv->desc->kv->fini) d->kv->desc->kv->fini(d->kv->state);
     weft_candidate_unload(d->cand);
     weft_host_free(d->host);

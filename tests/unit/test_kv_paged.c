@@ -1,7 +1,7 @@
 /* kv.paged on the cpu backend:
  *   - the attention op over the "paged" layout, run directly on a hand-built node with
  *     scrambled block tables, two sequences, prefill then decode, against a double-precision
- *     reference written here (f32 and bf16 caches, grouped-query heads, a sliding window);
+ *     reference written here (f32, bf16 and f16 caches, grouped-query heads, a sliding window);
  *   - the engine with kv.paged (several page sizes, prefill split into chunks) against the
  *     Hugging Face references of stories260K and the tiny models: logits of a forward pass
  *     within 1e-4 of the reference and within 1e-5 of the contiguous default, greedy tokens
@@ -51,6 +51,23 @@ static float bf16_round(float f) {
     return f;
 }
 
+/* IEEE half rounding and decoding, written with frexp/ldexp so they share nothing with the
+ * plugin's bit-level conversions. */
+static float f16_round(float f) {
+    if (fabsf(f) < 0x1p-14f) return rintf(f * 0x1p24f) * 0x1p-24f; /* subnormal quantum */
+    int e;
+    float m = frexpf(f, &e); /* f = m 2^e, 0.5 <= |m| < 1: 11 significant bits */
+    return ldexpf(rintf(ldexpf(m, 11)), e - 11);
+}
+static float f16_decode(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    float v = e ? ldexpf((float)(m | 1024), e - 25) : ldexpf((float)m, -24);
+    return h & 0x8000 ? -v : v;
+}
+static float round_to(uint32_t dt, float f) {
+    return dt == WEFT_DTYPE_BF16 ? bf16_round(f) : dt == WEFT_DTYPE_F16 ? f16_round(f) : f;
+}
+
 /* ---- the op, directly ---------------------------------------------------------------------- */
 #define MAX_IMPLS 16
 static weft_op_impl impls[MAX_IMPLS];
@@ -90,11 +107,18 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
     size_t page_elems = (size_t)P * Hkv * hd;
     weft_buffer kb = {calloc(N_PAGES * page_elems, es), N_PAGES * page_elems * es, 0, 0, NULL};
     weft_buffer vb = {calloc(N_PAGES * page_elems, es), N_PAGES * page_elems * es, 0, 0, NULL};
-    weft_kv_paged desc = {.size = sizeof(desc), .n_layers = 1, .n_pages = N_PAGES,
-                          .page_size = (uint32_t)P, .n_kv_heads = (uint32_t)Hkv,
-                          .head_dim = (uint32_t)hd, .dtype = dt, .n_slots = 2,
-                          .max_blocks = (uint32_t)max_blocks, .max_seq = (uint32_t)max_seq,
-                          .k = &kb, .v = &vb};
+    weft_kv_paged desc = {.size = sizeof(desc),
+                          .n_layers = 1,
+                          .n_pages = N_PAGES,
+                          .page_size = (uint32_t)P,
+                          .n_kv_heads = (uint32_t)Hkv,
+                          .head_dim = (uint32_t)hd,
+                          .dtype = dt,
+                          .n_slots = 2,
+                          .max_blocks = (uint32_t)max_blocks,
+                          .max_seq = (uint32_t)max_seq,
+                          .k = &kb,
+                          .v = &vb};
     weft_kv_view view = {.size = sizeof(view), .layout = "paged", .desc = &desc};
     /* every row of both sequences */
     float *Q[2], *K[2], *V[2];
@@ -119,8 +143,12 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
         weft_seq seqs[2];
         int r = 0;
         for (int s = 0; s < 2; s++) {
-            seqs[s] = (weft_seq){.request_id = (uint64_t)s, .kv_slot = s, .n_past = start[s],
-                                 .n_new = rows[s], .first_row = r, .block_table = table[s],
+            seqs[s] = (weft_seq){.request_id = (uint64_t)s,
+                                 .kv_slot = s,
+                                 .n_past = start[s],
+                                 .n_new = rows[s],
+                                 .first_row = r,
+                                 .block_table = table[s],
                                  .n_blocks = (lens[s] + P - 1) / P};
             for (int j = 0; j < rows[s]; j++, r++) {
                 int src = start[s] + j;
@@ -162,16 +190,41 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
         n.p.i[3] = hd;
         n.p.i[4] = window;
         snprintf(n.name, sizeof(n.name), "layers.0.attn");
-        weft_graph g = {.size = sizeof(g), .n_tensors = 5, .n_nodes = 1, .tensors = t,
-                        .nodes = &n};
-        weft_batch batch = {.size = sizeof(batch), .n_tokens = (uint32_t)T, .n_seqs = 2,
-                            .tokens = pos, .positions = pos, .seq_of_row = seq_of_row,
+        weft_graph g = {.size = sizeof(g), .n_tensors = 5, .n_nodes = 1, .tensors = t, .nodes = &n};
+        weft_batch batch = {.size = sizeof(batch),
+                            .n_tokens = (uint32_t)T,
+                            .n_seqs = 2,
+                            .tokens = pos,
+                            .positions = pos,
+                            .seq_of_row = seq_of_row,
                             .seqs = seqs};
-        weft_exec_ctx ctx = {.size = sizeof(ctx), .n_tokens = (uint32_t)T, .graph = &g,
-                             .batch = &batch, .data = data, .kv = &view};
+        weft_exec_ctx ctx = {.size = sizeof(ctx),
+                             .n_tokens = (uint32_t)T,
+                             .graph = &g,
+                             .batch = &batch,
+                             .data = data,
+                             .kv = &view};
         assert_true(impl->accepts(impl->state, &g, &n));
         weft_error err;
         weft_error_clear(&err);
+        if (step == 0) {
+            /* Malformed steps are refused before anything is written: a row past the pages its
+             * sequence maps, and a table entry outside the pool. */
+            weft_seq saved = seqs[1];
+            seqs[1].n_blocks = (rows[1] - 1) / P; /* the last row's page is missing */
+            assert_int_equal(impl->run(impl->state, &ctx, &n, &err), WEFT_ERR_INVALID);
+            assert_non_null(strstr(err.message, "outside the"));
+            int32_t bad[16];
+            memcpy(bad, table[1], sizeof(bad));
+            bad[0] = N_PAGES;
+            seqs[1] = saved;
+            seqs[1].block_table = bad;
+            assert_int_equal(impl->run(impl->state, &ctx, &n, &err), WEFT_ERR_INVALID);
+            assert_non_null(strstr(err.message, "the pool has"));
+            seqs[1] = saved;
+            for (size_t i = 0; i < kb.bytes; i++)
+                assert_int_equal(((uint8_t *)kb.ptr)[i], 0);
+        }
         if (impl->run(impl->state, &ctx, &n, &err) != WEFT_OK) fail_msg("run: %s", err.message);
         double max_err = 0;
         for (int row = 0; row < T; row++) {
@@ -183,8 +236,7 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
                 for (int j = lo; j <= p; j++) {
                     double d = 0;
                     for (int e = 0; e < hd; e++) {
-                        float ke = K[s][j * Hkv * hd + kh * hd + e];
-                        if (dt == WEFT_DTYPE_BF16) ke = bf16_round(ke);
+                        float ke = round_to(dt, K[s][j * Hkv * hd + kh * hd + e]);
                         d += (double)Q[s][p * Hq * hd + h * hd + e] * ke;
                     }
                     sc[j] = d / sqrt((double)hd);
@@ -195,8 +247,7 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
                 for (int e = 0; e < hd; e++) {
                     double acc = 0;
                     for (int j = lo; j <= p; j++) {
-                        float ve = V[s][j * Hkv * hd + kh * hd + e];
-                        if (dt == WEFT_DTYPE_BF16) ve = bf16_round(ve);
+                        float ve = round_to(dt, V[s][j * Hkv * hd + kh * hd + e]);
                         acc += exp(sc[j] - m) * ve;
                     }
                     double got = o[row * Hq * hd + h * hd + e];
@@ -221,12 +272,13 @@ static void check_op(const weft_op_impl *impl, uint32_t dt, int Hq, int Hkv, int
                 float got;
                 if (dt == WEFT_DTYPE_F32) {
                     got = ((float *)kb.ptr)[at];
+                } else if (dt == WEFT_DTYPE_F16) {
+                    got = f16_decode(((uint16_t *)kb.ptr)[at]);
                 } else {
                     uint32_t u = (uint32_t)((uint16_t *)kb.ptr)[at] << 16;
                     memcpy(&got, &u, 4);
                 }
-                float want = dt == WEFT_DTYPE_F32 ? K[s][p * Hkv * hd + i]
-                                                  : bf16_round(K[s][p * Hkv * hd + i]);
+                float want = round_to(dt, K[s][p * Hkv * hd + i]);
                 assert_true(got == want);
             }
     for (int s = 0; s < 2; s++) {
@@ -249,19 +301,22 @@ static void test_op_block_tables(void **state) {
     weft_error_clear(&err);
     n_impls = 0;
     assert_int_equal(d.kv->desc->opset->register_ops(d.kv->state, "cpu", &ops, &err), WEFT_OK);
-    const weft_op_impl *f32 = NULL, *bf16 = NULL;
+    const weft_op_impl *f32 = NULL, *bf16 = NULL, *f16 = NULL;
     for (uint32_t i = 0; i < n_impls; i++) {
         assert_int_equal(impls[i].op, WEFT_OP_ATTENTION);
         assert_string_equal(impls[i].layout, "paged");
         if (impls[i].dtype == WEFT_DTYPE_F32) f32 = &impls[i];
         if (impls[i].dtype == WEFT_DTYPE_BF16) bf16 = &impls[i];
+        if (impls[i].dtype == WEFT_DTYPE_F16) f16 = &impls[i];
     }
     assert_non_null(f32);
     assert_non_null(bf16);
+    assert_non_null(f16);
     check_op(f32, WEFT_DTYPE_F32, 8, 4, 8, 3, 0);
     check_op(f32, WEFT_DTYPE_F32, 4, 2, 20, 1, 0); /* head_dim with a tail, one token per page */
     check_op(f32, WEFT_DTYPE_F32, 6, 2, 16, 4, 3); /* sliding window across pages */
     check_op(bf16, WEFT_DTYPE_BF16, 8, 2, 64, 5, 0);
+    check_op(f16, WEFT_DTYPE_F16, 4, 4, 24, 2, 0);
     /* cuda is not in this build unless configured with it; the message says why */
     weft_status s = d.kv->desc->opset->register_ops(d.kv->state, "tpu", &ops, &err);
     assert_int_equal(s, WEFT_ERR_UNSUPPORTED);
@@ -337,7 +392,8 @@ static void parity(const char *name, const char *model_dir, size_t n_prompt) {
             kvt_manifest(manifest, tech);
             e = kvt_open(manifest, model_dir, 1, chunks[ci]);
             assert_int_equal(weft_engine_score(e, r.input_ids, r.n_input, got, &err), WEFT_OK);
-            double to_base = rel_diff(got, base, n_logits), to_ref = rel_diff(got, r.logits, n_logits);
+            double to_base = rel_diff(got, base, n_logits),
+                   to_ref = rel_diff(got, r.logits, n_logits);
             kvt_out out;
             size_t n_gen = r.n_greedy - n_prompt;
             kvt_greedy(e, r.greedy, n_prompt, (uint32_t)n_gen, &out);
@@ -348,8 +404,8 @@ static void parity(const char *name, const char *model_dir, size_t n_prompt) {
             assert_true(to_ref <= 1e-4);
             for (size_t i = 0; i < n_gen; i++)
                 if (out.ids[i] != r.greedy[n_prompt + i])
-                    fail_msg("%s page_size %u: greedy token %zu is %d, the reference has %d",
-                             name, pages[pi], i, out.ids[i], r.greedy[n_prompt + i]);
+                    fail_msg("%s page_size %u: greedy token %zu is %d, the reference has %d", name,
+                             pages[pi], i, out.ids[i], r.greedy[n_prompt + i]);
             weft_kv_stats ks;
             weft_engine_kv_stats(e, &ks);
             assert_int_equal(ks.used_tokens, 0); /* everything returned */
@@ -406,7 +462,8 @@ static void test_memory_within_a_page(void **state) {
         assert_true(ks.bytes_used < (held + P) * per_token);
         assert_true(ks.bytes_used >= held * per_token);
     }
-    assert_int_equal(held, 37 + 58); /* held before the last step; its token is sampled, never computed */
+    assert_int_equal(held,
+                     37 + 58); /* held before the last step; its token is sampled, never computed */
     weft_engine_kv_stats(e, &ks);
     assert_int_equal(ks.used_tokens, 0);
     assert_int_equal(ks.bytes_used, 0);
@@ -414,6 +471,58 @@ static void test_memory_within_a_page(void **state) {
     assert_int_equal(ks.bytes_total, 512 * per_token);
     weft_engine_close(e);
     unlink(manifest);
+}
+
+/* Eight requests of mixed lengths running together (sched.continuous): after every step the
+ * pages in use cover the tokens held with less than one page per live request to spare, and
+ * every request's greedy tokens equal its output alone on the contiguous default. */
+static void test_memory_concurrent(void **state) {
+    (void)state;
+    enum { N = 8, P = 16 };
+    char manifest[64], base[64];
+    kvt_manifest(manifest,
+                 "  - sched.continuous\n  - {name: kv.paged, options: {page_size: 16}}\n");
+    kvt_manifest(base, "");
+    weft_engine *e = kvt_open(manifest, stories, N, 0);
+    const weft_model_config *cfg = weft_engine_config(e);
+    uint64_t per_token = 2ull * cfg->n_layers * cfg->n_kv_heads * cfg->head_dim * sizeof(float);
+    int32_t prompts[N][80];
+    uint32_t lens[N], gens[N];
+    static kvt_out outs[N], want;
+    for (int i = 0; i < N; i++) {
+        lens[i] = 3 + (rnd() % 77);
+        gens[i] = 5 + (rnd() % 60);
+        prompts[i][0] = 1;
+        for (uint32_t k = 1; k < lens[i]; k++)
+            prompts[i][k] = 3 + (int32_t)(rnd() % (cfg->vocab_size - 3));
+        kvt_submit(e, prompts[i], lens[i], gens[i], &outs[i]);
+    }
+    weft_error err;
+    weft_error_clear(&err);
+    uint32_t steps = 0, max_live = 0;
+    while (weft_engine_active(e)) {
+        assert_true(weft_engine_step(e, &err) >= 0);
+        steps++;
+        weft_kv_stats ks;
+        weft_engine_kv_stats(e, &ks);
+        uint32_t live = weft_engine_active(e);
+        if (live > max_live) max_live = live;
+        assert_true(ks.bytes_used >= ks.used_tokens * per_token);
+        assert_true(ks.bytes_used < (ks.used_tokens + (uint64_t)live * P) * per_token ||
+                    ks.bytes_used == 0);
+    }
+    printf("concurrent: %u steps, up to %u requests alive\n", steps, max_live);
+    assert_true(max_live > 1);
+    weft_engine_close(e);
+    e = kvt_open(base, stories, 1, 0);
+    for (int i = 0; i < N; i++) {
+        kvt_greedy(e, prompts[i], lens[i], gens[i], &want);
+        assert_int_equal(outs[i].n, gens[i]);
+        assert_memory_equal(outs[i].ids, want.ids, sizeof(int32_t) * gens[i]);
+    }
+    weft_engine_close(e);
+    unlink(manifest);
+    unlink(base);
 }
 
 /* ---- the pool, directly -------------------------------------------------------------------- */
@@ -546,7 +655,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_op_block_tables),   cmocka_unit_test(test_parity_stories),
         cmocka_unit_test(test_parity_tiny),       cmocka_unit_test(test_memory_within_a_page),
-        cmocka_unit_test(test_pool_random),       cmocka_unit_test(test_options_validated),
+        cmocka_unit_test(test_memory_concurrent), cmocka_unit_test(test_pool_random),
+        cmocka_unit_test(test_options_validated),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -82,7 +82,6 @@ typedef struct turn {
     uint32_t n_new, n_out;
 } turn;
 
-
 typedef struct conversation {
     int32_t fresh[256]; /* new tokens of every turn, in order */
     int32_t history[512];
@@ -159,10 +158,12 @@ static void check_conversations(uint32_t P, uint32_t pages, int n_conv, uint64_t
                              "cache, %d without",
                              P, c, t, i, got[c].outs[t].ids[i], base[c].outs[t].ids[i]);
             uint32_t expect = t ? computed_after(t - 1) / P * P : 0;
-            printf("page_size %u pages %u conversation %d turn %d: %llu tokens reused (of %u)\n",
-                   P, pages, c, t, (unsigned long long)got[c].cached[t], expect);
-            if (!pages) assert_int_equal(got[c].cached[t], expect);
-            else assert_true(got[c].cached[t] <= expect && got[c].cached[t] % P == 0);
+            printf("page_size %u pages %u conversation %d turn %d: %llu tokens reused (of %u)\n", P,
+                   pages, c, t, (unsigned long long)got[c].cached[t], expect);
+            if (!pages)
+                assert_int_equal(got[c].cached[t], expect);
+            else
+                assert_true(got[c].cached[t] <= expect && got[c].cached[t] % P == 0);
             *reused += got[c].cached[t];
             *possible += expect;
         }

@@ -72,7 +72,17 @@ typedef struct cuda_ops_state {
     size_t n_rope;
     CUdeviceptr head_scratch;
     uint64_t head_scratch_bytes;
+    CUdeviceptr att_part; /* split-KV partials: (ATS_MAX_T, Hq, S, hd + 2) f32 */
+    uint64_t att_part_bytes;
+    int att_smem_set;     /* dynamic shared memory limit raised for weft_attention_split */
 } cuda_ops_state;
+
+/* Split-KV decode attention (kernels/core.cu weft_attention_split): used for steps of at most
+ * ATS_MAX_T rows, head_dim a multiple of 32 up to 256 and at most 8 query heads per KV head;
+ * larger steps (prefill) use the one-block-per-head kernel. */
+#define ATS_CHUNK 64
+#define ATS_MAXG 8
+#define ATS_MAX_T 8
 
 static cuda_ops_state *ops_of(cuda_backend *b) {
     if (!b->ops) b->ops = calloc(1, sizeof(cuda_ops_state));
@@ -357,6 +367,38 @@ static weft_status op_attention(void *st, const weft_exec_ctx *c, const weft_nod
     TRY(kern(b, q->dtype, q->dtype, "weft_attention", &fa, err));
     void *sargs[] = {&kp, &vp, &pp, &slots, &kc, &vc, &T, &Hkv, &hd, &max_seq};
     TRY(cuda_launch(b, fs, "weft_kv_store", (unsigned)T, 1, 128, sargs, err));
+    int G = Hq / Hkv;
+    if (T <= ATS_MAX_T && hd % 32 == 0 && G <= ATS_MAXG) {
+        cuda_ops_state *o = ops_of(b);
+        if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+        int S = (max_seq + ATS_CHUNK - 1) / ATS_CHUNK;
+        uint64_t need = (uint64_t)ATS_MAX_T * Hq * S * (hd + 2) * sizeof(float);
+        if (need > o->att_part_bytes) { /* first step of a larger cache: setup, not per step */
+            if (o->att_part) cuda_arena_free(b, o->att_part);
+            o->att_part = 0;
+            o->att_part_bytes = 0;
+            TRY(cuda_arena_alloc(b, need, &o->att_part, err));
+            o->att_part_bytes = need;
+        }
+        CUfunction fsp, fc;
+        TRY(kern(b, q->dtype, q->dtype, "weft_attention_split", &fsp, err));
+        TRY(kern(b, q->dtype, q->dtype, "weft_attention_combine", &fc, err));
+        unsigned smem = (unsigned)((ATS_CHUNK * (hd + 1) + ATS_CHUNK * hd + ATS_MAXG * hd +
+                                    ATS_MAXG * ATS_CHUNK) * sizeof(float));
+        CK(cuFuncSetAttribute(fsp, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
+           "raising the shared memory limit of weft_attention_split");
+        unsigned threads = 32u * (unsigned)(G < 4 ? 4 : G);
+        CUdeviceptr part = o->att_part;
+        void *pargs[] = {&qp, &pp, &slots, &kc, &vc, &part, &T, &Hq, &Hkv, &hd, &max_seq,
+                         &window, &scale, &S};
+        CUresult r = cuLaunchKernel(fsp, (unsigned)T, (unsigned)Hkv, (unsigned)S, threads, 1, 1,
+                                    smem, b->stream, pargs, NULL);
+        if (r != CUDA_SUCCESS) return cuda_check(r, "cuLaunchKernel", "launching kernel "
+                                                 "weft_attention_split", err);
+        void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
+        return cuda_launch(b, fc, "weft_attention_combine", (unsigned)T, (unsigned)Hq,
+                           hd >= 128 ? 128 : 64, cargs, err);
+    }
     void *aargs[] = {&qp, &pp, &slots, &kc, &vc, &op, &T, &Hq, &Hkv, &hd, &max_seq, &window,
                      &scale};
     return cuda_launch(b, fa, "weft_attention", (unsigned)T, (unsigned)Hq, 128, aargs, err);

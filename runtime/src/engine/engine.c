@@ -282,6 +282,17 @@ static void ps_end(void *self, const char *op_class, void *stream) {
     p->open_ns = 0;
 }
 
+/* Host phases of a step (inputs, logits download, sampling, delivery) as profile classes beside
+ * the op classes, so `weft bench decode --profile` shows the host gap between device work, the
+ * Amdahl fraction of exec.device-sampling and exec.async-pipeline. Host clock, no device sync:
+ * each phase that waits for the device (the logits download) waits inside its own range. */
+static void prof_host(weft_engine *e, const char *phase, uint64_t t0) {
+    prof_entry *p = e->profile ? prof_find(e, phase) : NULL;
+    if (!p) return;
+    p->seconds += (double)(now_ns() - t0) * 1e-9;
+    p->calls++;
+}
+
 /* tokens */
 static weft_status tks_history(void *self, uint64_t request_id, const int32_t **tokens,
                                uint32_t *n) {
@@ -1393,8 +1404,12 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
     weft_status s = variant_get(e, n_rows, n_logits, score, &v, err);
     if (s != WEFT_OK) return s;
     if (used) *used = v;
+    uint64_t t_in = now_ns();
     s = upload_i32(e, &v->data[v->t_tokens], e->b_tokens, n_rows, err);
-    if (s == WEFT_OK) s = upload_i32(e, &v->data[v->t_positions], e->b_positions, n_rows, err);
+    /* A model that reads no positions (fake.model's bigram graph) has the tensor but no node
+     * using it, so the arena gave it no bytes. */
+    if (s == WEFT_OK && v->data[v->t_positions].ptr)
+        s = upload_i32(e, &v->data[v->t_positions], e->b_positions, n_rows, err);
     if (s == WEFT_OK && v->t_kv_slots != WEFT_TENSOR_NONE && v->data[v->t_kv_slots].ptr) {
         for (uint32_t r = 0; r < n_rows; r++)
             e->b_kv_slots[r] = e->b_seqs[e->b_seq_of_row[r]].kv_slot;
@@ -1407,6 +1422,7 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
         weft_error_prefix(err, "step inputs");
         return s;
     }
+    prof_host(e, "engine.inputs", t_in);
     weft_batch batch;
     memset(&batch, 0, sizeof(batch));
     batch.size = sizeof(batch);
@@ -1432,7 +1448,14 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
     e->current = v;
     s = e->exec->run(e->exec_st, v->prepared, &ctx, err);
     if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;
+    /* An executor that returns before its outputs are ready (exec.async-pipeline) is waited for
+     * only when the host reads them; a device sampler reads them on the stream instead. */
+    if (n_logits && logits_out && e->exec->wait) {
+        s = e->exec->wait(e->exec_st, v->prepared, &ctx, err);
+        if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;
+    }
     if (n_logits && logits_out) {
+        uint64_t t_dl = now_ns();
         if (e->be->synchronize) {
             s = e->be->synchronize(e->be_st, e->stream, err);
             if (s != WEFT_OK) return s;
@@ -1443,26 +1466,36 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
             weft_error_prefix(err, "logits");
             return s;
         }
+        prof_host(e, "engine.logits", t_dl);
     }
     return WEFT_OK;
 }
 
-static weft_status sample_row(weft_engine *e, request *r, float *row, uint32_t logits_row,
-                              const variant *v, weft_sample_result *res, weft_error *err) {
-    uint32_t V = e->cfg.vocab_size;
+/* Whether a feature plugin edits logits on the host: then every row is sampled on the host
+ * from its processed copy (a sampler plugin reads the device row and would miss the edits). */
+static int has_logit_features(const weft_engine *e) {
     for (size_t i = 0; i < e->cand->n_plugins; i++) {
         const weft_loaded_plugin *p = &e->cand->plugins[i];
         if ((p->desc->slots & WEFT_SLOT_FEATURE) && p->desc->feature &&
-            p->desc->feature->process_logits) {
-            weft_status s = p->desc->feature->process_logits(p->state, r->id, row, V, err);
-            if (s != WEFT_OK) {
-                weft_error_prefix(err, "feature %s", p->name);
-                return s < 0 ? s : WEFT_ERR_INTERNAL;
-            }
-        }
+            p->desc->feature->process_logits)
+            return 1;
     }
-    if (e->sampler) {
-        /* A sampler technique reads the device logits row itself. */
+    return 0;
+}
+
+/* Samples one logits row. row is its place in the host copy, filled when on_host; otherwise
+ * the step left the logits on the device for a sampler plugin (exec.device-sampling) and only
+ * the token id and its logprob cross to the host. A request the plugin cannot serve falls back
+ * to the host sampler over a download of its row alone: logit bias and an active min_tokens EOS
+ * mask (weft_sampling carries neither), or a row the plugin declines with WEFT_ERR_UNSUPPORTED
+ * (penalties, top alternatives). */
+static weft_status sample_row(weft_engine *e, request *r, float *row, int on_host,
+                              uint32_t logits_row, const variant *v, weft_sample_result *res,
+                              weft_error *err) {
+    uint32_t V = e->cfg.vocab_size;
+    int features = has_logit_features(e);
+    int host_only = r->sp.n_bias || (r->n_generated < r->sp.min_tokens && r->sp.n_eos);
+    if (e->sampler && !features && !host_only) {
         weft_sampling sp;
         memset(&sp, 0, sizeof(sp));
         sp.size = sizeof(sp);
@@ -1476,12 +1509,35 @@ static weft_status sample_row(weft_engine *e, request *r, float *row, uint32_t l
         sp.seed = r->sp.seed;
         sp.counter = r->n_generated;
         sp.n_logprobs = r->sp.n_logprobs;
+        sp.request_id = r->id;
         weft_buffer rowbuf = v->data[v->t_logits];
         rowbuf.ptr = (uint8_t *)rowbuf.ptr + (uint64_t)logits_row * V * sizeof(float);
         rowbuf.bytes = (uint64_t)V * sizeof(float);
         memset(res, 0, sizeof(*res));
-        return e->sampler->sample(e->sampler_st, &rowbuf, 1, V, &sp, &res->token, &res->logprob,
-                                  err);
+        weft_status s =
+            e->sampler->sample(e->sampler_st, &rowbuf, 1, V, &sp, &res->token, &res->logprob, err);
+        if (s != WEFT_ERR_UNSUPPORTED) return s;
+        weft_error_clear(err); /* declined: the host sampler serves this row */
+    }
+    if (!on_host) {
+        weft_status s = e->be->download(e->be_st, row, &v->data[v->t_logits],
+                                        (uint64_t)logits_row * V * sizeof(float),
+                                        (uint64_t)V * sizeof(float), err);
+        if (s != WEFT_OK) {
+            weft_error_prefix(err, "logits row %u", logits_row);
+            return s;
+        }
+    }
+    for (size_t i = 0; features && i < e->cand->n_plugins; i++) {
+        const weft_loaded_plugin *p = &e->cand->plugins[i];
+        if ((p->desc->slots & WEFT_SLOT_FEATURE) && p->desc->feature &&
+            p->desc->feature->process_logits) {
+            weft_status s = p->desc->feature->process_logits(p->state, r->id, row, V, err);
+            if (s != WEFT_OK) {
+                weft_error_prefix(err, "feature %s", p->name);
+                return s < 0 ? s : WEFT_ERR_INTERNAL;
+            }
+        }
     }
     return weft_sample(row, V, &r->sp, r->tokens, r->n_prompt, r->tokens + r->n_prompt,
                        r->n_generated, r->n_generated, e->sample_scratch, res, err);
@@ -1557,6 +1613,7 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         if (r->in_step || r->finish || n == 0 || n_seqs == e->max_requests ||
             n_rows + n > e->max_batch_tokens)
             continue;
+        int opened = 0;
         if (r->kv_slot < 0) {
             s = e->kv->open(e->kv_st, r->id, &r->kv_slot, err);
             if (s == WEFT_AGAIN) {
@@ -1564,6 +1621,7 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
                 continue;
             }
             if (s != WEFT_OK) return s;
+            opened = 1;
             if ((s = kv_prefix_attach(e, r, err)) != WEFT_OK) {
                 finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
                 continue;
@@ -1575,7 +1633,10 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         if (s == WEFT_AGAIN) {
             /* A request with nothing cached gives its slot back: a waiting request never holds
              * kv, which a preempting scheduler relies on when it counts what can be freed. */
-            if (r->n_computed == 0) {
+            if (r->n_computed == 0 || opened) {
+                /* prefix pages attached this step go back too (they stay cached) */
+                e->stats.prefix_cached_tokens -= opened ? r->n_computed : 0;
+                r->n_computed = opened ? 0 : r->n_computed;
                 e->kv->close(e->kv_st, r->kv_slot);
                 r->kv_slot = -1;
             }
@@ -1632,8 +1693,11 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         return e->n_reqs ? WEFT_AGAIN : WEFT_FINISHED;
     }
     e->stalled = 0;
+    prof_host(e, "engine.plan", t0);
+    /* With a sampler plugin the logits stay on the device (unless a feature edits them). */
+    int on_host = !e->sampler || has_logit_features(e);
     variant *v = NULL;
-    s = run_step(e, n_rows, n_seqs, n_logits, 0, e->logits, &v, err);
+    s = run_step(e, n_rows, n_seqs, n_logits, 0, on_host ? e->logits : NULL, &v, err);
     if (s == WEFT_OK) {
         for (uint32_t q = 0; q < n_seqs; q++) {
             request *r = e->b_req[q];
@@ -1651,12 +1715,16 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
             if (r->cancelled) continue;
             weft_sample_result res;
             float *row = e->logits + (size_t)e->b_logit_seq[q] * e->cfg.vocab_size;
-            weft_status ss = sample_row(e, r, row, e->b_logit_seq[q], v, &res, err);
+            uint64_t t_s = now_ns();
+            weft_status ss = sample_row(e, r, row, on_host, e->b_logit_seq[q], v, &res, err);
+            prof_host(e, "engine.sample", t_s);
             if (ss != WEFT_OK) {
                 finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
                 continue;
             }
+            uint64_t t_d = now_ns();
             accept_token(e, r, &res);
+            prof_host(e, "engine.deliver", t_d);
         }
     } else {
         for (uint32_t q = 0; q < n_seqs; q++)

@@ -319,3 +319,106 @@ extern "C" __global__ void weft_fill_random_fp8(unsigned char *y, long n, unsign
     }
 }
 extern "C" __global__ void weft_noop(int x) {}
+
+// Split-KV decode attention with the query heads of one KV group packed together (small T).
+// Grid (T, Hkv, S): block (t, g, s) attends rows t's G = Hq/Hkv query heads over positions
+// [s*ATS_CHUNK, (s+1)*ATS_CHUNK) of its sequence (clipped to the causal/window range), reading
+// each K and V row of the chunk from memory once into shared memory. Writes per split the
+// running max m, the sum l and the unnormalised accumulator; weft_attention_combine merges the
+// splits. S comes from max_seq (not the step's positions) so a captured graph stays valid as the
+// context grows; splits past a row's position exit at once.
+#define ATS_CHUNK 64
+#define ATS_MAXG 8
+extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
+    const act *q, const int *pos, const int *slots, const act *kc, const act *vc,
+    float *part, int T, int Hq, int Hkv, int hd, int max_seq, int window, float scale, int S) {
+    int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
+    int G = Hq / Hkv;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int p = pos[t], slot = slots[t];
+    int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
+    if (j0 < lo) j0 = lo;
+    if (j1 > p) j1 = p;
+    int n = j1 - j0 + 1;
+    long pstride = (long)hd + 2;
+    if (n <= 0) { // an empty split: mark it so the combine skips it
+        for (int h = warp; h < G; h += nw)
+            if (lane == 0) part[(((long)t * Hq + g * G + h) * S + s) * pstride + hd] = -INFINITY;
+        return;
+    }
+    extern __shared__ float smem[];
+    int kst = hd + 1; // padded row stride: lanes reading different rows hit different banks
+    float *ks = smem;                       // (ATS_CHUNK, hd+1)
+    float *vs = ks + ATS_CHUNK * kst;       // (ATS_CHUNK, hd)
+    float *qs = vs + ATS_CHUNK * hd;        // (G, hd)
+    float *ps = qs + ATS_MAXG * hd;         // (G, ATS_CHUNK)
+    long row = (long)Hkv * hd;
+    long base = ((long)slot * max_seq) * row + (long)g * hd;
+    for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
+        int j = i / hd, d = i % hd;
+        long off = base + (long)(j0 + j) * row + d;
+        ks[j * kst + d] = A::ld(kc, off);
+        vs[j * hd + d] = A::ld(vc, off);
+    }
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x)
+        qs[i] = A::ld(q, (long)t * Hq * hd + (long)(g * G) * hd + i) * scale;
+    __syncthreads();
+    for (int h = warp; h < G; h += nw) {
+        // scores: lane l takes positions l and l + 32 of the chunk
+        float sc[2], m = -INFINITY;
+        for (int k = 0; k < 2; k++) {
+            int j = lane + 32 * k;
+            float d = -INFINITY;
+            if (j < n) {
+                d = 0.f;
+                for (int e = 0; e < hd; e++) d += qs[h * hd + e] * ks[j * kst + e];
+            }
+            sc[k] = d;
+            m = fmaxf(m, d);
+        }
+        m = warp_max(m);
+        float l = 0.f;
+        for (int k = 0; k < 2; k++) {
+            int j = lane + 32 * k;
+            float w = j < n ? __expf(sc[k] - m) : 0.f;
+            if (j < ATS_CHUNK) ps[h * ATS_CHUNK + j] = w;
+            l += w;
+        }
+        l = warp_sum(l);
+        __syncwarp();
+        long o = (((long)t * Hq + g * G + h) * S + s) * pstride;
+        for (int d = lane; d < hd; d += 32) {
+            float acc = 0.f;
+            for (int j = 0; j < n; j++) acc += ps[h * ATS_CHUNK + j] * vs[j * hd + d];
+            part[o + d] = acc;
+        }
+        if (lane == 0) {
+            part[o + hd] = m;
+            part[o + hd + 1] = l;
+        }
+    }
+}
+
+// Merges the S splits of weft_attention_split: o = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+extern "C" __global__ void weft_attention_combine(const float *part, act *o, int T, int Hq,
+                                                  int hd, int S) {
+    int t = blockIdx.x, h = blockIdx.y;
+    long pstride = (long)hd + 2;
+    const float *pp = part + ((long)t * Hq + h) * S * pstride;
+    float M = -INFINITY;
+    for (int s = 0; s < S; s++) M = fmaxf(M, pp[s * pstride + hd]);
+    float L = 0.f;
+    for (int s = 0; s < S; s++) {
+        float ms = pp[s * pstride + hd];
+        if (ms != -INFINITY) L += pp[s * pstride + hd + 1] * __expf(ms - M);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0.f;
+        for (int s = 0; s < S; s++) {
+            float ms = pp[s * pstride + hd];
+            if (ms != -INFINITY) v += pp[s * pstride + d] * __expf(ms - M);
+        }
+        A::st(o, (long)t * Hq * hd + (long)h * hd + d, L > 0.f ? v / L : 0.f);
+    }
+}
