@@ -27,8 +27,14 @@ note() { summary+=("$1"); echo "== $1"; }
 run() { # name, command...: runs, logs, records PASS/FAIL
   local name=$1; shift
   echo; echo "### $name: $*"
-  if "$@" >"$out/$name.log" 2>&1; then note "PASS $name"; else note "FAIL $name (rc $?)"; fi
-  tail -n 8 "$out/$name.log"
+  local key
+  if "$@" >"$out/$name.log" 2>&1; then
+    key=$(grep -m1 -E 'tokens/s|aggregate|max relative|PASSED|SKIPPED' "$out/$name.log" | tr -s ' ' | cut -c1-110)
+    note "PASS $name ${key}"
+  else
+    note "FAIL $name (rc $?) $(grep -m1 -iE 'error|fail' "$out/$name.log" | cut -c1-150)"
+  fi
+  tail -n 4 "$out/$name.log"
 }
 cuda_manifest=$root/manifests/baseline-cuda.yaml
 stories=$WEFT_CACHE/models/stories260k
