@@ -32,14 +32,10 @@ static weft_status qr_create(const weft_host_services *host, const weft_options 
     if (!s) return weft_sdk_error(err, WEFT_ERR_NOMEM, NAME, "out of memory");
     memset(s, 0, sizeof(*s));
     s->host = host;
+    /* the fused op's id; a host without the graph service (plugins check) gets it later */
     const weft_graph_service *gs =
         host->get_service ? host->get_service(host, WEFT_SERVICE_GRAPH, 1) : NULL;
-    if (!gs) {
-        host->free(s);
-        return weft_sdk_error(err, WEFT_ERR_UNSUPPORTED, NAME, "the host has no graph service");
-    }
-    s->op = gs->op_register(OP_NAME, err);
-    if (s->op == WEFT_OP_NONE) {
+    if (gs && (s->op = gs->op_register(OP_NAME, err)) == WEFT_OP_NONE) {
         host->free(s);
         return err && err->code ? err->code : WEFT_ERR_INTERNAL;
     }
@@ -108,6 +104,8 @@ static weft_status qr_run(void *st, const weft_model_config *cfg, const weft_gra
     (void)cfg;
     if (!s || !gs || !g || (g->n_nodes && !g->nodes) || (g->n_tensors && !g->tensors))
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "run: incomplete graph or service");
+    if (!s->op && (s->op = gs->op_register(OP_NAME, err)) == WEFT_OP_NONE)
+        return err && err->code ? err->code : WEFT_ERR_INTERNAL;
     uint32_t fused = 0;
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const weft_node *at = &g->nodes[i];

@@ -47,14 +47,10 @@ static weft_status sw_create(const weft_host_services *host, const weft_options 
                               "option max_tokens: expected 1..8, found %lld",
                               (long long)weft_sdk_option_int(opts, "max_tokens", 8));
     }
+    /* the fused op's id; a host without the graph service (plugins check) gets it later */
     const weft_graph_service *gs =
         host->get_service ? host->get_service(host, WEFT_SERVICE_GRAPH, 1) : NULL;
-    if (!gs) {
-        host->free(s);
-        return weft_sdk_error(err, WEFT_ERR_UNSUPPORTED, NAME, "the host has no graph service");
-    }
-    s->op = gs->op_register(OP_NAME, err);
-    if (s->op == WEFT_OP_NONE) {
+    if (gs && (s->op = gs->op_register(OP_NAME, err)) == WEFT_OP_NONE) {
         host->free(s);
         return err && err->code ? err->code : WEFT_ERR_INTERNAL;
     }
@@ -112,6 +108,8 @@ static weft_status sw_run(void *st, const weft_model_config *cfg, const weft_gra
     (void)cfg;
     if (!s || !gs || !g || (g->n_nodes && !g->nodes) || (g->n_tensors && !g->tensors))
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "run: incomplete graph or service");
+    if (!s->op && (s->op = gs->op_register(OP_NAME, err)) == WEFT_OP_NONE)
+        return err && err->code ? err->code : WEFT_ERR_INTERNAL;
     if ((int64_t)g->bucket.max_tokens > s->max_tokens) return WEFT_OK; /* prefill: unfused */
     uint32_t fused = 0;
     for (uint32_t i = 0; i < g->n_nodes; i++) {
@@ -302,6 +300,16 @@ static weft_status sw_register_ops(void *st, const char *backend, const weft_ops
     if (!s || !backend || !ops || !ops->add)
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "register_ops: missing argument");
     if (strcmp(backend, "cpu")) return WEFT_OK; /* the cuda backend implements the op itself */
+    if (!s->op) {
+        const weft_graph_service *gs =
+            s->host->get_service ? s->host->get_service(s->host, WEFT_SERVICE_GRAPH, 1) : NULL;
+        if (!gs)
+            return weft_sdk_error(err, WEFT_ERR_UNSUPPORTED, NAME,
+                                  "register_ops: the host has no graph service to name %s",
+                                  OP_NAME);
+        if ((s->op = gs->op_register(OP_NAME, err)) == WEFT_OP_NONE)
+            return err && err->code ? err->code : WEFT_ERR_INTERNAL;
+    }
     weft_op_impl impl;
     memset(&impl, 0, sizeof(impl));
     impl.size = sizeof(impl);

@@ -2,9 +2,12 @@
  * backend with stories260K (converted from the shared llama2.c checkpoint), must give the same
  * 256 greedy tokens as the unfused baseline, and the decode graph must have the node counts the
  * rewrite promises (fewer linear, add, rmsnorm, swiglu nodes, counted from the printed graph).
+ * fuse.swiglu's cpu kernel is checked on its own against a double reference (f32 and bf16
+ * weights), and its option bound is refused by name.
  *
  * The same comparison runs on the cuda backend when WEFT_FUSE_CUDA_MODELS names model
- * directories (comma-separated; the GPU machine's check, tools/scripts/gpu-fuse-2.sh): every
+ * directories (comma-separated, "stories" for the converted stories260K; the GPU machine's
+ * check, tools/scripts/gpu-fuse-2.sh): every
  * shipped combination against the cuda baseline of the same model, 256 greedy tokens after a
  * prompt of WEFT_FUSE_PROMPT tokens (default 16). Without it that test is skipped. */
 #include <setjmp.h>
@@ -19,7 +22,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+#include <math.h>
+
 #include "engine/engine.h"
+#include "graph/graph.h"
+#include "plugin/host.h"
 #include "files/llama2c.h"
 #include "util/error.h"
 
@@ -206,6 +214,120 @@ static void test_cpu_stories(void **state) {
     }
 }
 
+/* ---- the cpu kernel of fuse.linear_swiglu against a double reference -------------------- */
+static weft_op_impl got_impl;
+static weft_status grab(void *self, const weft_op_impl *impl, weft_error *err) {
+    (void)self, (void)err;
+    got_impl = *impl;
+    return WEFT_OK;
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_cpu_linear_swiglu_kernel(void **state) {
+    (void)state;
+    char path[1024];
+    const char *dir = getenv("WEFT_TEST_PLUGIN_DIR"); /* a bundle moved to another machine */
+    snprintf(path, sizeof(path), "%s/fuse.swiglu/libweft-fuse-swiglu.so",
+             dir && dir[0] ? dir : WEFT_BUILD_PLUGIN_DIR);
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) fail_msg("dlopen %s: %s", path, dlerror());
+    weft_plugin_entry_fn entry = (weft_plugin_entry_fn)dlsym(dl, WEFT_PLUGIN_ENTRY_NAME);
+    assert_non_null(entry);
+    const weft_plugin_descriptor *d;
+    uint32_t chosen;
+    weft_error err;
+    weft_error_clear(&err);
+    assert_int_equal(entry(1, 1, &chosen, &d, &err), WEFT_OK);
+    weft_host *host = weft_host_new();
+    assert_non_null(host);
+    assert_int_equal(weft_host_register_service(host, WEFT_SERVICE_GRAPH, weft_graph_service_get()),
+                     WEFT_OK);
+    /* an out-of-range option is refused by name */
+    weft_option bad = {.key = "max_tokens", .type = WEFT_OPTION_INT, .i = 9};
+    weft_options bad_opts = {1, &bad};
+    void *st = NULL;
+    assert_int_not_equal(d->create(weft_host_services_of(host), &bad_opts, &st, &err), WEFT_OK);
+    assert_non_null(strstr(err.message, "max_tokens"));
+    weft_error_clear(&err);
+    weft_option opt = {.key = "max_tokens", .type = WEFT_OPTION_INT, .i = 8};
+    weft_options opts = {1, &opt};
+    assert_int_equal(d->create(weft_host_services_of(host), &opts, &st, &err), WEFT_OK);
+    weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = grab};
+    memset(&got_impl, 0, sizeof(got_impl));
+    assert_int_equal(d->opset->register_ops(st, "cpu", &ops, &err), WEFT_OK);
+    assert_non_null(got_impl.run);
+    /* x (T,K) f32; merged gate|up (2F,K) in f32 and in bf16; y (T,F) */
+    enum { T = 3, F = 37, K = 203 };
+    static float x[T * K], w[2 * F * K], y[T * F];
+    static uint16_t wb[2 * F * K];
+    uint64_t r = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < T * K; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        x[i] = (float)((r >> 40) * (1.0 / 8388608.0)) - 1.0f;
+    }
+    for (int i = 0; i < 2 * F * K; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        wb[i] = to_bf16(((float)((r >> 40) * (1.0 / 8388608.0)) - 1.0f) * 0.2f);
+        w[i] = from_bf16(wb[i]);
+    }
+    for (int dt = 0; dt < 2; dt++) {
+        weft_tensor t[3];
+        memset(t, 0, sizeof(t));
+        int64_t shp[3][2] = {{T, K}, {2 * F, K}, {T, F}};
+        for (int i = 0; i < 3; i++) {
+            t[i].id = (uint32_t)i;
+            t[i].rank = 2;
+            t[i].shape[0] = shp[i][0];
+            t[i].shape[1] = shp[i][1];
+            t[i].dtype = WEFT_DTYPE_F32;
+        }
+        t[1].dtype = dt ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32;
+        weft_buffer buf[3] = {{.ptr = x, .bytes = sizeof(x)},
+                              {.ptr = dt ? (void *)wb : (void *)w,
+                               .bytes = dt ? sizeof(wb) : sizeof(w)},
+                              {.ptr = y, .bytes = sizeof(y)}};
+        weft_node n = {.op = got_impl.op, .n_in = 2, .n_out = 1, .in = {0, 1}, .out = {2}};
+        n.p.i[0] = 1; /* merged */
+        weft_graph g = {.size = sizeof(g), .n_tensors = 3, .n_nodes = 1, .tensors = t,
+                        .nodes = &n, .bucket = {.size = sizeof(weft_bucket), .max_tokens = T}};
+        assert_true(got_impl.accepts(got_impl.state, &g, &n));
+        weft_exec_ctx c = {.size = sizeof(c), .n_tokens = T, .graph = &g, .data = buf};
+        for (int i = 0; i < T * F; i++) y[i] = NAN;
+        assert_int_equal(got_impl.run(got_impl.state, &c, &n, &err), WEFT_OK);
+        double maxerr = 0, maxref = 0;
+        for (int tt = 0; tt < T; tt++)
+            for (int o = 0; o < F; o++) {
+                double gs = 0, us = 0;
+                for (int k = 0; k < K; k++) {
+                    gs += (double)x[tt * K + k] * w[o * K + k];
+                    us += (double)x[tt * K + k] * w[(F + o) * K + k];
+                }
+                double ref = gs / (1 + exp(-gs)) * us;
+                if (fabs(ref) > maxref) maxref = fabs(ref);
+                double e = fabs(ref - y[tt * F + o]);
+                if (!(e <= maxerr)) maxerr = isnan(e) ? INFINITY : e;
+            }
+        printf("cpu fuse.linear_swiglu (%s weights, merged): rel err %.2e\n", dt ? "bf16" : "f32",
+               maxerr / maxref);
+        assert_true(maxerr / maxref < 1e-5);
+    }
+    d->destroy(st);
+    weft_host_free(host);
+    dlclose(dl);
+}
+
 /* ---- cuda (GPU machine) ----------------------------------------------------------------- */
 static void test_cuda_models(void **state) {
     (void)state;
@@ -230,6 +352,7 @@ static void test_cuda_models(void **state) {
     snprintf(list, sizeof(list), "%s", models);
     int failures = 0;
     for (char *save = NULL, *m = strtok_r(list, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(m, "stories")) m = stories; /* the checkpoint converted in setup */
         collected base, got;
         counts c0, c;
         for (size_t i = 0; i < sizeof(combos) / sizeof(combos[0]); i++) {
@@ -254,6 +377,7 @@ static void test_cuda_models(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_stories),
+        cmocka_unit_test(test_cpu_linear_swiglu_kernel),
         cmocka_unit_test(test_cuda_models),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

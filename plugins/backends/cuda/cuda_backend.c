@@ -8,7 +8,7 @@
 
 #include "cuda_internal.h"
 
-#define CUDA_VERSION_STRING "0.2.0"
+#define CUDA_VERSION_STRING "0.1.0"
 #define CHUNK_MIN (256ull << 20)
 #define ARENA_ALIGN 256ull
 #define STAGE_BYTES (8ull << 20)
