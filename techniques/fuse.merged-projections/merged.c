@@ -61,7 +61,9 @@ static void mp_destroy(void *st) {
     s->host->free(s);
 }
 
-static int valid(const weft_graph *g, uint32_t t) { return t < g->n_tensors; }
+static int valid(const weft_graph *g, uint32_t t) {
+    return t < g->n_tensors;
+}
 
 /* A LINEAR node whose weight (and bias, if any) are dense checkpoint tensors. */
 static int mergeable(const weft_graph *g, const weft_node *n) {
@@ -81,7 +83,9 @@ static int mergeable(const weft_graph *g, const weft_node *n) {
     return 1;
 }
 
-static int has_bias(const weft_node *n) { return n->n_in == 3 && n->in[2] != WEFT_TENSOR_NONE; }
+static int has_bias(const weft_node *n) {
+    return n->n_in == 3 && n->in[2] != WEFT_TENSOR_NONE;
+}
 
 static weft_status remember(mp_state *s, const char *name, const weft_graph *g,
                             const uint32_t *parts, uint32_t n, weft_error *err) {
@@ -124,7 +128,8 @@ static uint32_t derived(mp_state *s, const weft_graph_service *gs, weft_graph *g
     merged_name(g, parts, n, suffix, name, sizeof(name));
     int64_t rows = 0;
     const weft_tensor *t0 = &g->tensors[parts[0]];
-    for (uint32_t i = 0; i < n; i++) rows += g->tensors[parts[i]].shape[0];
+    for (uint32_t i = 0; i < n; i++)
+        rows += g->tensors[parts[i]].shape[0];
     int64_t shape[2] = {rows, t0->rank == 2 ? t0->shape[1] : 0};
     uint32_t dtype = t0->dtype, rank = t0->rank;
     uint32_t id = gs->tensor_find(g, name);
@@ -164,8 +169,8 @@ static weft_status merge(mp_state *s, const weft_graph_service *gs, weft_graph *
     char yname[WEFT_NAME_MAX];
     snprintf(yname, sizeof(yname), "%s.y", g->tensors[wm].name);
     int64_t yshape[2] = {g->tensors[out[0]].shape[0], cols};
-    uint32_t y = gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, g->tensors[out[0]].dtype, 2, yshape,
-                                yname, err);
+    uint32_t y =
+        gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, g->tensors[out[0]].dtype, 2, yshape, yname, err);
     if (y == WEFT_TENSOR_NONE) return WEFT_ERR_INTERNAL;
     snprintf(nname, sizeof(nname), "%.47s", g->tensors[wm].name);
     weft_node lin, sp;
@@ -266,16 +271,15 @@ static weft_status mp_derive(void *st, const weft_graph *g, const weft_tensor *t
             return weft_sdk_error(err, WEFT_ERR_MISMATCH, NAME,
                                   "derive_weight %s: part %s has dtype %u and %llu bytes; "
                                   "expected dtype %u and at most %llu bytes",
-                                  t->name, m->source[i], info.dtype,
-                                  (unsigned long long)info.bytes, t->dtype,
-                                  (unsigned long long)(bytes - off));
+                                  t->name, m->source[i], info.dtype, (unsigned long long)info.bytes,
+                                  t->dtype, (unsigned long long)(bytes - off));
         memcpy((char *)dst + off, info.data, info.bytes);
         off += info.bytes;
     }
     if (off != bytes)
         return weft_sdk_error(err, WEFT_ERR_MISMATCH, NAME,
-                              "derive_weight %s: parts hold %llu bytes, the tensor %llu",
-                              t->name, (unsigned long long)off, (unsigned long long)bytes);
+                              "derive_weight %s: parts hold %llu bytes, the tensor %llu", t->name,
+                              (unsigned long long)off, (unsigned long long)bytes);
     return WEFT_OK;
 }
 

@@ -48,7 +48,9 @@ static void qr_destroy(void *st) {
     if (s) s->host->free(s);
 }
 
-static int valid(const weft_graph *g, uint32_t t) { return t < g->n_tensors; }
+static int valid(const weft_graph *g, uint32_t t) {
+    return t < g->n_tensors;
+}
 
 static int32_t producer(const weft_graph *g, uint32_t t) {
     for (uint32_t i = 0; i < g->n_nodes; i++)

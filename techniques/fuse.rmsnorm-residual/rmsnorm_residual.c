@@ -41,7 +41,9 @@ static int same_shape(const weft_tensor *a, const weft_tensor *b) {
     return 1;
 }
 
-static int valid_id(const weft_graph *g, uint32_t t) { return t < g->n_tensors; }
+static int valid_id(const weft_graph *g, uint32_t t) {
+    return t < g->n_tensors;
+}
 
 /* The first node after index i that reads tensor t as a whole-row RMSNORM input, or -1. */
 static int32_t norm_reader(const weft_graph *g, uint32_t i, uint32_t t) {

@@ -65,7 +65,9 @@ static void sw_destroy(void *st) {
 }
 
 /* ---- the pass ---------------------------------------------------------------------------- */
-static int valid(const weft_graph *g, uint32_t t) { return t < g->n_tensors; }
+static int valid(const weft_graph *g, uint32_t t) {
+    return t < g->n_tensors;
+}
 
 /* Index of the node that produces tensor t, or -1. */
 static int32_t producer(const weft_graph *g, uint32_t t) {
@@ -80,8 +82,8 @@ static int plain_linear(const weft_graph *g, int32_t i) {
     if (i < 0) return 0;
     const weft_node *n = &g->nodes[i];
     return n->op == WEFT_OP_LINEAR && n->n_out == 1 &&
-           (n->n_in == 2 || (n->n_in == 3 && n->in[2] == WEFT_TENSOR_NONE)) &&
-           valid(g, n->in[0]) && valid(g, n->in[1]) && g->tensors[n->in[1]].rank == 2;
+           (n->n_in == 2 || (n->n_in == 3 && n->in[2] == WEFT_TENSOR_NONE)) && valid(g, n->in[0]) &&
+           valid(g, n->in[1]) && g->tensors[n->in[1]].rank == 2;
 }
 
 /* Inserts f before node `at`, then removes the nodes listed in idx (indices before the
@@ -188,8 +190,10 @@ static float ld_w(const void *w, int64_t i, uint32_t dt) {
         float f = ldexpf((float)m, -24);
         return sign ? -f : f;
     }
-    if (e == 31) u = sign | 0x7f800000u | (m << 13);
-    else u = sign | ((e + 112) << 23) | (m << 13);
+    if (e == 31)
+        u = sign | 0x7f800000u | (m << 13);
+    else
+        u = sign | ((e + 112) << 23) | (m << 13);
     float f;
     memcpy(&f, &u, 4);
     return f;
@@ -210,13 +214,16 @@ static float dot(const float *x, const void *w, int64_t row, int64_t K, uint32_t
     if (dt == WEFT_DTYPE_F32) {
         const float *wf = (const float *)w + base;
         for (; k + 8 <= K; k += 8)
-            for (int e = 0; e < 8; e++) acc[e] += x[k + e] * wf[k + e];
+            for (int e = 0; e < 8; e++)
+                acc[e] += x[k + e] * wf[k + e];
     } else {
         for (; k + 8 <= K; k += 8)
-            for (int e = 0; e < 8; e++) acc[e] += x[k + e] * ld_w(w, base + k + e, dt);
+            for (int e = 0; e < 8; e++)
+                acc[e] += x[k + e] * ld_w(w, base + k + e, dt);
     }
     float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; k < K; k++) s += x[k] * ld_w(w, base + k, dt);
+    for (; k < K; k++)
+        s += x[k] * ld_w(w, base + k, dt);
     return s;
 }
 
@@ -233,7 +240,8 @@ static void sw_task(void *arg, uint32_t i, uint32_t n) {
 
 static int64_t cols_of(const weft_tensor *t) {
     int64_t c = 1;
-    for (uint32_t d = 1; d < t->rank && d < WEFT_MAX_DIMS; d++) c *= t->shape[d];
+    for (uint32_t d = 1; d < t->rank && d < WEFT_MAX_DIMS; d++)
+        c *= t->shape[d];
     return t->rank >= 1 ? c : 0;
 }
 
@@ -254,8 +262,7 @@ static int32_t cpu_accepts(void *st, const weft_graph *g, const weft_node *n) {
     if (cols_of(x) != K || w->shape[0] != (merged ? 2 * F : F)) return 0;
     if (!merged) {
         const weft_tensor *u = &g->tensors[n->in[2]];
-        if (u->dtype != dt || u->rank != 2 || u->shape[0] != F || u->shape[1] != K ||
-            u->layout[0])
+        if (u->dtype != dt || u->rank != 2 || u->shape[0] != F || u->shape[1] != K || u->layout[0])
             return 0;
     }
     return 1;
@@ -264,23 +271,30 @@ static int32_t cpu_accepts(void *st, const weft_graph *g, const weft_node *n) {
 static weft_status cpu_run(void *st, const weft_exec_ctx *c, const weft_node *n, weft_error *err) {
     sw_state *s = st;
     if (!c || !c->graph || !c->data || !n || !cpu_accepts(st, c->graph, n))
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "%s: node %s does not fit the cpu "
-                              "kernel (f32 activations, dense f32/bf16/f16 weights)", OP_NAME,
-                              n ? n->name : "?");
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                              "%s: node %s does not fit the cpu "
+                              "kernel (f32 activations, dense f32/bf16/f16 weights)",
+                              OP_NAME, n ? n->name : "?");
     const weft_graph *g = c->graph;
     const weft_tensor *w = &g->tensors[n->in[1]], *y = &g->tensors[n->out[0]];
     int merged = n->p.i[0] == 1;
-    sw_job j = {.x = c->data[n->in[0]].ptr, .wg = c->data[n->in[1]].ptr, .dt = w->dtype,
-                .y = c->data[n->out[0]].ptr, .T = c->n_tokens, .F = cols_of(y), .K = w->shape[1]};
+    sw_job j = {.x = c->data[n->in[0]].ptr,
+                .wg = c->data[n->in[1]].ptr,
+                .dt = w->dtype,
+                .y = c->data[n->out[0]].ptr,
+                .T = c->n_tokens,
+                .F = cols_of(y),
+                .K = w->shape[1]};
     size_t es = w->dtype == WEFT_DTYPE_F32 ? 4 : 2;
     j.wu = merged ? (const char *)j.wg + (size_t)j.F * j.K * es : c->data[n->in[2]].ptr;
     if (j.T > y->shape[0] || !j.x || !j.wg || !j.wu || !j.y ||
         c->data[n->out[0]].bytes < (uint64_t)(j.T * j.F * 4) ||
         c->data[n->in[0]].bytes < (uint64_t)(j.T * j.K * 4) ||
         c->data[n->in[1]].bytes < (uint64_t)((merged ? 2 : 1) * j.F * j.K * (int64_t)es))
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "%s %s: buffers smaller than the "
-                              "shapes (T=%lld F=%lld K=%lld)", OP_NAME, n->name, (long long)j.T,
-                              (long long)j.F, (long long)j.K);
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                              "%s %s: buffers smaller than the "
+                              "shapes (T=%lld F=%lld K=%lld)",
+                              OP_NAME, n->name, (long long)j.T, (long long)j.F, (long long)j.K);
     uint32_t tasks = 1;
     if (s->threads && s->threads->count && j.F * j.K * j.T >= 65536) {
         tasks = s->threads->count(s->threads->self) * 4;

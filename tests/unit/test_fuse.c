@@ -26,9 +26,9 @@
 #include <math.h>
 
 #include "engine/engine.h"
+#include "files/llama2c.h"
 #include "graph/graph.h"
 #include "plugin/host.h"
-#include "files/llama2c.h"
 #include "util/error.h"
 
 #define GEN 256
@@ -100,7 +100,8 @@ typedef struct counts {
 
 static int count_of(const char *text, const char *needle) {
     int n = 0;
-    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+        n++;
     return n;
 }
 
@@ -202,7 +203,7 @@ static void test_cpu_stories(void **state) {
         if (d >= 0) fail_msg("greedy token %d differs: %d vs %d", d, got.ids[d], base.ids[d]);
         /* node counts the rewrites promise */
         int linear = 7 * L;
-        if (combos[i].mp) linear -= 3 * L;                   /* q,k,v -> 1 and gate,up -> 1 */
+        if (combos[i].mp) linear -= 3 * L;                    /* q,k,v -> 1 and gate,up -> 1 */
         if (combos[i].sw) linear -= combos[i].mp ? L : 2 * L; /* gate/up linears -> fused op */
         assert_int_equal(c.linear, linear);
         assert_int_equal(c.fused_swiglu, combos[i].sw ? L : 0);
@@ -294,17 +295,22 @@ static void test_cpu_linear_swiglu_kernel(void **state) {
             t[i].dtype = WEFT_DTYPE_F32;
         }
         t[1].dtype = dt ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32;
-        weft_buffer buf[3] = {{.ptr = x, .bytes = sizeof(x)},
-                              {.ptr = dt ? (void *)wb : (void *)w,
-                               .bytes = dt ? sizeof(wb) : sizeof(w)},
-                              {.ptr = y, .bytes = sizeof(y)}};
+        weft_buffer buf[3] = {
+            {.ptr = x, .bytes = sizeof(x)},
+            {.ptr = dt ? (void *)wb : (void *)w, .bytes = dt ? sizeof(wb) : sizeof(w)},
+            {.ptr = y, .bytes = sizeof(y)}};
         weft_node n = {.op = got_impl.op, .n_in = 2, .n_out = 1, .in = {0, 1}, .out = {2}};
         n.p.i[0] = 1; /* merged */
-        weft_graph g = {.size = sizeof(g), .n_tensors = 3, .n_nodes = 1, .tensors = t,
-                        .nodes = &n, .bucket = {.size = sizeof(weft_bucket), .max_tokens = T}};
+        weft_graph g = {.size = sizeof(g),
+                        .n_tensors = 3,
+                        .n_nodes = 1,
+                        .tensors = t,
+                        .nodes = &n,
+                        .bucket = {.size = sizeof(weft_bucket), .max_tokens = T}};
         assert_true(got_impl.accepts(got_impl.state, &g, &n));
         weft_exec_ctx c = {.size = sizeof(c), .n_tokens = T, .graph = &g, .data = buf};
-        for (int i = 0; i < T * F; i++) y[i] = NAN;
+        for (int i = 0; i < T * F; i++)
+            y[i] = NAN;
         assert_int_equal(got_impl.run(got_impl.state, &c, &n, &err), WEFT_OK);
         double maxerr = 0, maxref = 0;
         for (int tt = 0; tt < T; tt++)
@@ -362,8 +368,8 @@ static void test_cuda_models(void **state) {
             int d = first_difference(&base, &got);
             printf("cuda %s [%s]: linear %d/%d rope %d fused_rope %d split %d add_rmsnorm %d "
                    "fused_swiglu %d; greedy %s",
-                   m, combos[i], c.linear, c0.linear, c.rope, c.fused_rope, c.split,
-                   c.add_rmsnorm, c.fused_swiglu, d < 0 ? "identical" : "DIFFERS");
+                   m, combos[i], c.linear, c0.linear, c.rope, c.fused_rope, c.split, c.add_rmsnorm,
+                   c.fused_swiglu, d < 0 ? "identical" : "DIFFERS");
             if (d >= 0) printf(" at token %d (%d vs %d)", d, got.ids[d], base.ids[d]);
             printf("\n");
             fflush(stdout);

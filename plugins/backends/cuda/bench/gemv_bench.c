@@ -15,21 +15,21 @@
 extern weft_status weft_plugin_negotiate(uint32_t, uint32_t, uint32_t *,
                                          const weft_plugin_descriptor **, weft_error *);
 
-#define CKB(x)                                                                                   \
-    do {                                                                                         \
-        CUresult r_ = (x);                                                                       \
-        if (r_ != CUDA_SUCCESS) {                                                                \
-            fprintf(stderr, "%s failed: %d (line %d)\n", #x, (int)r_, __LINE__);                 \
-            exit(1);                                                                             \
-        }                                                                                        \
+#define CKB(x)                                                                                     \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            fprintf(stderr, "%s failed: %d (line %d)\n", #x, (int)r_, __LINE__);                   \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
-#define TRYB(x)                                                                                  \
-    do {                                                                                         \
-        weft_status s_ = (x);                                                                    \
-        if (s_) {                                                                                \
-            fprintf(stderr, "%s failed: %s\n", #x, err.message);                                 \
-            exit(1);                                                                             \
-        }                                                                                        \
+#define TRYB(x)                                                                                    \
+    do {                                                                                           \
+        weft_status s_ = (x);                                                                      \
+        if (s_) {                                                                                  \
+            fprintf(stderr, "%s failed: %s\n", #x, err.message);                                   \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 typedef struct shape {
@@ -143,7 +143,8 @@ int main(int argc, char **argv) {
             for (int m = 0; m <= 4; m++) {
                 int reps = 64;
                 double trial[5];
-                for (int w = 0; w < 3; w++) call(b, m, x, pool + (uint64_t)(w % copies) * wbytes, y, s, T);
+                for (int w = 0; w < 3; w++)
+                    call(b, m, x, pool + (uint64_t)(w % copies) * wbytes, y, s, T);
                 for (int tr = 0; tr < 5; tr++) {
                     CKB(cuEventRecord(e0, b->stream));
                     for (int r = 0; r < reps; r++)
@@ -165,7 +166,11 @@ int main(int argc, char **argv) {
             printf("%-17s %6d %5d %2d | %9.2f %9.2f %9.2f %9.2f %9.2f | %7s %6.0f %5.2f | %8.1e"
                    "  (default split %d)\n",
                    s->name, s->N, s->K, T, us[0], us[1], us[2], us[3], us[4],
-                   best == 0 ? "cublas" : best == 1 ? "s1" : best == 2 ? "s2" : best == 3 ? "s4" : "s8",
+                   best == 0   ? "cublas"
+                   : best == 1 ? "s1"
+                   : best == 2 ? "s2"
+                   : best == 3 ? "s4"
+                               : "s8",
                    gbps, gbps / copy_gbps, maxrel, cuda_gemv_split(s->K));
             fflush(stdout);
         }
