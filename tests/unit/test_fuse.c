@@ -7,7 +7,7 @@
  *
  * The same comparison runs on the cuda backend when WEFT_FUSE_CUDA_MODELS names model
  * directories (comma-separated, "stories" for the converted stories260K; the GPU machine's
- * check, tools/scripts/gpu-fuse-2.sh): every
+ * check, plugins/backends/cuda/bench/gpu-fuse-2.sh): every
  * shipped combination against the cuda baseline of the same model, 256 greedy tokens after a
  * prompt of WEFT_FUSE_PROMPT tokens (default 16). Without it that test is skipped. */
 #include <setjmp.h>
