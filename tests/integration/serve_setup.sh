@@ -1,7 +1,8 @@
 # Sourced by tests/integration/test_serve_*.sh: builds the stories260K candidate the serve tests
 # run against. Expects $1 = the build directory. Sets WEFT_BIN, WEFT_PY, SERVE_TMP,
-# WEFT_SERVE_LOCK (no chat template) and WEFT_SERVE_CHAT_LOCK (a copy of the model whose
-# tokenizer_config.json carries a small chat template), and removes SERVE_TMP on exit.
+# WEFT_SERVE_LOCK (no chat template), WEFT_SERVE_CHAT_LOCK (a copy of the model whose
+# tokenizer_config.json carries a small chat template) and WEFT_SERVE_BATCH_LOCK (the serving
+# candidate manifests/serve-cpu.yaml, continuous batching), and removes SERVE_TMP on exit.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -25,14 +26,19 @@ SERVE_TMP=$(mktemp -d)
 export SERVE_TMP
 trap 'rm -rf "$SERVE_TMP"' EXIT
 
-make_candidate() { # cache-dir lock-path
-  local cache=$1 lock=$2 dir=$1/models/stories260k
-  WEFT_CACHE=$cache "$WEFT_BIN" pull stories260k >/dev/null
-  "$WEFT_BIN" convert llama2c "$dir/stories260K.bin" "$dir/tok512.bin" "$dir" >/dev/null
-}
-make_candidate "$SERVE_TMP/cache" ""
+dir=$SERVE_TMP/cache/models/stories260k
+WEFT_CACHE=$SERVE_TMP/cache "$WEFT_BIN" pull stories260k >/dev/null 2>&1
+"$WEFT_BIN" convert llama2c "$dir/stories260K.bin" "$dir/tok512.bin" "$dir" >/dev/null
 WEFT_CACHE=$SERVE_TMP/cache "$WEFT_BIN" candidate freeze "$root/manifests/baseline-cpu.yaml" \
   -o "$SERVE_TMP/base.lock" >/dev/null
+# The serving candidate (continuous batching, paged kv, prefix cache) when the tree has it.
+WEFT_SERVE_BATCH_LOCK=
+if [ -f "$root/manifests/serve-cpu.yaml" ]; then
+  WEFT_CACHE=$SERVE_TMP/cache "$WEFT_BIN" candidate freeze "$root/manifests/serve-cpu.yaml" \
+    -o "$SERVE_TMP/serve-cpu.lock" >/dev/null
+  WEFT_SERVE_BATCH_LOCK=$SERVE_TMP/serve-cpu.lock
+fi
+export WEFT_SERVE_BATCH_LOCK
 # The chat copy: same weights, a template in tokenizer_config.json, its own lock (the lock pins
 # every model file's hash, so the edited file needs a lock of its own).
 mkdir -p "$SERVE_TMP/chatcache/models"

@@ -2,6 +2,7 @@
  * first token, inter-token latency, end to end, queue time), request gauges, token counters,
  * finish reasons, kv cache usage and the engine's own counters. Observations come from the
  * engine thread, reads from HTTP threads; one mutex guards them. Names are in docs/SERVE.md. */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,9 @@ char *serve_metrics_text(serve_server *s) {
            "Requests the scheduler preempted (their kv cache dropped or swapped out).", lab1,
            (double)es.preemptions);
     scalar(&b, "weft_engine_steps_total", "counter", "Engine steps run.", lab1, (double)es.steps);
+    scalar(&b, "weft_engine_graphs_built_total", "counter",
+           "Step graphs built (one per batch shape bucket, on first use).", lab1,
+           (double)es.graphs_built);
     scalar(&b, "weft_engine_step_seconds_total", "counter", "Seconds spent inside engine steps.",
            lab1, es.step_seconds);
     serve_buf_printf(&b, "# HELP weft_request_success_total Finished choices by finish reason.\n"
@@ -149,5 +153,12 @@ char *serve_metrics_text(serve_server *s) {
     pthread_mutex_unlock(&m->lock);
     scalar(&b, "weft_server_ready", "gauge", "1 once the server answers requests.", lab1,
            state == SERVE_READY ? 1 : 0);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    /* Bytes the process holds in malloc'ed blocks: unlike RSS, not moved by where glibc puts
+     * its arenas, so a leak shows up as steady growth here (the load test watches it). */
+    struct mallinfo2 mi = mallinfo2();
+    scalar(&b, "weft_process_heap_bytes", "gauge", "Bytes in use in malloc'ed blocks (glibc).",
+           lab1, (double)mi.uordblks + (double)mi.hblkhd);
+#endif
     return b.data;
 }
