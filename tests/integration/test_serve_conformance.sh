@@ -9,7 +9,7 @@ bin=$(dirname "$WEFT_PY")
 log=$SERVE_TMP/serve.log
 "$WEFT_BIN" serve "$WEFT_SERVE_CHAT_LOCK" --port 0 2>"$log" &
 pid=$!
-trap 'kill $pid 2>/dev/null; rm -rf "$SERVE_TMP"' EXIT
+trap 'kill $pid 2>/dev/null || true; rm -rf "$SERVE_TMP"' EXIT
 port=""
 for _ in $(seq 300); do
   port=$(sed -n 's|.*listening on http://[^:]*:\([0-9]*\).*|\1|p' "$log")
@@ -50,6 +50,8 @@ PY
 }
 run_aiperf chat-stream chat --streaming
 run_aiperf completions completions
-curl -sf "$url/health" >/dev/null
+curl -sf "$url/health" >/dev/null || { echo "not healthy after the runs"; tail -20 "$log"; exit 1; }
 kill -TERM $pid
-wait $pid
+status=0
+wait $pid || status=$?
+[ $status = 0 ] || { echo "weft serve exited with $status after SIGTERM"; tail -20 "$log"; exit 1; }

@@ -16,7 +16,7 @@ log=$SERVE_TMP/serve.log
 # than what the server holds.
 GLIBC_TUNABLES=glibc.malloc.tcache_count=0 MALLOC_ARENA_MAX=2 "$WEFT_BIN" serve "$lock" --port 0 2>"$log" &
 pid=$!
-trap 'kill $pid 2>/dev/null; rm -rf "$SERVE_TMP"' EXIT
+trap 'kill $pid 2>/dev/null || true; rm -rf "$SERVE_TMP"' EXIT
 port=""
 for _ in $(seq 300); do
   port=$(sed -n 's|.*listening on http://[^:]*:\([0-9]*\).*|\1|p' "$log")
