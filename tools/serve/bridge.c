@@ -422,9 +422,12 @@ static void publish_stats(serve_server *s) {
     pthread_mutex_unlock(&s->metrics.lock);
 }
 
-/* Refuses whatever is queued (engine failure or stop). */
-static void refuse_queue(serve_server *s, unsigned status, const char *code, const char *msg) {
+/* Refuses whatever is queued (engine failure or stop); close also refuses every later
+ * submission, so no request can wait on an engine thread that is gone. */
+static void refuse_queue(serve_server *s, unsigned status, const char *code, const char *msg,
+                         int close) {
     pthread_mutex_lock(&s->qlock);
+    if (close) s->inbox_closed = 1;
     serve_req *q = s->q_head;
     s->q_head = s->q_tail = NULL;
     serve_req **cancels = s->cancels;
@@ -473,7 +476,7 @@ static void engine_failed(serve_server *s, bridge *b, const char *msg) {
         serve_req_unref(b->scores[i]);
     }
     b->n_scores = 0;
-    refuse_queue(s, 503, "engine_failed", msg);
+    refuse_queue(s, 503, "engine_failed", msg, 0);
 }
 
 static void *engine_main(void *arg) {
@@ -483,7 +486,7 @@ static void *engine_main(void *arg) {
         weft_log(WEFT_LOG_ERROR, "serve", "%s", s->load_error);
         atomic_store(&s->exit_code, 1);
         atomic_store(&s->state, SERVE_FAILED);
-        refuse_queue(s, 503, "engine_failed", s->load_error);
+        refuse_queue(s, 503, "engine_failed", s->load_error, 1);
         return NULL;
     }
     s->created = serve_unix_time();
@@ -611,7 +614,7 @@ static void *engine_main(void *arg) {
             if (empty) break;
         }
     }
-    refuse_queue(s, 503, "server_stopping", "the server is shutting down");
+    refuse_queue(s, 503, "server_stopping", "the server is shutting down", 1);
     free(b.active);
     free(b.scores);
     return NULL;
@@ -635,11 +638,15 @@ int serve_bridge_submit(serve_server *s, serve_req *r, serve_err *err) {
     if (atomic_load(&s->inflight) >= s->cfg.max_waiting)
         return serve_err_set(err, 503, "server_overloaded", NULL,
                              "too many requests in flight (%u); retry later", s->cfg.max_waiting);
+    pthread_mutex_lock(&s->qlock);
+    if (s->inbox_closed) {
+        pthread_mutex_unlock(&s->qlock);
+        return serve_err_set(err, 503, "server_unavailable", NULL, "the engine has stopped");
+    }
     atomic_fetch_add(&s->inflight, 1);
     r->counted = 1;
     r->phase = PHASE_QUEUED;
     serve_req_ref(r);
-    pthread_mutex_lock(&s->qlock);
     if (s->q_tail)
         s->q_tail->qnext = r;
     else

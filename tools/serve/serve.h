@@ -141,6 +141,7 @@ typedef struct serve_server {
     struct serve_req *q_head, *q_tail; /* submissions, in arrival order */
     struct serve_req **cancels;        /* requests whose client left */
     size_t n_cancels, cap_cancels;
+    int inbox_closed;      /* the engine thread is gone: submissions refused (qlock) */
     int stop_engine;       /* engine thread: finish everything and return */
     int cancel_all;        /* drain timed out: cancel whatever runs */
     atomic_uint inflight;  /* admitted generation/score requests not yet finished */
