@@ -137,7 +137,12 @@ static weft_buffer upload(uint32_t dt, const void *host_data, size_t n) {
     size_t es = dt == WEFT_DTYPE_BF16 ? 2 : 4;
     weft_buffer b;
     assert_int_equal(be->alloc(bst, n * es, WEFT_MEMORY_DEVICE, &b, &err), WEFT_OK);
-    if (dt == WEFT_DTYPE_BF16) {
+    if (!host_data) { /* an output: poisoned (all-ones bytes are NaN in f32 and bf16) */
+        void *tmp = malloc(n * es);
+        memset(tmp, 0xff, n * es);
+        assert_int_equal(be->upload(bst, &b, 0, tmp, n * es, &err), WEFT_OK);
+        free(tmp);
+    } else if (dt == WEFT_DTYPE_BF16) {
         uint16_t *tmp = malloc(n * 2);
         for (size_t i = 0; i < n; i++)
             tmp[i] = to_bf16(((const float *)host_data)[i]);

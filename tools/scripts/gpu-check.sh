@@ -20,6 +20,7 @@ export PATH=$B/bin:$PATH WEFT_PLUGIN_PATH=$B/lib/weft/plugins
 export WEFT_CACHE=${WEFT_CACHE:-/tmp/weft-cache} WEFT_TEST_PLUGIN_DIR=$B/lib/weft/plugins
 export LD_LIBRARY_PATH=$B/lib:${LD_LIBRARY_PATH:-}
 S=$B/shared
+export WEFT_SHARED_DIR=$S
 M=/tmp/weft-models
 mkdir -p "$M"
 summary=()
