@@ -3,12 +3,15 @@
  * A warm-up run comes first (graphs built, caches and pages warm); each repeat then times its
  * decode steps only. Prints tokens/s and ms/token as the median over repeats with the spread
  * (min..max), decode tokens per CPU-second of the process (steadier on a shared machine), and
- * with --profile the time per op class. */
+ * with --profile the time per op class. With --concurrency N, many requests are in flight at
+ * once (aggregate throughput, or with --arrival the latency of running streams when a long
+ * prompt arrives): bench_concurrency.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench_concurrency.h"
 #include "cli.h"
 #include "engine/engine.h"
 #include "engine_cli.h"
@@ -28,7 +31,18 @@ static void usage(FILE *f) {
                "  --threads N        worker threads (default 1)\n"
                "  --repeats N        timed repeats (default 5)\n"
                "  --profile          time per op class over the timed repeats\n"
-               "  --json             one JSON object on stdout instead of text\n");
+               "  --json             one JSON object on stdout instead of text\n"
+               "\n"
+               "serving shape (see docs/perf/sched.md):\n"
+               "  --concurrency N    N requests submitted together, each --prompt/--gen tokens;\n"
+               "                     reports aggregate tokens/s, TTFT and inter-token latency\n"
+               "  --arrival L        with --concurrency: while the N streams decode, a request\n"
+               "                     with an L-token prompt arrives --repeats times; reports\n"
+               "                     the streams' inter-token latency idle vs during arrival\n"
+               "  --window N         idle steps measured before each arrival (default 16)\n"
+               "  --max-requests N   kv slots (default: concurrency, +1 with --arrival)\n"
+               "  --kv-tokens N      kv pool budget in tokens (default: every slot full)\n"
+               "  --max-batch-tokens N  rows of the largest step (default: the engine's)\n");
 }
 
 static double seconds_now(void) {
@@ -93,6 +107,8 @@ static weft_status one_run(weft_engine *e, const int32_t *prompt, uint32_t n_pro
 static int bench_decode(int argc, char **argv) {
     const char *candidate = NULL, *model = NULL;
     uint32_t n_prompt = 16, gen = 256, threads = 1, repeats = 5;
+    uint32_t concurrency = 0, arrival = 0, window = 16, max_requests = 0, max_batch = 0;
+    uint64_t kv_tokens = 0;
     int profile = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -125,6 +141,20 @@ static int bench_decode(int argc, char **argv) {
             dst = &threads;
         } else if (!strcmp(a, "--repeats")) {
             dst = &repeats;
+        } else if (!strcmp(a, "--concurrency")) {
+            dst = &concurrency;
+        } else if (!strcmp(a, "--arrival")) {
+            dst = &arrival;
+        } else if (!strcmp(a, "--window")) {
+            dst = &window;
+        } else if (!strcmp(a, "--max-requests")) {
+            dst = &max_requests;
+        } else if (!strcmp(a, "--max-batch-tokens")) {
+            dst = &max_batch;
+        } else if (!strcmp(a, "--kv-tokens")) {
+            if (weft_cli_parse_u64("bench decode", a, val, &kv_tokens)) return 2;
+            i++;
+            continue;
         } else {
             fprintf(stderr, "weft bench decode: unknown option %s (see --help)\n", a);
             return 2;
@@ -144,10 +174,28 @@ static int bench_decode(int argc, char **argv) {
     char path[1100];
     if (weft_cli_engine_target(candidate, model, &o, path, sizeof(path), &err) != WEFT_OK)
         return weft_cli_fail("bench", &err);
+    if (arrival && !concurrency) {
+        fprintf(stderr, "weft bench decode: --arrival needs --concurrency (the running streams)\n");
+        return 2;
+    }
+    if (concurrency > 4096) {
+        fprintf(stderr, "weft bench decode: --concurrency: expected 1..4096, got %u\n",
+                concurrency);
+        return 2;
+    }
     o.threads = threads;
     o.profile = profile;
+    o.max_batch_tokens = max_batch;
+    o.kv_tokens = kv_tokens;
+    if (concurrency) o.max_requests = max_requests ? max_requests : concurrency + (arrival ? 1 : 0);
     weft_engine *e = NULL;
     if (weft_engine_open(&o, &e, &err) != WEFT_OK) return weft_cli_fail("bench", &err);
+    if (concurrency) {
+        weft_bench_conc bc = {concurrency, n_prompt, gen, repeats, arrival, window, json};
+        int crc = weft_bench_concurrency(e, &bc);
+        weft_engine_close(e);
+        return crc;
+    }
     const weft_model_config *cfg = weft_engine_config(e);
     if (n_prompt + gen > weft_engine_max_model_len(e)) {
         fprintf(stderr, "weft bench decode: --prompt %u + --gen %u exceed max_model_len %u\n",
@@ -235,14 +283,23 @@ static int bench_decode(int argc, char **argv) {
     return rc;
 }
 
+int weft_bench_prefill_main(int argc, char **argv); /* bench_prefill.c */
+/* `weft bench serve` lives in cmd_bench_serve.c (the server's benchmark). */
+__attribute__((weak)) int weft_cmd_bench_serve(int argc, char **argv);
+
 int weft_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: weft bench decode [options]   (weft bench decode --help)\n"
-                "       weft bench prefill            (not in this build yet)\n");
+                "       weft bench prefill [options]  (weft bench prefill --help)\n"
+                "       weft bench serve --url URL    (weft bench serve --help)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
-    fprintf(stderr, "weft bench: unknown benchmark '%s' (expected decode)\n", argv[1]);
+    if (!strcmp(argv[1], "prefill")) return weft_bench_prefill_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve") && weft_cmd_bench_serve)
+        return weft_cmd_bench_serve(argc - 1, argv + 1);
+    fprintf(stderr, "weft bench: unknown benchmark '%s' (expected decode, prefill or serve)\n",
+            argv[1]);
     return 2;
 }

@@ -142,7 +142,8 @@ int weft_cmd_tokenize(int argc, char **argv) {
             text = read_stdin(&len);
         } else {
             size_t total = 1;
-            for (int j = i; j < argc; j++) total += strlen(argv[j]) + 1;
+            for (int j = i; j < argc; j++)
+                total += strlen(argv[j]) + 1;
             text = calloc(total, 1);
             for (int j = i; text && j < argc; j++) {
                 if (j > i) text[len++] = ' ';
@@ -164,7 +165,8 @@ int weft_cmd_tokenize(int argc, char **argv) {
                 printf("%d\t%s\n", ids[k], p ? p : "");
             }
         } else {
-            for (size_t k = 0; k < n; k++) printf(k ? " %d" : "%d", ids[k]);
+            for (size_t k = 0; k < n; k++)
+                printf(k ? " %d" : "%d", ids[k]);
             printf("\n");
         }
         free(ids);

@@ -41,6 +41,9 @@ static weft_status fm_build(void *st, const weft_model_config *cfg, const weft_b
     uint32_t act = cfg->dtype ? cfg->dtype : WEFT_DTYPE_F32;
     uint32_t tok =
         gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, s_tok, WEFT_INPUT_TOKENS, err);
+    /* The engine requires and fills in.positions in every graph; a bigram model reads none. */
+    uint32_t pos =
+        gs->tensor_add(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, 1, s_tok, WEFT_INPUT_POSITIONS, err);
     uint32_t emb = gs->weight_add(g, "embed", "model.embed_tokens.weight", act, 2, s_embed, err);
     uint32_t x =
         gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_F32, 2, s_x, "embed_out", err);
@@ -51,7 +54,7 @@ static weft_status fm_build(void *st, const weft_model_config *cfg, const weft_b
         s_embed, err);
     uint32_t out =
         gs->tensor_add(g, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, 2, s_logits, WEFT_OUTPUT_LOGITS, err);
-    uint32_t ids[] = {tok, emb, x, nw, h, head, out};
+    uint32_t ids[] = {tok, pos, emb, x, nw, h, head, out};
     for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
         if (ids[i] == WEFT_TENSOR_NONE) return err ? err->code : WEFT_ERR_INTERNAL;
     weft_node n[3];

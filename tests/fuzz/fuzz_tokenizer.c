@@ -20,7 +20,8 @@ static weft_tokenizer *byte_tok, *spm_tok;
 
 static void put(char **p, size_t *n, size_t *cap, const char *s) {
     size_t k = strlen(s);
-    while (*n + k + 1 > *cap) *p = realloc(*p, *cap *= 2);
+    while (*n + k + 1 > *cap)
+        *p = realloc(*p, *cap *= 2);
     memcpy(*p + *n, s, k + 1);
     *n += k;
 }
@@ -30,9 +31,12 @@ static void put_str(char **p, size_t *n, size_t *cap, const char *s) {
     put(p, n, cap, "\"");
     for (; *s; s++) {
         char esc[8];
-        if (*s == '"' || *s == '\\') snprintf(esc, sizeof(esc), "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) snprintf(esc, sizeof(esc), "\\u%04x", *s);
-        else snprintf(esc, sizeof(esc), "%c", *s);
+        if (*s == '"' || *s == '\\')
+            snprintf(esc, sizeof(esc), "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            snprintf(esc, sizeof(esc), "\\u%04x", *s);
+        else
+            snprintf(esc, sizeof(esc), "%c", *s);
         put(p, n, cap, esc);
     }
     put(p, n, cap, "\"");
@@ -49,10 +53,13 @@ static weft_tokenizer *make(int bytelevel) {
         "{\"id\":600,\"content\":\"<|im_start|>\",\"special\":true,\"normalized\":false},"
         "{\"id\":601,\"content\":\"<think>\",\"special\":false,\"normalized\":false},"
         "{\"id\":602,\"content\":\"[M]\",\"special\":true,\"lstrip\":true,\"rstrip\":true},"
-        "{\"id\":603,\"content\":\"cat\",\"special\":false,\"single_word\":true,\"normalized\":true},"
+        "{\"id\":603,\"content\":\"cat\",\"special\":false,\"single_word\":true,\"normalized\":"
+        "true},"
         "{\"id\":604,\"content\":\"\\u00e9t\\u00e9\",\"special\":false,\"normalized\":true}],");
     put(&j, &n, &cap, "\"model\":{\"type\":\"BPE\",");
-    put(&j, &n, &cap, bytelevel ? "\"byte_fallback\":false," : "\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"fuse_unk\":true,");
+    put(&j, &n, &cap,
+        bytelevel ? "\"byte_fallback\":false,"
+                  : "\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"fuse_unk\":true,");
     put(&j, &n, &cap, "\"vocab\":{");
     int id = 0;
     char piece[16];
@@ -81,7 +88,7 @@ static weft_tokenizer *make(int bytelevel) {
         put(&j, &n, &cap, piece);
     }
     const char *pairs[][2] = {{"t", "h"}, {"th", "e"}, {"a", "n"}, {"an", "d"}, {"e", "r"},
-                              {"i", "n"}, {"in", "g"}, {"o", "n"}, {"e", "e"}, {"ee", "ee"}};
+                              {"i", "n"}, {"in", "g"}, {"o", "n"}, {"e", "e"},  {"ee", "ee"}};
     const char *sp = bytelevel ? "\xC4\xA0" : "\xE2\x96\x81"; /* "Ġ" or "▁" */
     char merged[32];
     for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
@@ -119,10 +126,12 @@ static weft_tokenizer *make(int bytelevel) {
     else
         put(&j, &n, &cap,
             "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKD\"},"
-            "{\"type\":\"Lowercase\"},{\"type\":\"Strip\",\"strip_left\":false,\"strip_right\":true}]},"
+            "{\"type\":\"Lowercase\"},{\"type\":\"Strip\",\"strip_left\":false,\"strip_right\":"
+            "true}]},"
             "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\","
             "\"individual_digits\":true},{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\","
-            "\"prepend_scheme\":\"first\"},{\"type\":\"Punctuation\",\"behavior\":\"Contiguous\"}]},"
+            "\"prepend_scheme\":\"first\"},{\"type\":\"Punctuation\",\"behavior\":\"Contiguous\"}]}"
+            ","
             "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
             "{\"id\":\"<unk>\"}},{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{\"<unk>\":"
             "{\"id\":\"<unk>\",\"ids\":[0]}}},"
@@ -181,8 +190,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             weft_tokenizer_free(tok);
         }
         break;
-    case 1: exercise(byte_tok, rest, n); break;
-    case 2: exercise(spm_tok, rest, n); break;
+    case 1:
+        exercise(byte_tok, rest, n);
+        break;
+    case 2:
+        exercise(spm_tok, rest, n);
+        break;
     case 3:
         if (tok_load_gguf((const unsigned char *)rest, n, "fuzz.gguf", &tok, &err) == WEFT_OK) {
             exercise(tok, "Hello w\xC3\xB6rld 123", 15);

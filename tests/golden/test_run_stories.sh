@@ -33,6 +33,10 @@ case "$out" in
 *) echo "weft run printed: $out"; echo "expected it to start with: $expected"; exit 1 ;;
 esac
 
+# A continuation keeps its leading space: the prompt's tail primes the detokenizer.
+out_once=$("$weft" run --candidate "$tmp/cpu1.yaml" --temperature 0 --max-tokens 3 "Once")
+[ "$out_once" = "Once upon a time" ] || { echo "from 'Once': '$out_once'"; exit 1; }
+
 # --model replaces the baseline manifest's model.
 out2=$("$weft" run --model "$tmp/stories260k" --temperature 0 --max-tokens 20 "Once upon a time")
 [ "$out" = "$out2" ] || { echo "--model gave: $out2"; exit 1; }

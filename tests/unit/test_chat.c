@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* cmocka needs the headers above first */
 #include <cmocka.h>
 
 #include <jansson.h>
@@ -44,15 +45,17 @@ static char *slurp(const char *path, size_t *len) {
 /* Prints where two renders first differ. */
 static void show_diff(const char *what, const char *want, const char *got) {
     size_t i = 0;
-    while (want[i] && want[i] == got[i]) i++;
+    while (want[i] && want[i] == got[i])
+        i++;
     size_t from = i > 40 ? i - 40 : 0;
-    printf("MISMATCH %s at byte %zu\n  want: %.*s|%.60s\n  got:  %.*s|%.60s\n", what, i, (int)(i - from),
-           want + from, want + i, (int)(i - from), got + from, got + i);
+    printf("MISMATCH %s at byte %zu\n  want: %.*s|%.60s\n  got:  %.*s|%.60s\n", what, i,
+           (int)(i - from), want + from, want + i, (int)(i - from), got + from, got + i);
 }
 
 /* Renders one record; returns 1 when it agrees with Jinja2. */
-static int check_record(const char *label, const weft_chat_template *t, json_t *rec) {
+static int check_record(const char *label, const weft_chat_template *t, json_t *rec, json_t *vars) {
     json_t *msgs = json_object_get(rec, "messages"), *extra = json_object_get(rec, "extra");
+    if (vars && json_is_string(extra)) extra = vars;
     char *mj = json_dumps(msgs, JSON_COMPACT | JSON_ENSURE_ASCII);
     char *ej = extra ? json_dumps(extra, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     int agp = json_is_true(json_object_get(rec, "add_generation_prompt"));
@@ -65,7 +68,8 @@ static int check_record(const char *label, const weft_chat_template *t, json_t *
         if (st != WEFT_OK) {
             printf("FAIL %s: Jinja2 rendered, weft failed: %s\n", label, err.message);
             ok = 0;
-        } else if (strlen(out) != json_string_length(want) || strcmp(out, json_string_value(want)) != 0) {
+        } else if (strlen(out) != json_string_length(want) ||
+                   strcmp(out, json_string_value(want)) != 0) {
             show_diff(label, json_string_value(want), out);
             ok = 0;
         }
@@ -73,12 +77,14 @@ static int check_record(const char *label, const weft_chat_template *t, json_t *
         const char *kind = json_string_value(json_object_get(want_err, "kind"));
         const char *msg = json_string_value(json_object_get(want_err, "message"));
         if (st == WEFT_OK) {
-            printf("FAIL %s: Jinja2 failed (%s), weft rendered %zu bytes\n", label, msg, strlen(out));
+            printf("FAIL %s: Jinja2 failed (%s), weft rendered %zu bytes\n", label, msg,
+                   strlen(out));
             ok = 0;
         } else if (kind && !strcmp(kind, "raise") && !strstr(err.message, msg)) {
             printf("FAIL %s: raise_exception message lost: %s\n", label, err.message);
             ok = 0;
-        } else if (strstr(err.message, "chat template") == NULL && strchr(err.message, ':') == NULL) {
+        } else if (strstr(err.message, "chat template") == NULL &&
+                   strchr(err.message, ':') == NULL) {
             printf("FAIL %s: error without a position: %s\n", label, err.message);
             ok = 0;
         }
@@ -113,26 +119,33 @@ static json_t *load_jsonl(const char *rel, size_t *count) {
     return all;
 }
 
-static void test_features(void **state) {
-    (void)state;
+/* One template per record: a parse failure must match a Jinja2 syntax error. */
+static void run_template_records(const char *file, size_t min_count) {
     size_t n, bad = 0;
-    json_t *all = load_jsonl("features.jsonl", &n);
-    assert_true(n >= 100);
+    json_t *all = load_jsonl(file, &n);
+    assert_true(n >= min_count);
+    json_t *vars = NULL;
     for (size_t i = 0; i < n; i++) {
         json_t *rec = json_array_get(all, i);
+        if (json_object_get(rec, "vars")) {
+            vars = json_object_get(rec, "vars");
+            continue;
+        }
         const char *name = json_string_value(json_object_get(rec, "name"));
         json_t *src = json_object_get(rec, "template");
         json_t *want_err = json_object_get(rec, "error");
         weft_chat_template *t = NULL;
         weft_error err = {sizeof err, 0, "", ""};
-        weft_status st = weft_chat_template_parse(json_string_value(src), json_string_length(src), name, &t, &err);
+        weft_status st = weft_chat_template_parse(json_string_value(src), json_string_length(src),
+                                                  name, &t, &err);
         const char *kind = want_err ? json_string_value(json_object_get(want_err, "kind")) : NULL;
         if (st != WEFT_OK) {
             if (!kind || strcmp(kind, "syntax") != 0) {
                 printf("FAIL feature %s: parse error where Jinja2 parsed: %s\n", name, err.message);
                 bad++;
             } else if (st != WEFT_ERR_FORMAT || strncmp(err.message, name, strlen(name)) != 0) {
-                printf("FAIL feature %s: syntax error not reported as name:line:col: %s\n", name, err.message);
+                printf("FAIL feature %s: syntax error not reported as name:line:col: %s\n", name,
+                       err.message);
                 bad++;
             }
             continue;
@@ -140,14 +153,25 @@ static void test_features(void **state) {
         if (kind && !strcmp(kind, "syntax")) {
             printf("FAIL feature %s: parsed, Jinja2 reported a syntax error\n", name);
             bad++;
-        } else if (!check_record(name, t, rec)) {
+        } else if (!check_record(name, t, rec, vars)) {
             bad++;
         }
         weft_chat_template_free(t);
     }
     json_decref(all);
-    printf("features: %zu records, %zu mismatches\n", n, bad);
+    printf("%s: %zu records, %zu mismatches\n", file, n, bad);
     assert_int_equal(bad, 0);
+}
+
+static void test_features(void **state) {
+    (void)state;
+    run_template_records("features.jsonl", 100);
+}
+
+/* Random expressions and whitespace-control layouts (chat_refs.py make_generated). */
+static void test_generated(void **state) {
+    (void)state;
+    run_template_records("generated.jsonl", 1000);
 }
 
 static void test_model_templates(void **state) {
@@ -159,7 +183,8 @@ static void test_model_templates(void **state) {
     weft_chat_template *qwen = NULL, *llama[3] = {NULL, NULL, NULL};
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/models/qwen3-tokenizer", shared_dir());
-    if (weft_chat_template_load(dir, &qwen, &err) != WEFT_OK) fail_msg("load %s: %s", dir, err.message);
+    if (weft_chat_template_load(dir, &qwen, &err) != WEFT_OK)
+        fail_msg("load %s: %s", dir, err.message);
     static const char *const names[] = {"llama3", "llama3_1", "llama3_2"};
     for (int k = 0; k < 3; k++) {
         char path[1024];
@@ -185,19 +210,24 @@ static void test_model_templates(void **state) {
         assert_non_null(t);
         char label[64];
         snprintf(label, sizeof label, "case %zu (%s)", i, tn);
-        if (check_record(label, t, rec)) per[which]++;
-        else bad++;
+        if (check_record(label, t, rec, NULL))
+            per[which]++;
+        else
+            bad++;
     }
-    printf("model templates: %zu cases (qwen3 %zu, llama3 %zu, llama3.1 %zu, llama3.2 %zu agree), %zu mismatches\n",
+    printf("model templates: %zu cases (qwen3 %zu, llama3 %zu, llama3.1 %zu, llama3.2 %zu agree), "
+           "%zu mismatches\n",
            n, per[0], per[1], per[2], per[3], bad);
     weft_chat_template_free(qwen);
-    for (int k = 0; k < 3; k++) weft_chat_template_free(llama[k]);
+    for (int k = 0; k < 3; k++)
+        weft_chat_template_free(llama[k]);
     json_decref(all);
     assert_int_equal(bad, 0);
 }
 
 /* ---- errors and limits ------------------------------------------------------------------- */
-static weft_status render_src(const char *src, const char *msgs, const char *extra, char **out, weft_error *err) {
+static weft_status render_src(const char *src, const char *msgs, const char *extra, char **out,
+                              weft_error *err) {
     weft_chat_template *t = NULL;
     weft_status st = weft_chat_template_parse(src, strlen(src), "t.jinja", &t, err);
     if (st) return st;
@@ -211,16 +241,21 @@ static void test_error_positions(void **state) {
     weft_error err = {sizeof err, 0, "", ""};
     char *out = NULL;
     /* syntax error on line 3, column 9 (the second '+') */
-    assert_int_equal(render_src("line one\n{{ 1 }}\n{{ 1 + + }}", NULL, NULL, &out, &err), WEFT_ERR_FORMAT);
+    assert_int_equal(render_src("line one\n{{ 1 }}\n{{ 1 + + }}", NULL, NULL, &out, &err),
+                     WEFT_ERR_FORMAT);
     assert_non_null(strstr(err.message, "t.jinja:3:"));
-    assert_int_equal(render_src("a\n  {% for x in y %}\n  no end", NULL, NULL, &out, &err), WEFT_ERR_FORMAT);
+    assert_int_equal(render_src("a\n  {% for x in y %}\n  no end", NULL, NULL, &out, &err),
+                     WEFT_ERR_FORMAT);
     assert_non_null(strstr(err.message, "endfor"));
     /* runtime errors name the expression and where it is */
-    assert_int_equal(render_src("ok\n\n   {{ messages[0].content.upper() }}", "[]", NULL, &out, &err), WEFT_ERR_INVALID);
+    assert_int_equal(
+        render_src("ok\n\n   {{ messages[0].content.upper() }}", "[]", NULL, &out, &err),
+        WEFT_ERR_INVALID);
     assert_non_null(strstr(err.message, "t.jinja:3:7"));
     assert_non_null(strstr(err.message, "messages[0].content"));
     assert_int_equal(render_src("{{ raise_exception('bad role: ' ~ messages[0].role) }}",
-                                "[{\"role\":\"x\"}]", NULL, &out, &err), WEFT_ERR_INVALID);
+                                "[{\"role\":\"x\"}]", NULL, &out, &err),
+                     WEFT_ERR_INVALID);
     assert_non_null(strstr(err.message, "raise_exception: bad role: x"));
     /* invalid UTF-8 in the template */
     assert_int_equal(render_src("ok\n\xff", NULL, NULL, &out, &err), WEFT_ERR_FORMAT);
@@ -229,7 +264,8 @@ static void test_error_positions(void **state) {
     assert_int_equal(render_src("x", "{\"not\": \"a list\"}", NULL, &out, &err), WEFT_ERR_INVALID);
     assert_int_equal(render_src("x", "[", NULL, &out, &err), WEFT_ERR_INVALID);
     assert_int_equal(render_src("x", "[]", "[1]", &out, &err), WEFT_ERR_INVALID);
-    assert_int_equal(render_src("x", "[]", "{\"strftime_now\": \"yesterday\"}", &out, &err), WEFT_ERR_INVALID);
+    assert_int_equal(render_src("x", "[]", "{\"strftime_now\": \"yesterday\"}", &out, &err),
+                     WEFT_ERR_INVALID);
     assert_null(out);
 }
 
@@ -238,7 +274,8 @@ static void test_limits(void **state) {
     weft_error err = {sizeof err, 0, "", ""};
     char *out = NULL;
     weft_chat_template *t = NULL;
-    const char *big = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+    const char *big =
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
     assert_int_equal(weft_chat_template_parse(big, strlen(big), "loops", &t, &err), WEFT_OK);
     weft_chat_limits lim = {0, 0, 5000};
     weft_chat_template_set_limits(t, &lim);
@@ -251,22 +288,36 @@ static void test_limits(void **state) {
     assert_non_null(strstr(err.message, "output"));
     weft_chat_template_free(t);
 
-    const char *mem = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}";
+    const char *mem = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ "
+                      "ns.s %}{% endfor %}";
     assert_int_equal(weft_chat_template_parse(mem, strlen(mem), "mem", &t, &err), WEFT_OK);
     weft_chat_limits lim2 = {0, 8u << 20, 0};
     weft_chat_template_set_limits(t, &lim2);
     assert_int_equal(weft_chat_render(t, "[]", 0, NULL, &out, &err), WEFT_ERR_NOMEM);
     weft_chat_template_free(t);
 
+    /* scanning big values inside loops is bounded by the work budget (64 units per iteration) */
+    const char *scan = "{% set l = range(50000)|list %}{% for i in range(100000) %}"
+                       "{% if -1 in l %}{% endif %}{% endfor %}";
+    assert_int_equal(weft_chat_template_parse(scan, strlen(scan), "scan", &t, &err), WEFT_OK);
+    weft_chat_limits lim3 = {0, 0, 200000};
+    weft_chat_template_set_limits(t, &lim3);
+    assert_int_equal(weft_chat_render(t, "[]", 0, NULL, &out, &err), WEFT_ERR_INVALID);
+    assert_non_null(strstr(err.message, "work"));
+    weft_chat_template_free(t);
+
     /* deep nesting is refused, not a stack overflow */
     char deep[4096];
     size_t k = 0;
     k += (size_t)snprintf(deep + k, sizeof deep - k, "{{ ");
-    for (int i = 0; i < 1000; i++) deep[k++] = '(';
+    for (int i = 0; i < 1000; i++)
+        deep[k++] = '(';
     deep[k++] = '1';
-    for (int i = 0; i < 1000; i++) deep[k++] = ')';
+    for (int i = 0; i < 1000; i++)
+        deep[k++] = ')';
     snprintf(deep + k, sizeof deep - k, " }}");
-    assert_int_equal(weft_chat_template_parse(deep, strlen(deep), "deep", &t, &err), WEFT_ERR_FORMAT);
+    assert_int_equal(weft_chat_template_parse(deep, strlen(deep), "deep", &t, &err),
+                     WEFT_ERR_FORMAT);
     const char *rec = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
     assert_int_equal(render_src(rec, NULL, NULL, &out, &err), WEFT_ERR_INVALID);
     assert_non_null(strstr(err.message, "deep"));
@@ -283,16 +334,22 @@ static void test_load(void **state) {
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
-    fputs("{\"bos_token\": {\"content\": \"<s>\", \"lstrip\": false}, \"eos_token\": \"</s>\", \"unk_token\": null}", f);
+    fputs("{\"bos_token\": {\"content\": \"<s>\", \"lstrip\": false}, \"eos_token\": \"</s>\", "
+          "\"unk_token\": null}",
+          f);
     fclose(f);
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     f = fopen(path, "w");
     assert_non_null(f);
-    fputs("{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}{{ eos_token }}{{ unk_token is defined }}\n", f);
+    fputs("{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}{{ eos_token }}{{ "
+          "unk_token is defined }}\n",
+          f);
     fclose(f);
     assert_int_equal(weft_chat_template_load(dir, &t, &err), WEFT_OK);
     char *out = NULL;
-    assert_int_equal(weft_chat_render(t, "[{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL, &out, &err), WEFT_OK);
+    assert_int_equal(
+        weft_chat_render(t, "[{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL, &out, &err),
+        WEFT_OK);
     assert_string_equal(out, "<s>[hi]</s>False");
     free(out);
     /* extra variables override the config's */
@@ -309,11 +366,9 @@ static void test_load(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_features),
-        cmocka_unit_test(test_model_templates),
-        cmocka_unit_test(test_error_positions),
-        cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_load),
+        cmocka_unit_test(test_features),        cmocka_unit_test(test_generated),
+        cmocka_unit_test(test_model_templates), cmocka_unit_test(test_error_positions),
+        cmocka_unit_test(test_limits),          cmocka_unit_test(test_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

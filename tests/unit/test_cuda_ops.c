@@ -1,6 +1,9 @@
 /* The cuda backend's op implementations against naive double-precision references written
  * here, on random inputs, in f32 and bf16. Loads the built plugin directly (no engine), builds
  * one-node graphs by hand, poisons every output before the run and checks every element.
+ * The backend runs with gemv_max_tokens = 8 and gemv_force, so linear and lm_head nodes of 1..8 rows take the
+ * GEMV kernel and larger ones cuBLASLt. The fused ops of the fuse.* techniques are checked
+ * against the references and, bit for bit, against the unfused node sequences they replace.
  * Skipped (reported, not passed) on machines without a CUDA device. */
 #include <dlfcn.h>
 #include <math.h>
@@ -17,6 +20,8 @@
 /* positional {dtype, rows, cols} initialisers of the test tensors leave the rest zero */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
+#include "graph/graph.h"
+#include "plugin/host.h"
 #include "weft/plugin.h"
 
 static const weft_plugin_descriptor *desc;
@@ -32,6 +37,9 @@ static weft_status reg_add(void *self, const weft_op_impl *impl, weft_error *err
     impls[n_impls++] = *impl;
     return WEFT_OK;
 }
+static weft_host *host;
+static uint32_t op_lsw, op_qkr; /* fuse.linear_swiglu, fuse.qkv_rope */
+
 static const weft_op_impl *reg_find(uint32_t op) {
     for (size_t i = 0; i < n_impls; i++)
         if (impls[i].op == op) return &impls[i];
@@ -67,11 +75,12 @@ typedef struct tens {
     weft_buffer d; /* device */
 } tens;
 
-static weft_tensor gt[16];
-static weft_buffer gd[16];
+static weft_tensor gt[32];
+static weft_buffer gd[32];
 static uint32_t gn;
 
 static uint32_t add_tensor(tens *t, int fill) {
+    assert_true(gn < 32);
     uint32_t id = gn++;
     memset(&gt[id], 0, sizeof(gt[id]));
     gt[id].id = id;
@@ -193,6 +202,17 @@ static void test_linear(void **state) {
     check_linear(WEFT_DTYPE_F32, 7, 96, 64, 1);
     check_linear(WEFT_DTYPE_BF16, 1, 256, 512, 0);
     check_linear(WEFT_DTYPE_BF16, 5, 256, 512, 1);
+    /* GEMV rows 1..8 with each split-K setting (K 1024..8192 picks 1, 2, 4, 8 warps per row),
+     * an N that does not fill the last block, and the cuBLASLt path past 8 rows */
+    check_linear(WEFT_DTYPE_BF16, 2, 77, 1024, 1);
+    check_linear(WEFT_DTYPE_BF16, 3, 130, 2048, 0);
+    check_linear(WEFT_DTYPE_BF16, 8, 64, 4096, 1);
+    check_linear(WEFT_DTYPE_BF16, 4, 40, 8192, 0);
+    check_linear(WEFT_DTYPE_BF16, 1, 33, 2056, 0); /* K not a multiple of the unrolled step */
+    check_linear(WEFT_DTYPE_F32, 6, 50, 1028, 1);
+    check_linear(WEFT_DTYPE_BF16, 9, 96, 1024, 0);
+    check_linear(WEFT_DTYPE_BF16, 17, 96, 1024, 1);
+    check_linear(WEFT_DTYPE_BF16, 1, 64, 60, 0); /* K not a multiple of 8: cuBLASLt */
 }
 
 static void check_rmsnorm(uint32_t dt, int T, int D, int group) {
@@ -479,6 +499,292 @@ static void test_elementwise_and_head(void **state) {
     free(ref);
 }
 
+/* ---- fused ops ------------------------------------------------------------------------ */
+static void expect_same(const char *what, const float *a, const float *b, size_t n) {
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(a[i] == b[i])) diff++;
+    printf("%s: %zu of %zu elements differ\n", what, diff, n);
+    assert_int_equal(diff, 0);
+}
+
+/* fuse.linear_swiglu against the double reference, and bit for bit against linear, linear,
+ * swiglu (separate weights) and against the merged gate|up weight through one linear + split */
+static void check_linear_swiglu(uint32_t dt, int T, int F, int K) {
+    tens x = {dt, T, K}, wg = {dt, F, K}, wu = {dt, F, K}, gu = {dt, 2 * F, K};
+    tens g = {dt, T, F}, u = {dt, T, F}, y0 = {dt, T, F}, y1 = {dt, T, F}, y2 = {dt, T, F};
+    uint32_t ix = add_tensor(&x, 1), ig = add_tensor(&wg, 1), iu = add_tensor(&wu, 1);
+    /* the merged weight holds the same values: gate rows, then up rows */
+    gu.h = malloc((size_t)2 * F * K * sizeof(float));
+    memcpy(gu.h, wg.h, (size_t)F * K * sizeof(float));
+    memcpy(gu.h + (size_t)F * K, wu.h, (size_t)F * K * sizeof(float));
+    uint32_t igu = add_tensor(&gu, 1);
+    uint32_t og = add_tensor(&g, 0), ou = add_tensor(&u, 0), o0 = add_tensor(&y0, 0),
+             o1 = add_tensor(&y1, 0), o2 = add_tensor(&y2, 0);
+    weft_node n = {.op = WEFT_OP_LINEAR, .n_in = 2, .n_out = 1};
+    n.in[0] = ix, n.in[1] = ig, n.out[0] = og;
+    run_node(&n, (uint32_t)T, NULL, NULL);
+    n.in[1] = iu, n.out[0] = ou;
+    run_node(&n, (uint32_t)T, NULL, NULL);
+    weft_node sw = {.op = WEFT_OP_SWIGLU, .n_in = 2, .n_out = 1};
+    sw.in[0] = og, sw.in[1] = ou, sw.out[0] = o0;
+    run_node(&sw, (uint32_t)T, NULL, NULL);
+    weft_node f = {.op = op_lsw, .n_in = 3, .n_out = 1};
+    f.in[0] = ix, f.in[1] = ig, f.in[2] = iu, f.out[0] = o1;
+    run_node(&f, (uint32_t)T, NULL, NULL);
+    weft_node fm = {.op = op_lsw, .n_in = 2, .n_out = 1};
+    fm.in[0] = ix, fm.in[1] = igu, fm.out[0] = o2;
+    fm.p.i[0] = 1;
+    run_node(&fm, (uint32_t)T, NULL, NULL);
+    size_t cnt = (size_t)T * F;
+    float *a = malloc(cnt * 4), *b = malloc(cnt * 4), *c = malloc(cnt * 4);
+    double *ref = malloc(cnt * 8);
+    fetch(&y0, a);
+    fetch(&y1, b);
+    fetch(&y2, c);
+    for (int t = 0; t < T; t++)
+        for (int o = 0; o < F; o++) {
+            double sg = 0, su = 0;
+            for (int k = 0; k < K; k++) {
+                sg += (double)x.h[t * K + k] * wg.h[o * K + k];
+                su += (double)x.h[t * K + k] * wu.h[o * K + k];
+            }
+            ref[t * F + o] = sg / (1 + exp(-sg)) * su;
+        }
+    double e = relerr(b, ref, cnt);
+    printf("fuse.linear_swiglu dt=%u T=%d F=%d K=%d: rel err %.2e\n", dt, T, F, K, e);
+    assert_true(e < (dt == WEFT_DTYPE_F32 ? 1e-5 : 3e-2));
+    expect_same("linear_swiglu vs linear+linear+swiglu", b, a, cnt);
+    expect_same("linear_swiglu merged vs separate", c, b, cnt);
+    free(a), free(b), free(c), free(ref);
+    tens all[] = {x, wg, wu, gu, g, u, y0, y1, y2};
+    free_tensors(all, 9);
+}
+
+static void test_linear_swiglu(void **state) {
+    (void)state;
+    if (!op_lsw) skip();
+    check_linear_swiglu(WEFT_DTYPE_BF16, 1, 300, 2048);
+    check_linear_swiglu(WEFT_DTYPE_BF16, 3, 64, 1024);
+    check_linear_swiglu(WEFT_DTYPE_F32, 2, 40, 512);
+}
+
+/* A merged q|k|v linear then split gives, row for row, the bits of three separate linears. */
+static void test_merged_linear_split(void **state) {
+    (void)state;
+    const uint32_t dt = WEFT_DTYPE_BF16;
+    const int T = 1, K = 2048, Nq = 256, Nk = 64;
+    tens x = {dt, T, K}, wq = {dt, Nq, K}, wk = {dt, Nk, K}, wv = {dt, Nk, K};
+    tens wm = {dt, Nq + 2 * Nk, K}, ym = {dt, T, Nq + 2 * Nk};
+    tens q0 = {dt, T, Nq}, k0 = {dt, T, Nk}, v0 = {dt, T, Nk}, q1 = {dt, T, Nq}, k1 = {dt, T, Nk},
+         v1 = {dt, T, Nk};
+    uint32_t ix = add_tensor(&x, 1), iq = add_tensor(&wq, 1), ik = add_tensor(&wk, 1),
+             iv = add_tensor(&wv, 1);
+    wm.h = malloc((size_t)(Nq + 2 * Nk) * K * sizeof(float));
+    memcpy(wm.h, wq.h, (size_t)Nq * K * 4);
+    memcpy(wm.h + (size_t)Nq * K, wk.h, (size_t)Nk * K * 4);
+    memcpy(wm.h + (size_t)(Nq + Nk) * K, wv.h, (size_t)Nk * K * 4);
+    uint32_t im = add_tensor(&wm, 1), oym = add_tensor(&ym, 0);
+    uint32_t oq0 = add_tensor(&q0, 0), ok0 = add_tensor(&k0, 0), ov0 = add_tensor(&v0, 0);
+    uint32_t oq1 = add_tensor(&q1, 0), ok1 = add_tensor(&k1, 0), ov1 = add_tensor(&v1, 0);
+    weft_node n = {.op = WEFT_OP_LINEAR, .n_in = 2, .n_out = 1};
+    n.in[0] = ix;
+    n.in[1] = iq, n.out[0] = oq0;
+    run_node(&n, T, NULL, NULL);
+    n.in[1] = ik, n.out[0] = ok0;
+    run_node(&n, T, NULL, NULL);
+    n.in[1] = iv, n.out[0] = ov0;
+    run_node(&n, T, NULL, NULL);
+    n.in[1] = im, n.out[0] = oym;
+    run_node(&n, T, NULL, NULL);
+    weft_node sp = {.op = WEFT_OP_SPLIT, .n_in = 1, .n_out = 3};
+    sp.in[0] = oym, sp.out[0] = oq1, sp.out[1] = ok1, sp.out[2] = ov1;
+    sp.p.i[0] = Nq, sp.p.i[1] = Nk, sp.p.i[2] = Nk;
+    run_node(&sp, T, NULL, NULL);
+    float *a = malloc((size_t)Nq * 4), *b = malloc((size_t)Nq * 4);
+    tens *sep[3] = {&q0, &k0, &v0}, *mer[3] = {&q1, &k1, &v1};
+    for (int i = 0; i < 3; i++) {
+        fetch(sep[i], a);
+        fetch(mer[i], b);
+        expect_same("merged linear + split vs separate linear", b, a, (size_t)sep[i]->cols);
+    }
+    free(a), free(b);
+    tens all[] = {x, wq, wk, wv, wm, ym, q0, k0, v0, q1, k1, v1};
+    free_tensors(all, 12);
+}
+
+/* fuse.qkv_rope (norm + rope of q and k, v copied out of a merged row) bit for bit against
+ * rmsnorm(group hd) and rope nodes, in bf16 and f32, with and without the norm */
+static void check_qkv_rope(uint32_t dt, int T, int Hq, int Hkv, int hd, int norm, int scaling) {
+    int C = (Hq + 2 * Hkv) * hd;
+    tens qkv = {dt, T, C}, q = {dt, T, Hq * hd}, k = {dt, T, Hkv * hd}, v = {dt, T, Hkv * hd};
+    tens qn = {dt, 1, hd}, kn = {dt, 1, hd};
+    tens qa = {dt, T, Hq * hd}, ka = {dt, T, Hkv * hd}, qb = {dt, T, Hq * hd},
+         kb = {dt, T, Hkv * hd}, qc = {dt, T, Hq * hd}, kc = {dt, T, Hkv * hd},
+         qd = {dt, T, Hq * hd}, kd = {dt, T, Hkv * hd}, vd = {dt, T, Hkv * hd};
+    int32_t pos[8];
+    for (int t = 0; t < T; t++) pos[t] = 5 + 411 * t;
+    tens p = {WEFT_DTYPE_I32, T, 1};
+    p.hi = pos;
+    uint32_t iqkv = add_tensor(&qkv, 1);
+    /* separate q, k, v hold the merged row's columns */
+    q.h = malloc((size_t)T * Hq * hd * 4);
+    k.h = malloc((size_t)T * Hkv * hd * 4);
+    v.h = malloc((size_t)T * Hkv * hd * 4);
+    for (int t = 0; t < T; t++) {
+        memcpy(q.h + (size_t)t * Hq * hd, qkv.h + (size_t)t * C, (size_t)Hq * hd * 4);
+        memcpy(k.h + (size_t)t * Hkv * hd, qkv.h + (size_t)t * C + Hq * hd, (size_t)Hkv * hd * 4);
+        memcpy(v.h + (size_t)t * Hkv * hd, qkv.h + (size_t)t * C + (Hq + Hkv) * hd,
+               (size_t)Hkv * hd * 4);
+    }
+    uint32_t iq = add_tensor(&q, 1), ik = add_tensor(&k, 1), iv = add_tensor(&v, 1);
+    uint32_t ip = add_tensor(&p, 1), iqn = add_tensor(&qn, 1), ikn = add_tensor(&kn, 1);
+    /* gt[] holds 16 tensors: outputs of the unfused chain, the separate and the merged form */
+    uint32_t oqa = add_tensor(&qa, 0), oka = add_tensor(&ka, 0);
+    uint32_t oqb = add_tensor(&qb, 0), okb = add_tensor(&kb, 0);
+    uint32_t oqc = add_tensor(&qc, 0), okc = add_tensor(&kc, 0);
+    (void)iv;
+    uint32_t oqd = oqa, okd = oka, ovd = WEFT_TENSOR_NONE;
+    weft_op_params rp;
+    memset(&rp, 0, sizeof(rp));
+    rp.i[1] = hd, rp.i[4] = scaling;
+    rp.f[0] = 500000.f, rp.f[1] = 32.f, rp.f[2] = 1.f, rp.f[3] = 4.f, rp.f[4] = 8192.f;
+    /* unfused: [rmsnorm per head] then rope, for q and for k */
+    uint32_t src_q = iq, src_k = ik;
+    if (norm) {
+        weft_node nn = {.op = WEFT_OP_RMSNORM, .n_in = 2, .n_out = 1};
+        nn.p.f[0] = 1e-6f, nn.p.i[0] = hd;
+        nn.in[0] = iq, nn.in[1] = iqn, nn.out[0] = oqa;
+        run_node(&nn, (uint32_t)T, NULL, NULL);
+        nn.in[0] = ik, nn.in[1] = ikn, nn.out[0] = oka;
+        run_node(&nn, (uint32_t)T, NULL, NULL);
+        src_q = oqa, src_k = oka;
+    }
+    weft_node r = {.op = WEFT_OP_ROPE, .n_in = 2, .n_out = 1, .p = rp};
+    r.p.i[0] = Hq, r.in[0] = src_q, r.in[1] = ip, r.out[0] = oqb;
+    run_node(&r, (uint32_t)T, NULL, NULL);
+    r.p.i[0] = Hkv, r.in[0] = src_k, r.out[0] = okb;
+    run_node(&r, (uint32_t)T, NULL, NULL);
+    /* fused, separate inputs */
+    weft_node f = {.op = op_qkr, .n_out = 2, .p = rp};
+    f.p.i[0] = Hq, f.p.i[5] = Hkv, f.p.i[7] = norm, f.p.f[5] = 1e-6f;
+    f.in[0] = iq, f.in[1] = ik, f.in[2] = ip, f.in[3] = iqn, f.in[4] = ikn;
+    f.n_in = norm ? 5 : 3;
+    f.out[0] = oqc, f.out[1] = okc;
+    run_node(&f, (uint32_t)T, NULL, NULL);
+    size_t nq = (size_t)T * Hq * hd, nk = (size_t)T * Hkv * hd;
+    float *a = malloc(nq * 4), *b = malloc(nq * 4);
+    fetch(&qb, a), fetch(&qc, b);
+    expect_same("qkv_rope q vs norm+rope", b, a, nq);
+    fetch(&kb, a), fetch(&kc, b);
+    expect_same("qkv_rope k vs norm+rope", b, a, nk);
+    /* fused, merged input; outputs reuse the unfused chain's first buffers (no longer read) */
+    qd = qa, kd = ka;
+    ovd = add_tensor(&vd, 0);
+    weft_node m = f;
+    m.p.i[6] = 1;
+    m.in[0] = iqkv, m.in[1] = ip, m.in[2] = iqn, m.in[3] = ikn;
+    m.n_in = norm ? 4 : 2;
+    m.n_out = 3;
+    m.out[0] = oqd, m.out[1] = okd, m.out[2] = ovd;
+    {   /* poison the reused buffers again */
+        weft_error err = {.size = sizeof(err)};
+        void *poison = malloc(nq * 4);
+        memset(poison, 0xff, nq * 4);
+        size_t es = dt == WEFT_DTYPE_F32 ? 4 : 2;
+        assert_int_equal(be->upload(bst, &qd.d, 0, poison, nq * es, &err), 0);
+        assert_int_equal(be->upload(bst, &kd.d, 0, poison, nk * es, &err), 0);
+        free(poison);
+    }
+    run_node(&m, (uint32_t)T, NULL, NULL);
+    fetch(&qb, a), fetch(&qd, b);
+    expect_same("qkv_rope merged q vs norm+rope", b, a, nq);
+    fetch(&kb, a), fetch(&kd, b);
+    expect_same("qkv_rope merged k vs norm+rope", b, a, nk);
+    fetch(&vd, b);
+    expect_same("qkv_rope merged v vs the v columns", b, v.h, nk);
+    printf("qkv_rope dt=%u T=%d Hq=%d Hkv=%d hd=%d norm=%d scaling=%d: identical\n", dt, T, Hq,
+           Hkv, hd, norm, scaling);
+    free(a), free(b);
+    tens all[] = {qkv, q, k, v, p, qn, kn, qa, ka, qb, kb, qc, kc, vd};
+    all[4].h = NULL;
+    free_tensors(all, 14);
+}
+
+static void test_qkv_rope(void **state) {
+    (void)state;
+    if (!op_qkr) skip();
+    check_qkv_rope(WEFT_DTYPE_BF16, 1, 16, 8, 128, 1, 0);
+    check_qkv_rope(WEFT_DTYPE_BF16, 3, 8, 2, 64, 0, 1);
+    check_qkv_rope(WEFT_DTYPE_F32, 2, 4, 2, 128, 1, 1);
+}
+
+/* add_rmsnorm bit for bit against add then rmsnorm, at model row lengths */
+static void check_add_rmsnorm(uint32_t dt, int T, int D) {
+    tens x = {dt, T, D}, r = {dt, T, D}, w = {dt, 1, D}, s = {dt, T, D}, y0 = {dt, T, D},
+         y1 = {dt, T, D}, s1 = {dt, T, D};
+    uint32_t ix = add_tensor(&x, 1), ir = add_tensor(&r, 1), iw = add_tensor(&w, 1);
+    uint32_t os = add_tensor(&s, 0), oy0 = add_tensor(&y0, 0), oy1 = add_tensor(&y1, 0),
+             os1 = add_tensor(&s1, 0);
+    weft_node a = {.op = WEFT_OP_ADD, .n_in = 2, .n_out = 1};
+    a.in[0] = ix, a.in[1] = ir, a.out[0] = os;
+    run_node(&a, (uint32_t)T, NULL, NULL);
+    weft_node n = {.op = WEFT_OP_RMSNORM, .n_in = 2, .n_out = 1};
+    n.in[0] = os, n.in[1] = iw, n.out[0] = oy0, n.p.f[0] = 1e-5f;
+    run_node(&n, (uint32_t)T, NULL, NULL);
+    weft_node f = {.op = WEFT_OP_ADD_RMSNORM, .n_in = 3, .n_out = 2};
+    f.in[0] = ix, f.in[1] = ir, f.in[2] = iw, f.out[0] = oy1, f.out[1] = os1, f.p.f[0] = 1e-5f;
+    run_node(&f, (uint32_t)T, NULL, NULL);
+    size_t cnt = (size_t)T * D;
+    float *p = malloc(cnt * 4), *q = malloc(cnt * 4);
+    fetch(&y0, p), fetch(&y1, q);
+    expect_same("add_rmsnorm y vs add + rmsnorm", q, p, cnt);
+    fetch(&s, p), fetch(&s1, q);
+    expect_same("add_rmsnorm residual vs add", q, p, cnt);
+    free(p), free(q);
+    tens all[] = {x, r, w, s, y0, y1, s1};
+    free_tensors(all, 7);
+}
+
+static void test_add_rmsnorm(void **state) {
+    (void)state;
+    check_add_rmsnorm(WEFT_DTYPE_BF16, 1, 2048);
+    check_add_rmsnorm(WEFT_DTYPE_BF16, 3, 1024);
+    check_add_rmsnorm(WEFT_DTYPE_F32, 2, 64);
+    check_add_rmsnorm(WEFT_DTYPE_BF16, 2, 896);
+}
+
+/* lm_head through the GEMV kernel: bf16 weights, f32 logits, gathered rows */
+static void test_head_gemv(void **state) {
+    (void)state;
+    const uint32_t dt = WEFT_DTYPE_BF16;
+    int T = 3, V = 1000, D = 1024;
+    tens x = {dt, T, D}, w = {dt, V, D}, lo = {WEFT_DTYPE_F32, 2, V};
+    weft_node h = {.op = WEFT_OP_LM_HEAD, .n_in = 2, .n_out = 1};
+    h.in[0] = add_tensor(&x, 1);
+    h.in[1] = add_tensor(&w, 1);
+    h.out[0] = add_tensor(&lo, 0);
+    int32_t rows[2] = {0, 2};
+    weft_batch batch = {.size = sizeof(batch), .n_tokens = (uint32_t)T, .n_logits = 2,
+                        .logit_rows = rows};
+    run_node(&h, (uint32_t)T, &batch, NULL);
+    float *got = malloc((size_t)2 * V * 4);
+    double *ref = malloc((size_t)2 * V * 8);
+    fetch(&lo, got);
+    for (int r = 0; r < 2; r++)
+        for (int o = 0; o < V; o++) {
+            double s = 0;
+            for (int k = 0; k < D; k++) s += (double)x.h[rows[r] * D + k] * w.h[o * D + k];
+            ref[r * V + o] = s;
+        }
+    double e = relerr(got, ref, (size_t)2 * V);
+    printf("lm_head gemv bf16 -> f32: rel err %.2e\n", e);
+    assert_true(e < 1e-5); /* f32 logits of bf16 inputs: only summation order differs */
+    free(got), free(ref);
+    tens all[] = {x, w, lo};
+    free_tensors(all, 3);
+}
+
 static int setup(void **state) {
     (void)state;
     char path[1024];
@@ -494,20 +800,36 @@ static int setup(void **state) {
     weft_error err = {.size = sizeof(err)};
     if (!entry || entry(1, 1, &chosen, &desc, &err)) return -1;
     be = desc->backend;
-    weft_option opt[2] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
-                          {.key = "arena_mb", .type = WEFT_OPTION_INT, .i = 0}};
-    weft_options opts = {2, opt};
-    if (desc->create(NULL, &opts, &bst, &err)) {
+    weft_option opt[4] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
+                          {.key = "arena_mb", .type = WEFT_OPTION_INT, .i = 0},
+                          {.key = "gemv_max_tokens", .type = WEFT_OPTION_INT, .i = 8},
+                          {.key = "gemv_force", .type = WEFT_OPTION_BOOL, .i = 1}};
+    weft_options opts = {4, opt};
+    /* a host with the graph service, so the backend registers the fused user ops */
+    host = weft_host_new();
+    if (!host ||
+        weft_host_register_service(host, WEFT_SERVICE_GRAPH, weft_graph_service_get()) != 0)
+        return -1;
+    if (desc->create(weft_host_services_of(host), &opts, &bst, &err)) {
         fprintf(stderr, "SKIPPED: no usable CUDA device here (%s)\n", err.message);
         return 0;
     }
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
-    return be->register_ops(bst, &ops, &err) ? -1 : 0;
+    if (be->register_ops(bst, &ops, &err)) return -1;
+    const weft_graph_service *gs = weft_graph_service_get();
+    op_lsw = gs->op_register("fuse.linear_swiglu", &err);
+    op_qkr = gs->op_register("fuse.qkv_rope", &err);
+    if (!reg_find(op_lsw) || !reg_find(op_qkr)) {
+        fprintf(stderr, "the backend registered no fused ops\n");
+        return -1;
+    }
+    return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
     if (bst) desc->destroy(bst);
+    if (host) weft_host_free(host);
     return 0;
 }
 
@@ -521,12 +843,20 @@ GPU_TEST(test_rmsnorm)
 GPU_TEST(test_rope)
 GPU_TEST(test_attention)
 GPU_TEST(test_elementwise_and_head)
+GPU_TEST(test_linear_swiglu)
+GPU_TEST(test_merged_linear_split)
+GPU_TEST(test_qkv_rope)
+GPU_TEST(test_add_rmsnorm)
+GPU_TEST(test_head_gemv)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpu_test_linear),   cmocka_unit_test(gpu_test_rmsnorm),
         cmocka_unit_test(gpu_test_rope),     cmocka_unit_test(gpu_test_attention),
         cmocka_unit_test(gpu_test_elementwise_and_head),
+        cmocka_unit_test(gpu_test_linear_swiglu), cmocka_unit_test(gpu_test_merged_linear_split),
+        cmocka_unit_test(gpu_test_qkv_rope),     cmocka_unit_test(gpu_test_add_rmsnorm),
+        cmocka_unit_test(gpu_test_head_gemv),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -80,9 +80,11 @@ static int check_vectors(const weft_tokenizer *tok, const char *family) {
         int same = n == nwant && (n == 0 || !memcmp(ids, want, n * sizeof(*ids)));
         if (!same) {
             fprintf(stderr, "%s case %d \"%.*s\": expected", family, checked, (int)(sep - p), p);
-            for (size_t k = 0; k < nwant; k++) fprintf(stderr, " %d", want[k]);
+            for (size_t k = 0; k < nwant; k++)
+                fprintf(stderr, " %d", want[k]);
             fprintf(stderr, "\n got");
-            for (size_t k = 0; k < n; k++) fprintf(stderr, " %d", ids[k]);
+            for (size_t k = 0; k < n; k++)
+                fprintf(stderr, " %d", ids[k]);
             fprintf(stderr, "\n");
         }
         assert_true(same);

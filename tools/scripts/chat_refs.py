@@ -16,6 +16,7 @@ strftime_now reads a fixed clock passed per case (the C side takes it as extra "
 Usage: python3 -m venv /work/venv && /work/venv/bin/pip install jinja2
        /work/venv/bin/python tools/scripts/chat_refs.py
 """
+import copy
 import datetime
 import json
 import os
@@ -285,7 +286,7 @@ def make_cases():
     clocks = ["2024-07-26T12:30:45", "2025-01-01", "1999-12-31T23:59:59", "2024-02-29T06:05:04"]
 
     def add(template, source, msgs, agp, extra, special):
-        out, err = render(source, msgs, agp, extra, special)
+        out, err = render(source, copy.deepcopy(msgs), agp, copy.deepcopy(extra), special)
         case = {"template": template, "messages": msgs, "add_generation_prompt": agp, "extra": extra}
         if err:
             case["error"] = err
@@ -340,6 +341,120 @@ def make_cases():
 
 
 # ---- feature suite ------------------------------------------------------------------------------
+# Templates written in the style of published ones (not copies): role alternation checks,
+# system-role rejection, namespace bookkeeping over tool calls, recursive type macros, and
+# multimodal content lists.
+MISTRAL_LIKE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+
+GEMMA_LIKE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}")
+
+DEEPSEEK_LIKE = """{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}
+{%- set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}
+{%- for message in messages %}
+    {%- if message['role'] == 'system' %}{% set ns.system_prompt = message['content'] %}{% endif %}
+{%- endfor %}
+{{- bos_token }}{{ ns.system_prompt }}
+{%- for message in messages %}
+    {%- if message['role'] == 'user' %}
+        {%- set ns.is_tool = false -%}
+        {{- '<|User|>' + message['content'] }}
+    {%- endif %}
+    {%- if message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] is not none %}
+        {%- set ns.is_tool = false -%}
+        {%- for tool in message['tool_calls'] %}
+            {%- if not ns.is_first %}
+                {{- '<|Assistant|><|tool_calls_begin|><|tool_call_begin|>' + tool['type'] + '<|tool_sep|>' + tool['function']['name'] + '\\n```json\\n' + tool['function']['arguments'] + '\\n```<|tool_call_end|>' }}
+                {%- set ns.is_first = true -%}
+            {%- else %}
+                {{- '\\n<|tool_call_begin|>' + tool['type'] + '<|tool_sep|>' + tool['function']['name'] + '\\n```json\\n' + tool['function']['arguments'] + '\\n```<|tool_call_end|>' }}
+            {%- endif %}
+        {%- endfor %}
+        {{- '<|tool_calls_end|><|end_of_sentence|>' }}
+    {%- endif %}
+    {%- if message['role'] == 'assistant' and (message['tool_calls'] is not defined or message['tool_calls'] is none) %}
+        {%- set content = message['content'] %}
+        {%- if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}
+        {%- if ns.is_tool %}{{ '<|tool_outputs_end|>' + content + '<|end_of_sentence|>' }}{% set ns.is_tool = false %}
+        {%- else %}{{ '<|Assistant|>' + content + '<|end_of_sentence|>' }}{% endif %}
+    {%- endif %}
+    {%- if message['role'] == 'tool' %}
+        {%- set ns.is_tool = true -%}
+        {%- if ns.is_output_first %}
+            {{- '<|tool_outputs_begin|><|tool_output_begin|>' + message['content'] + '<|tool_output_end|>' }}
+            {%- set ns.is_output_first = false %}
+        {%- else %}
+            {{- '\\n<|tool_output_begin|>' + message['content'] + '<|tool_output_end|>' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor -%}
+{% if ns.is_tool %}{{ '<|tool_outputs_end|>' }}{% endif %}
+{% if add_generation_prompt and not ns.is_tool %}{{ '<|Assistant|><think>\\n' }}{% endif %}"""
+
+HERMES_LIKE = """{%- macro json_to_python_type(json_spec) %}
+{%- set basic_type_map = {"string": "str", "number": "float", "integer": "int", "boolean": "bool"} %}
+{%- if basic_type_map[json_spec.type] is defined %}
+    {{- basic_type_map[json_spec.type] }}
+{%- elif json_spec.type == "array" %}
+    {{- "list[" +  json_to_python_type(json_spec|items) + "]" if json_spec.items is not mapping else "list[" + json_to_python_type(json_spec['items']) + "]" }}
+{%- elif json_spec.type == "object" %}
+    {%- if json_spec.additionalProperties is defined %}
+        {{- "dict[str, " + json_to_python_type(json_spec.additionalProperties) + ']' }}
+    {%- else %}
+        {{- "dict" }}
+    {%- endif %}
+{%- elif json_spec.type is iterable and json_spec.type is not string %}
+    {{- "Union[" }}{%- for t in json_spec.type %}{{- json_to_python_type({"type": t}) }}{%- if not loop.last %}{{- "," }}{%- endif %}{%- endfor %}{{- "]" }}
+{%- elif json_spec.anyOf is defined %}
+    {{- "Union[" }}{%- for t in json_spec.anyOf %}{{- json_to_python_type(t) }}{%- if not loop.last %}{{- "," }}{%- endif %}{%- endfor %}{{- "]" }}
+{%- else %}
+    {{- "Any" }}
+{%- endif %}
+{%- endmacro %}
+{%- for tool in tools %}
+    {%- if tool.function is defined %}{%- set tool = tool.function %}{%- endif %}
+    {{- '{"type": "function", "function": ' }}
+    {{- '{"name": "' + tool.name + '", ' }}
+    {{- '"description": "' + tool.name + '(' }}
+    {%- for param_name, param_fields in tool.parameters.properties|items %}
+        {{- param_name + ": " + json_to_python_type(param_fields) }}
+        {%- if not loop.last %}{{- ", " }}{%- endif %}
+    {%- endfor %}
+    {{- ")" }}
+    {%- if tool.return is defined %}{{- " -> " + json_to_python_type(tool.return) }}{%- endif %}
+    {{- " - " + tool.description.strip() + "\\n\\n" }}
+    {%- for param_name, param_fields in tool.parameters.properties|items %}
+        {%- if loop.first %}{{- "    Args:\\n" }}{%- endif %}
+        {{- "        " + param_name + "(" + json_to_python_type(param_fields) + "): " + param_fields.description|default('')|trim }}
+    {%- endfor %}
+    {{- '", "parameters": ' }}{{- tool.parameters|tojson }}{{- "}" }}
+{%- endfor %}"""
+
+CONTENT_PARTS = """{%- for message in messages %}
+{{- '<|' + message['role'] + '|>' }}
+{%- if message['content'] is string %}
+    {{- message['content'] }}
+{%- else %}
+    {%- for content in message['content'] %}
+        {%- if content['type'] == 'image' %}{{- '<|image|>' }}
+        {%- elif content['type'] == 'text' %}{{- content['text'] | trim }}{% if not loop.last %} {% endif %}
+        {%- endif %}
+    {%- endfor %}
+    {{- '[' ~ message['content']|selectattr('type', 'equalto', 'text')|map(attribute='text')|map('trim')|join('+') ~ ']' }}
+{%- endif %}
+{{- '<|eot|>\\n' }}
+{%- endfor %}"""
+
 FEATURES = [
     # output and literals
     ("text", "plain text", {}),
@@ -482,6 +597,32 @@ FEATURES = [
     ("messages_loop", "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}", {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "add_generation_prompt": True}),
     ("nested_data", "{{ data.a[1].b }} {{ data['a'][0] }}", {"data": {"a": [1, {"b": "deep"}]}}),
     ("big_int_ops", "{{ 9223372036854775807 }} {{ -9223372036854775807 - 1 }}", {}),
+    # constructs in the style of other published chat templates
+    ("tpl_alternating", MISTRAL_LIKE, {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}], "bos_token": "<s>", "eos_token": "</s>"}),
+    ("err_tpl_alternating", MISTRAL_LIKE, {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "bos_token": "<s>", "eos_token": "</s>"}),
+    ("tpl_gemma_like", GEMMA_LIKE, {"messages": [{"role": "user", "content": "  hi  "}, {"role": "assistant", "content": "yo\n"}], "add_generation_prompt": True, "bos_token": "<bos>"}),
+    ("err_tpl_gemma_system", GEMMA_LIKE, {"messages": [{"role": "system", "content": "s"}], "bos_token": "<bos>"}),
+    ("tpl_deepseek_like", DEEPSEEK_LIKE, {"messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "<think>hidden</think>answer", "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},
+            {"type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+        {"role": "tool", "content": "r1"}, {"role": "tool", "content": "r2"},
+        {"role": "assistant", "content": "final"}, {"role": "user", "content": "q2"}],
+        "add_generation_prompt": True, "bos_token": "<bos>"}),
+    ("tpl_hermes_tools", HERMES_LIKE, {"tools": [
+        {"type": "function", "function": {"name": "get_stock", "description": "Get a stock price.\n  ",
+         "parameters": {"type": "object", "properties": {
+             "symbol": {"type": "string", "description": "Ticker "},
+             "days": {"type": "array", "items": {"type": "integer"}},
+             "opts": {"type": "object", "additionalProperties": {"type": "number"}},
+             "mode": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+             "required": ["symbol"]}, "return": {"type": "number"}}}]}),
+    ("tpl_content_parts", CONTENT_PARTS, {"messages": [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " describe  "}]},
+        {"role": "assistant", "content": "a cat"},
+        {"role": "user", "content": [{"type": "text", "text": "and"}, {"type": "text", "text": "more"}]}]}),
+    ("tpl_chatml_generation", "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}{% if message['role'] == 'assistant' %}{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{% else %}{{ message['content'] + '<|im_end|>' }}{% endif %}{{ '\\n' }}{% endfor %}", {"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]}),
     # errors (the C side must fail too)
     ("err_raise", "{{ raise_exception('custom failure') }}", {}),
     ("err_undefined_attr", "{{ missing.attr }}", {}),
@@ -524,7 +665,7 @@ def make_features():
         variables = dict(variables)
         messages = variables.pop("messages", [])
         agp = variables.pop("add_generation_prompt", False)
-        result, err = render(source, messages, agp, variables)
+        result, err = render(source, copy.deepcopy(messages), agp, copy.deepcopy(variables))
         rec = {"name": name, "template": source, "messages": messages, "add_generation_prompt": agp,
                "extra": variables}
         if err:
@@ -537,6 +678,216 @@ def make_features():
     return out
 
 
+# ---- generated differential suite -------------------------------------------------------------
+GEN_VARS = {
+    "s": "Hello, World é😀", "t": "  padded\ttext \n", "e": "", "n": 7, "z": 0, "m": -3, "f": 2.5,
+    "g": 1e-05, "b": True, "k": False, "o": None,
+    "l": [3, 1, 2], "w": ["b", "A", "a", "c"], "x": [], "mixed": [1, "a", None, 2.5, True],
+    "d": {"a": 1, "b": "two", "c": [1, 2], "items": "shadow"}, "q": {},
+    "msgs": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"},
+             {"role": "assistant", "content": "<think>r</think>ok", "tool_calls": [{"name": "f", "arguments": {"x": 1}}]}],
+    "nested": {"a": {"b": {"c": [10, 20, {"d": "deep"}]}}},
+}
+
+GEN_ATOMS = ["s", "t", "e", "n", "z", "m", "f", "g", "b", "k", "o", "l", "w", "x", "mixed", "d", "q",
+             "msgs", "nested", "u", "0", "1", "-2", "3", "0.5", "1e3", "'abc'", "'a b'", "''",
+             "'É'", "'x,y,,z'", "\"q'uote\"", "none", "true", "false", "[1, 2]", "['a', 'b']",
+             "{'k': 'v'}", "(1, 'a')", "msgs[0]", "msgs[-1]", "d.a", "d['c']", "nested.a.b.c",
+             "l[0]", "s[1:4]", "s[::-1]", "l[::-1]", "w[1:]", "msgs|length", "range(4)", "u.v"]
+
+GEN_FILTERS = ["length", "trim", "upper", "lower", "first", "last", "list", "join(',')", "tojson",
+               "string", "default('D')", "default('D', true)", "int", "float", "round", "abs",
+               "reverse|list", "sort", "unique|list", "items|list", "dictsort", "map('string')|list",
+               "select('odd')|list", "reject|list", "selectattr('role', 'equalto', 'user')|list",
+               "map(attribute='role')|list", "replace('a', 'X')", "capitalize", "title",
+               "indent(2)", "sum", "min", "max", "count", "wordcount", "center(9)", "e",
+               "tojson(indent=1)", "join", "batch" if False else "string", "trim('H')"]
+
+GEN_TESTS = ["defined", "undefined", "none", "string", "number", "iterable", "mapping", "sequence",
+             "odd", "even", "divisibleby(3)", "eq 1", "in [1, 'a']", "lower", "upper", "true",
+             "false", "integer", "float", "boolean", "not none", "not defined", "callable"]
+
+GEN_METHODS = ["upper()", "lower()", "strip()", "lstrip('H')", "rstrip()", "split(',')", "split()",
+               "startswith('H')", "endswith('😀')", "replace('l', 'L')", "find('o')", "count('l')",
+               "title()", "capitalize()", "get('a')", "get('zz', 5)", "items()|list", "keys()|list",
+               "values()|list", "index(1)", "splitlines()", "rsplit(' ', 1)", "isdigit()", "join(['p', 'q'])"]
+
+GEN_BINOPS = ["+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", "<=", ">", ">=", "in",
+              "not in", "and", "or"]
+
+
+def gen_expr(rng, depth):
+    r = rng.random()
+    if depth <= 0 or r < 0.25:
+        return rng.choice(GEN_ATOMS)
+    if r < 0.45:
+        return "%s|%s" % (gen_expr(rng, depth - 1), rng.choice(GEN_FILTERS))
+    if r < 0.55:
+        return "%s is %s" % (gen_expr(rng, depth - 1), rng.choice(GEN_TESTS))
+    if r < 0.65:
+        return "%s.%s" % (rng.choice(["s", "t", "d", "l", "q", "e", "'a,b'", "msgs[0]", "w", "u"]), rng.choice(GEN_METHODS))
+    if r < 0.85:
+        return "(%s %s %s)" % (gen_expr(rng, depth - 1), rng.choice(GEN_BINOPS), gen_expr(rng, depth - 1))
+    if r < 0.92:
+        return "(%s if %s else %s)" % (gen_expr(rng, depth - 1), gen_expr(rng, depth - 1), gen_expr(rng, depth - 1))
+    return "%s%s" % (rng.choice(["not ", "-", "not not "]), gen_expr(rng, depth - 1))
+
+
+GEN_TEXT = ["", " ", "\n", "  \n  ", "\t", "x", "\n\n", " y \n", "\n  ", "z\n\t"]
+
+
+def gen_tag(rng, body):
+    left = rng.choice(["", "", "-", "+"])
+    right = rng.choice(["", "", "-", "+"])
+    return "{%" + left + " " + body + " " + right + "%}"
+
+
+def gen_layout(rng, depth):
+    """Text interleaved with tags in every whitespace-control combination."""
+    out = []
+    for _ in range(rng.randint(1, 5)):
+        out.append(rng.choice(GEN_TEXT))
+        r = rng.random()
+        if r < 0.25:
+            out.append("{{" + rng.choice(["", "-"]) + " n " + rng.choice(["", "-"]) + "}}")
+        elif r < 0.4:
+            out.append("{#" + rng.choice(["", "-", "+"]) + " c " + rng.choice(["", "-", "+"]) + "#}")
+        elif r < 0.6 and depth > 0:
+            out.append(gen_tag(rng, "if b"))
+            out.append(gen_layout(rng, depth - 1))
+            if rng.random() < 0.5:
+                out.append(gen_tag(rng, "else"))
+                out.append(gen_layout(rng, depth - 1))
+            out.append(gen_tag(rng, "endif"))
+        elif r < 0.75 and depth > 0:
+            out.append(gen_tag(rng, "for i in l"))
+            out.append(gen_layout(rng, depth - 1))
+            out.append(gen_tag(rng, "endfor"))
+        elif r < 0.85:
+            out.append(gen_tag(rng, "set v = 1"))
+        elif r < 0.9:
+            out.append(gen_tag(rng, "raw") + rng.choice(GEN_TEXT) + "{{ x }}" + gen_tag(rng, "endraw"))
+        out.append(rng.choice(GEN_TEXT))
+    return "".join(out)
+
+
+# Python object reprs with addresses, and complex numbers, which weft does not have (see
+# docs/CHAT_TEMPLATES.md); generated cases that print one are left out.
+UNMATCHABLE = (" at 0x", "j)", "<generator", "<list_reverseiterator", "<built-in", "<bound method",
+               "<dict_", "<function", "<Macro", "<jinja2", "object at")
+
+
+PROG_VALUES = ["l", "w", "msgs", "s", "d", "x", "range(3)", "[1, 2, 3, 4]", "mixed", "'ab'",
+               "d.items()", "msgs|selectattr('role', 'ne', 'system')"]
+PROG_EXPRS = ["it", "y", "ns.a", "loop.index", "loop.first", "loop.last", "loop.length",
+              "loop.previtem", "loop.revindex0", "n", "it ~ y", "ns.a + 1", "y is defined",
+              "mk(it)", "mk(y, 'q')", "it is string", "loop.index0 % 2", "(it|string)[:3]",
+              "'%s-%d' % (it|string, loop.index)", "ns.b|length"]
+
+
+def gen_program(rng, depth, in_loop):
+    """Statements mixing loops, sets, namespaces and macro calls, to exercise scoping."""
+    out = []
+    for _ in range(rng.randint(1, 4)):
+        r = rng.random()
+        if r < 0.3 and depth > 0:
+            out.append("{%% for it in %s %%}" % rng.choice(PROG_VALUES))
+            out.append(gen_program(rng, depth - 1, True))
+            if rng.random() < 0.2:
+                out.append("{% else %}E")
+            out.append("{% endfor %}")
+        elif r < 0.5 and depth > 0:
+            out.append("{%% if %s %%}" % rng.choice(PROG_EXPRS + ["true", "false"]))
+            out.append(gen_program(rng, depth - 1, in_loop))
+            if rng.random() < 0.5:
+                out.append("{% elif " + rng.choice(PROG_EXPRS) + " %}")
+                out.append(gen_program(rng, depth - 1, in_loop))
+            out.append("{% endif %}")
+        elif r < 0.6:
+            out.append("{%% set y = %s %%}" % rng.choice(PROG_EXPRS))
+        elif r < 0.7:
+            out.append("{%% set ns.a = %s %%}" % rng.choice(PROG_EXPRS))
+        elif r < 0.75:
+            out.append("{%% set ns.b = ns.b ~ %s %%}" % rng.choice(PROG_EXPRS))
+        elif r < 0.8 and in_loop:
+            out.append(rng.choice(["{% break %}", "{% continue %}", "{% if loop.index > 1 %}{% break %}{% endif %}"]))
+        elif r < 0.85:
+            out.append("{%% set blk %%}<{{ %s }}>{%% set y = 'inner' %%}{%% endset %%}{{ blk }}" % rng.choice(PROG_EXPRS))
+        else:
+            out.append("[{{ %s }}]" % rng.choice(PROG_EXPRS))
+    return "".join(out)
+
+
+def make_programs():
+    rng = random.Random(4242)
+    out = []
+    prelude = ("{% set ns = namespace(a=0, b='') %}{% set y = 'top' %}"
+               "{% macro mk(v, suffix='!') %}({{ v }}{{ suffix }}{{ y }}){% set y = 'm' %}{% endmacro %}")
+    for i in range(800):
+        src = prelude + gen_program(rng, 3, False) + "|{{ y }}|{{ ns.a }}|{{ ns.b }}"
+        result, err = render(src, [], False, copy.deepcopy(GEN_VARS))
+        if result is not None and any(m in result for m in UNMATCHABLE):
+            continue
+        rec = {"name": "prog%04d" % i, "template": src, "messages": [], "add_generation_prompt": False,
+               "extra": "GEN_VARS"}
+        if err:
+            rec["error"] = err
+        else:
+            rec["expected"] = result
+        out.append(rec)
+    return out
+
+
+class ComplexProbe(ImmutableSandboxedEnvironment):
+    """Flags templates whose ** yields a complex number (weft has no complex type)."""
+
+    intercepted_binops = frozenset(["**"])
+    seen_complex = False
+
+    def call_binop(self, context, operator, left, right):
+        r = super().call_binop(context, operator, left, right)
+        if isinstance(r, complex):
+            ComplexProbe.seen_complex = True
+        return r
+
+
+def makes_complex(src):
+    ComplexProbe.seen_complex = False
+    try:
+        ComplexProbe(extensions=[jinja2.ext.loopcontrols]).from_string(src).render(**copy.deepcopy(GEN_VARS))
+    except Exception:
+        pass
+    return ComplexProbe.seen_complex
+
+
+def make_generated():
+    rng = random.Random(777)
+    out, skipped = [], 0
+    for i in range(2200):
+        r = rng.random()
+        if r < 0.5:
+            src = "{{ " + gen_expr(rng, 3) + " }}"
+        elif r < 0.65:
+            src = "{% if " + gen_expr(rng, 2) + " %}T{% else %}F{% endif %}"
+        elif r < 0.75:
+            src = "{% for it in " + gen_expr(rng, 2) + " %}[{{ it }}|{{ loop.index }}]{% else %}none{% endfor %}"
+        else:
+            src = gen_layout(rng, 2)
+        # deep copies: Jinja2's indent filter extends a list argument in place (s += "\n")
+        result, err = render(src, [], False, copy.deepcopy(GEN_VARS))
+        if (result is not None and any(m in result for m in UNMATCHABLE)) or ("**" in src and makes_complex(src)):
+            skipped += 1
+            continue
+        rec = {"name": "gen%04d" % i, "template": src, "messages": [], "add_generation_prompt": False,
+               "extra": "GEN_VARS"}
+        if err:
+            rec["error"] = err
+        else:
+            rec["expected"] = result
+        out.append(rec)
+    return out, skipped
+
+
 def write_jsonl(path, records):
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for r in records:
@@ -547,6 +898,14 @@ def main():
     print("jinja2", jinja2.__version__)
     feats = make_features()
     write_jsonl(os.path.join(OUT, "features.jsonl"), feats)
+    gen, skipped = make_generated()
+    progs = make_programs()
+    print("programs:", len(progs), "kept,", sum(1 for g in progs if "error" in g), "errors")
+    gen += progs
+    # the shared variables go first, once, instead of in every record
+    write_jsonl(os.path.join(OUT, "generated.jsonl"), [{"name": "GEN_VARS", "vars": GEN_VARS}] + gen)
+    print("generated:", len(gen), "kept,", skipped, "left out (unmatchable reprs)",
+          sum(1 for g in gen if "error" in g), "errors")
     cases = make_cases()
     write_jsonl(os.path.join(OUT, "cases.jsonl"), cases)
     kinds = {}

@@ -7,6 +7,8 @@
 #   tools/scripts/gpu-check.sh refs      synthetic Qwen3-0.6B / Llama-3.2-1B: fp32 references
 #                                        from transformers, fp32 parity (1e-3) and bf16 KL
 #   tools/scripts/gpu-check.sh bench     decode benchmarks on the synthetic bf16 configs
+#   tools/scripts/gpu-check.sh final     GPU unit tests, parity of the shipped candidates, decode
+#                                        speed per candidate, serving throughput at 1/8/32/64
 # Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
 set -uo pipefail
 phase=${1:-ops}
@@ -18,6 +20,7 @@ export PATH=$B/bin:$PATH WEFT_PLUGIN_PATH=$B/lib/weft/plugins
 export WEFT_CACHE=${WEFT_CACHE:-/tmp/weft-cache} WEFT_TEST_PLUGIN_DIR=$B/lib/weft/plugins
 export LD_LIBRARY_PATH=$B/lib:${LD_LIBRARY_PATH:-}
 S=$B/shared
+export WEFT_SHARED_DIR=$S
 M=/tmp/weft-models
 mkdir -p "$M"
 summary=()
@@ -25,8 +28,14 @@ note() { summary+=("$1"); echo "== $1"; }
 run() { # name, command...: runs, logs, records PASS/FAIL
   local name=$1; shift
   echo; echo "### $name: $*"
-  if "$@" >"$out/$name.log" 2>&1; then note "PASS $name"; else note "FAIL $name (rc $?)"; fi
-  tail -n 8 "$out/$name.log"
+  local key
+  if "$@" >"$out/$name.log" 2>&1; then
+    key=$(grep -m1 -E 'tokens/s|aggregate|max relative|PASSED|SKIPPED' "$out/$name.log" | tr -s ' ' | cut -c1-110)
+    note "PASS $name ${key}"
+  else
+    note "FAIL $name (rc $?) $(grep -m1 -iE 'error|fail' "$out/$name.log" | cut -c1-150)"
+  fi
+  tail -n 4 "$out/$name.log"
 }
 cuda_manifest=$root/manifests/baseline-cuda.yaml
 stories=$WEFT_CACHE/models/stories260k
@@ -79,6 +88,37 @@ bench)
       --prompt 128 --gen 256 --repeats 5
     run "limits_$cfg" weft eval limits --model "$M/$cfg-bf16" --probe "$out/probe-h200.json" \
       --context 256
+  done
+  ;;
+final)
+  # GPU unit tests of the backend and the techniques, parity of the shipped candidates, decode
+  # speed of each execution candidate, serving throughput at several concurrencies.
+  for t in test_cuda_ops test_kv_paged_cuda test_exec test_fuse; do
+    [ -x "$B/tests/$t" ] && run "$t" "$B/tests/$t"
+  done
+  mkdir -p "$stories"
+  weft convert llama2c "$S/models/stories260K/stories260K.bin" "$S/models/stories260K/tok512.bin" \
+    "$stories" >/dev/null
+  for c in baseline-cuda fast-cuda serve-cuda ${WEFT_GPU_EXTRA_CANDIDATES:-}; do
+    run "parity_${c}_stories" weft eval parity --manifest "manifests/$c.yaml" --model "$stories" \
+      --reference "$S/reference/stories260K/reference.safetensors" --max-rel 1e-3
+    run "parity_${c}_tiny-qwen3" weft eval parity --manifest "manifests/$c.yaml" \
+      --model "$S/reference/tiny-qwen3" --reference "$S/reference/tiny-qwen3/reference.safetensors" \
+      --max-rel 1e-3
+  done
+  for cfg in Llama-3.2-1B Qwen3-0.6B; do
+    weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 --seed 1 >/dev/null &
+  done
+  wait
+  for cfg in Llama-3.2-1B Qwen3-0.6B; do
+    for c in baseline-cuda fast-cuda ${WEFT_GPU_EXTRA_CANDIDATES:-}; do
+      run "bench_${c}_$cfg" weft bench decode --candidate "manifests/$c.yaml" --model "$M/$cfg-bf16" \
+        --prompt 128 --gen 256 --repeats 5
+    done
+  done
+  for n in 1 8 32 64; do
+    run "serve_c${n}_Qwen3-0.6B" weft bench decode --candidate manifests/serve-cuda.yaml \
+      --model "$M/Qwen3-0.6B-bf16" --prompt 128 --gen 128 --repeats 2 --concurrency "$n"
   done
   ;;
 *)

@@ -6,11 +6,12 @@ outputs are committed under tests/data/tokenizer/ so the C tests need no Python)
    Llama-2-style tokenizer.json (BPE with byte_fallback; merges ranked by descending score of the
    merged piece, ties in vocabulary order; normalizer Prepend "▁" + Replace " " -> "▁"; decoder
    Replace/ByteFallback/Fuse/Strip; TemplateProcessing adding <s>).
-2. Derives two small variants that exercise the other stages weft supports: "spm_legacy" (the
+2. Derives small variants that exercise the other stages weft supports: "spm_legacy" (the
    same vocabulary with the older Metaspace pre-tokenizer and decoder, NFKC + Lowercase, Digits,
-   and added tokens with lstrip / rstrip / single_word) and "bytelevel_small" (a byte-level BPE
+   and added tokens with lstrip / rstrip / single_word), "bytelevel_small" (a byte-level BPE
    trained here by `tokenizers` with the GPT-2 ByteLevel pre-tokenizer regex, add_prefix_space,
-   RobertaProcessing and added tokens).
+   RobertaProcessing and added tokens) and "bytelevel_llama3" (that vocabulary with Llama 3's
+   Split regex, ignore_merges and a TemplateProcessing BOS).
 3. Generates deterministic strings (many scripts, emoji, code, digits, whitespace runs, special
    and added tokens, NFC edge cases) and writes, per tokenizer, a JSON-lines file: a header
    line naming the tokenizer, then one line per string with the ids HF gives with
@@ -18,8 +19,12 @@ outputs are committed under tests/data/tokenizer/ so the C tests need no Python)
    differ), and HF's decode of "ids" with and without skip_special_tokens ("d" / "ds", only when
    they differ from the text).
 
-4. Writes the seed corpus of the fuzz target (tests/fuzz/corpus/tokenizer/): the tokenizers above
-   (mode byte 0), sample strings (modes 1 and 2), a tiny vocab GGUF (mode 3) and id lists (4).
+   It also writes bytelevel_llama3.gguf, the same vocabulary as a llama.cpp vocab GGUF
+   (tokenizer.ggml.model "gpt2", pre "llama-bpe"), which must encode like the tokenizer.json.
+4. Writes normalization.jsonl: strings heavy in combining marks, Hangul, compatibility characters
+   and case, with their NFC, NFD, NFKC and NFKD forms and lowercase from Python's unicodedata.
+5. Writes the seed corpus of the fuzz target (tests/fuzz/corpus/tokenizer/): the tokenizers above
+   (mode byte 0), sample strings (modes 1 and 2), vocab GGUFs (mode 3) and id lists (4).
 
 Usage: /work/venv/bin/python tools/scripts/tokenizer_refs.py [--shared DIR] [--out DIR]
 """
@@ -116,6 +121,7 @@ def stories_tokenizer(tok512):
 # ---- 2. variants ----------------------------------------------------------------------------
 def spm_legacy_tokenizer(base):
     t = json.loads(json.dumps(base))
+    # Normalized added tokens are searched for in their normalized form ("DOG" as "dog").
     t["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]}
     t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Digits", "individual_digits": True},
@@ -128,7 +134,9 @@ def spm_legacy_tokenizer(base):
     t["model"]["fuse_unk"] = False
     n = len(t["model"]["vocab"])
     extra = [("[MASK]", True, True, True, False, False), ("<sep>", True, False, True, False, False),
-             ("cat", False, False, False, True, True), ("[b]", False, True, False, False, True)]
+             ("cat", False, False, False, True, True), ("[b]", False, True, False, False, True),
+             ("DOG", False, False, False, False, True), ("\uff26\uff29", False, False, False,
+                                                         False, True)]
     for k, (content, special, lstrip, rstrip, single, normalized) in enumerate(extra):
         t["added_tokens"].append({"id": n + k, "content": content, "single_word": single,
                                   "lstrip": lstrip, "rstrip": rstrip, "normalized": normalized,
@@ -154,6 +162,30 @@ def bytelevel_small_tokenizer(corpus):
     t["added_tokens"].append({"id": n + 1, "content": " the ", "single_word": False,
                               "lstrip": False, "rstrip": False, "normalized": True,
                               "special": False})
+    return t
+
+
+LLAMA3_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?"
+                "[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def bytelevel_llama3_tokenizer(base):
+    t = json.loads(json.dumps(base))
+    t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    t["model"]["ignore_merges"] = True
+    t["post_processor"] = {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        {"type": "TemplateProcessing",
+         "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                    {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                  {"Sequence": {"id": "A", "type_id": 0}},
+                  {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                  {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}]}
     return t
 
 
@@ -198,7 +230,7 @@ SPECIALS_QWEN = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</th
                  "<|im_start", "im_end|>", "<|", "|>"]
 SPECIALS_SPM = ["<s>", "</s>", "<unk>", "<s", "s>"]
 SPECIALS_LEGACY = ["[MASK]", "<sep>", "cat", "[b]", "concat", "cat.", " cat ", "[MASK] ",
-                   "  <sep>  ", "<s>", "</s>"]
+                   "  <sep>  ", "<s>", "</s>", "DOG", "dog", "Dog", "\uff26\uff29", "fi", "FI"]
 SPECIALS_BYTELEVEL = ["<|user|>", "<|user|>  ", " the ", "the", "<s>", "</s>", "<pad>"]
 
 WORDS = ["the", "The", "THE", "hello", "Hello", "world", "I'm", "don't", "you're", "we've",
@@ -340,6 +372,79 @@ def write_refs(path, header, tok, strings, with_raw=True):
     print("%s: %d strings, %d bytes" % (path, len(strings), os.path.getsize(path)))
 
 
+def normalization_refs(path, n):
+    rng = random.Random(7)
+    marks = [chr(c) for c in list(range(0x300, 0x370)) + [0x5b0, 0x5b4, 0x5bc, 0x93c, 0x94d,
+                                                          0x9bc, 0x9cd, 0x1dc0, 0x20d0, 0x302a,
+                                                          0x3099, 0x309a, 0x0e48, 0x0f71, 0x0f72]]
+    bases = "aeiouAEIOUcnszCNSZ" + "αεηιοωΑΩ" + "аеиоуАЕ" + "\u1100\u1161\u11a8\uac00\u1112" + \
+        "\u3046\u30cf\u0915\u09c7\u0b47\u0bc6\u1025\u0627\u0648"
+    compat = "\ufb01\ufb02\u2460\u00bd\u00b2\u2126\u212b\u3300\uff21\uff41\u1e9b\u01c4\u01c5\u2163\u33a1\ufe64\u2002\u00a0\u3000\u0132\u0149\u00df\u0130\u03a3"
+    out = []
+    for i in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 8)):
+            k = rng.random()
+            if k < 0.45:
+                parts.append(rng.choice(bases) + "".join(rng.choice(marks) for _ in range(rng.randint(0, 4))))
+            elif k < 0.6:
+                parts.append(rng.choice(compat))
+            elif k < 0.7:
+                parts.append(rng.choice(NFC_CASES))
+            elif k < 0.8:
+                parts.append(rng.choice(marks))
+            else:
+                while True:
+                    c = chr(rng.randint(0xA0, 0x2FFFF))
+                    if unicodedata.category(c) not in ("Cn", "Cs", "Co"):
+                        break
+                parts.append(c)
+        t = "".join(parts)
+        out.append(json.dumps({"t": t, "nfc": unicodedata.normalize("NFC", t),
+                               "nfd": unicodedata.normalize("NFD", t),
+                               "nfkc": unicodedata.normalize("NFKC", t),
+                               "nfkd": unicodedata.normalize("NFKD", t)},
+                              ensure_ascii=False, separators=(",", ":")))
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(out) + "\n")
+    print("%s: %d strings, Unicode %s" % (path, n, unicodedata.unidata_version))
+
+
+def gguf_kv_string(key, value):
+    return gguf_str(key) + struct.pack("<I", 8) + gguf_str(value)
+
+
+def gguf_str(x):
+    b = x.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_from_hf(t, pre, path):
+    """A vocab-only GGUF v3 for a byte-level tokenizer.json (tokenizer.ggml.model "gpt2")."""
+    pieces = {i: p for p, i in t["model"]["vocab"].items()}
+    types = {}
+    for a in t["added_tokens"]:
+        pieces[a["id"]] = a["content"]
+        types[a["id"]] = 3 if a["special"] else 4
+    n = max(pieces) + 1
+    assert sorted(pieces) == list(range(n))
+    merges = [" ".join(m) if isinstance(m, list) else m for m in t["model"]["merges"]]
+    kv = [gguf_kv_string("general.architecture", "llama"),
+          gguf_kv_string("tokenizer.ggml.model", "gpt2"),
+          gguf_kv_string("tokenizer.ggml.pre", pre),
+          gguf_str("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, n) +
+          b"".join(gguf_str(pieces[i]) for i in range(n)),
+          gguf_str("tokenizer.ggml.token_type") + struct.pack("<IIQ", 9, 5, n) +
+          b"".join(struct.pack("<i", types.get(i, 1)) for i in range(n)),
+          gguf_str("tokenizer.ggml.merges") + struct.pack("<IIQ", 9, 8, len(merges)) +
+          b"".join(gguf_str(m) for m in merges),
+          gguf_str("tokenizer.ggml.bos_token_id") + struct.pack("<II", 4, 1),
+          gguf_str("tokenizer.ggml.eos_token_id") + struct.pack("<II", 4, 2),
+          gguf_str("tokenizer.ggml.add_bos_token") + struct.pack("<IB", 7, 1)]
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(kv))
+
+
 def tiny_gguf():
     """A vocab-only GGUF v3 with tokenizer.ggml.model "llama" and a handful of pieces."""
     def gstr(x):
@@ -362,7 +467,7 @@ def tiny_gguf():
     return b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(kv)
 
 
-def fuzz_corpus(out, tokenizer_files, strings):
+def fuzz_corpus(out, tokenizer_files, strings, gguf_files):
     os.makedirs(out, exist_ok=True)
     k = 0
     def w(data):
@@ -376,6 +481,8 @@ def fuzz_corpus(out, tokenizer_files, strings):
         w(b"\x01" + s.encode("utf-8"))
         w(b"\x02" + s.encode("utf-8"))
     w(b"\x03" + tiny_gguf())
+    for path in gguf_files:
+        w(b"\x03" + open(path, "rb").read())
     rng = random.Random(5)
     for mode in (4, 12, 20, 28):
         w(bytes([mode]) + b"".join(struct.pack("<i", rng.randint(-5, 700)) for _ in range(40)))
@@ -389,7 +496,7 @@ def main():
                                                        os.path.join(repo, "..", "shared")))
     ap.add_argument("--out", default=os.path.join(repo, "tests", "data", "tokenizer"))
     ap.add_argument("--qwen", type=int, default=3000)
-    ap.add_argument("--small", type=int, default=1200)
+    ap.add_argument("--small", type=int, default=800)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -397,11 +504,13 @@ def main():
     legacy = spm_legacy_tokenizer(stories)
     corpus = make_strings(99, 4000, SPECIALS_BYTELEVEL)
     bytelevel = bytelevel_small_tokenizer(corpus)
+    llama3 = bytelevel_llama3_tokenizer(bytelevel)
     for name, t in (("stories260K", stories), ("spm_legacy", legacy),
-                    ("bytelevel_small", bytelevel)):
+                    ("bytelevel_small", bytelevel), ("bytelevel_llama3", llama3)):
         with open(os.path.join(args.out, name + ".json"), "w", encoding="utf-8") as f:
             json.dump(t, f, ensure_ascii=False, indent=1)
             f.write("\n")
+    gguf_from_hf(llama3, "llama-bpe", os.path.join(args.out, "bytelevel_llama3.gguf"))
 
     qwen_path = os.path.join(args.shared, "models", "qwen3-tokenizer", "tokenizer.json")
     write_refs(os.path.join(args.out, "refs_qwen3.jsonl"),
@@ -410,15 +519,18 @@ def main():
                Tokenizer.from_file(qwen_path), make_strings(1, args.qwen, SPECIALS_QWEN))
     for name, seed, specials in (("stories260K", 2, SPECIALS_SPM),
                                  ("spm_legacy", 3, SPECIALS_LEGACY),
-                                 ("bytelevel_small", 4, SPECIALS_BYTELEVEL)):
+                                 ("bytelevel_small", 4, SPECIALS_BYTELEVEL),
+                                 ("bytelevel_llama3", 8, SPECIALS_BYTELEVEL)):
         write_refs(os.path.join(args.out, "refs_%s.jsonl" % name),
                    {"tokenizer": "data:%s.json" % name,
                     "tokenizers": __import__("tokenizers").__version__},
                    Tokenizer.from_file(os.path.join(args.out, name + ".json")),
                    make_strings(seed, args.small, specials))
+    normalization_refs(os.path.join(args.out, "normalization.jsonl"), 1500)
     fuzz_corpus(os.path.join(repo, "tests", "fuzz", "corpus", "tokenizer"),
                 [os.path.join(args.out, n + ".json") for n in ("stories260K", "spm_legacy")],
-                make_strings(6, 40, SPECIALS_QWEN + SPECIALS_LEGACY))
+                make_strings(6, 40, SPECIALS_QWEN + SPECIALS_LEGACY),
+                [os.path.join(args.out, "bytelevel_llama3.gguf")])
 
 
 if __name__ == "__main__":

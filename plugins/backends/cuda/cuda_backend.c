@@ -337,6 +337,14 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->host = host;
     b->ordinal = (int)opt_int(host, opts, "device", 0);
     b->arena_fixed = (uint64_t)opt_int(host, opts, "arena_mb", 0) << 20;
+    b->gemv_max_tokens = (int)opt_int(host, opts, "gemv_max_tokens", CUDA_GEMV_MAX_TOKENS);
+    b->gemv_force = opt_int(host, opts, "gemv_force", 0) != 0;
+    if (b->gemv_max_tokens < 0 || b->gemv_max_tokens > 8) {
+        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_max_tokens: expected 0..8, "
+                                  "got %d", b->gemv_max_tokens);
+        free(b);
+        return e;
+    }
     weft_status s;
     CUresult r = cuInit(0);
     if (r != CUDA_SUCCESS) {

@@ -12,6 +12,9 @@
 #include "weft/plugin.h"
 
 #define CUDA_NAME "cuda"
+/* Default of option gemv_max_tokens: past 4 rows cuBLASLt was faster at every decode shape
+ * measured (docs/perf/fuse.md); at or below it the measured rule of cuda_ops.c decides. */
+#define CUDA_GEMV_MAX_TOKENS 4
 
 /* A block of device memory inside an arena chunk. */
 typedef struct cuda_block {
@@ -60,6 +63,12 @@ typedef struct cuda_backend {
     char cache_dir[1024];
     int nvrtc_major, nvrtc_minor;
     void *ops; /* cuda_ops.c's state */
+    /* option gemv_max_tokens: linear and lm_head nodes with at most this many rows may use the
+     * GEMV kernel instead of cuBLASLt (0 = always cuBLASLt), where it measured faster; option
+     * gemv_force: wherever it fits, without the measured rule (tests, benchmarks) */
+    int gemv_max_tokens, gemv_force;
+    /* user op ids of the fused ops this backend implements (0 = not registered) */
+    uint32_t op_linear_swiglu, op_qkv_rope;
 } cuda_backend;
 
 /* Error helper: fills err (may be NULL) and returns code. */
@@ -92,5 +101,19 @@ weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error 
 weft_status cuda_gemm(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w, uint32_t tw,
                       CUdeviceptr bias, CUdeviceptr y, uint32_t ty, int T, int N, int K,
                       weft_error *err);
+
+/* GEMV (cuda_ops.c): y (T,N) = x (T,K) w (N,K)^T [+ bias] for T <= 8 with the kernel of
+ * core.cu; dt is the dtype of x, w and bias; y is f32 when out_f32, else dt. split = warps per
+ * output row (1, 2, 4 or 8; 0 = cuda_gemv_split(K)). Returns WEFT_ERR_UNSUPPORTED when the
+ * shapes or alignment do not suit the kernel (the caller then uses cuda_gemm). */
+int cuda_gemv_split(int K);
+int cuda_gemv_fits(uint32_t dt, CUdeviceptr x, CUdeviceptr w, int T, int K);
+weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
+                      CUdeviceptr y, int out_f32, uint32_t dt, int T, int N, int K, int split,
+                      weft_error *err);
+/* The linear product the ops use: GEMV when T <= gemv_max_tokens and it fits, else cuBLASLt. */
+weft_status cuda_linear(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w, uint32_t tw,
+                        CUdeviceptr bias, CUdeviceptr y, uint32_t ty, int T, int N, int K,
+                        weft_error *err);
 
 #endif

@@ -1,8 +1,12 @@
 /* Op implementations of the cuda backend: the builtin ops of weft/graph.h on f32, f16 and bf16
- * activations. Linear layers and the LM head go through cuBLASLt with the chosen algorithm
- * cached per shape; everything else is a kernel of kernels/core.cu. Activations, weights and
- * the contiguous KV cache of a node share one 16-bit or 32-bit dtype per tensor role; accepts()
- * refuses other combinations at build time so an unsupported node is named before any step. */
+ * activations, plus the fused user ops the fuse.* techniques emit ("fuse.linear_swiglu",
+ * "fuse.qkv_rope"). Linear layers and the LM head take one of two paths: with few rows (decode)
+ * a bandwidth-bound GEMV kernel of kernels/core.cu, with more rows cuBLASLt with the chosen
+ * algorithm cached per shape; the crossover (option gemv_max_tokens) was set by measurement
+ * (docs/perf/fuse.md). Everything else is a kernel of kernels/core.cu. Activations, weights
+ * and the contiguous KV cache of a node share one 16-bit or 32-bit dtype per tensor role;
+ * accepts() refuses other combinations at build time so an unsupported node is named before
+ * any step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +43,11 @@ static int64_t cols_of(const weft_tensor *t) {
     for (uint32_t i = 1; i < t->rank; i++) c *= t->shape[i];
     return t->rank >= 1 ? c : 0;
 }
+static int64_t numel(const weft_tensor *t) {
+    int64_t n = 1;
+    for (uint32_t i = 0; i < t->rank && i < WEFT_MAX_DIMS; i++) n *= t->shape[i];
+    return t->rank ? n : 0;
+}
 static unsigned blocks_for(long n, unsigned block) { return (unsigned)((n + block - 1) / block); }
 
 static weft_status kern(cuda_backend *b, uint32_t ta, uint32_t tw, const char *name,
@@ -72,7 +81,17 @@ typedef struct cuda_ops_state {
     size_t n_rope;
     CUdeviceptr head_scratch;
     uint64_t head_scratch_bytes;
+    CUdeviceptr att_part; /* split-KV partials: (ATS_MAX_T, Hq, S, hd + 2) f32 */
+    uint64_t att_part_bytes;
+    int att_smem_set;     /* dynamic shared memory limit raised for weft_attention_split */
 } cuda_ops_state;
+
+/* Split-KV decode attention (kernels/core.cu weft_attention_split): used for steps of at most
+ * ATS_MAX_T rows, head_dim a multiple of 32 up to 256 and at most 8 query heads per KV head;
+ * larger steps (prefill) use the one-block-per-head kernel. */
+#define ATS_CHUNK 64
+#define ATS_MAXG 8
+#define ATS_MAX_T 8
 
 static cuda_ops_state *ops_of(cuda_backend *b) {
     if (!b->ops) b->ops = calloc(1, sizeof(cuda_ops_state));
@@ -181,6 +200,69 @@ weft_status cuda_gemm(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w
     return WEFT_OK;
 }
 
+/* ---- GEMV for small T ------------------------------------------------------------------ */
+/* Warps per output row, by K alone, so merged and separate matrices reduce every row in the
+ * same order (see core.cu). Measured on the H200 at T = 1 (docs/perf/fuse.md): one warp per
+ * row up to K = 1024, two up to 2048, four up to 8192 (K = 3072 and 8192 were fastest at four),
+ * eight beyond. */
+int cuda_gemv_split(int K) {
+    return K <= 1024 ? 1 : K <= 2048 ? 2 : K <= 8192 ? 4 : 8;
+}
+
+/* Whether the GEMV kernel is the faster product for T rows of an (N, K) weight, from the
+ * cuBLASLt-vs-GEMV table of docs/perf/fuse.md: always at T = 1 (faster on every decode shape,
+ * a tie on the LM heads), at T = 2 for matrices up to 8M elements, at T = 3..4 up to 4M
+ * elements (q/k/v/o of small models); cuBLASLt otherwise. */
+static int gemv_wins(int T, int N, int K) {
+    int64_t elems = (int64_t)N * K;
+    return T == 1 || (T == 2 && elems <= (8ll << 20)) || (T <= 4 && elems <= (4ll << 20));
+}
+
+static int elem_size(uint32_t dt) { return dt == WEFT_DTYPE_F32 ? 4 : 2; }
+
+int cuda_gemv_fits(uint32_t dt, CUdeviceptr x, CUdeviceptr w, int T, int K) {
+    int vec = 16 / elem_size(dt);
+    return is_float(dt) && T >= 1 && T <= 8 && K > 0 && K % vec == 0 && x % 16 == 0 &&
+           w % 16 == 0;
+}
+
+static const char *gemv_name(int T, int swiglu) {
+    static const char *const plain[4] = {"weft_gemv_1", "weft_gemv_2", "weft_gemv_4",
+                                         "weft_gemv_8"};
+    static const char *const sw[4] = {"weft_gemv_swiglu_1", "weft_gemv_swiglu_2",
+                                      "weft_gemv_swiglu_4", "weft_gemv_swiglu_8"};
+    int i = T <= 1 ? 0 : T <= 2 ? 1 : T <= 4 ? 2 : 3;
+    return swiglu ? sw[i] : plain[i];
+}
+
+weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
+                      CUdeviceptr y, int out_f32, uint32_t dt, int T, int N, int K, int split,
+                      weft_error *err) {
+    if (T == 0 || N == 0) return WEFT_OK;
+    if (!cuda_gemv_fits(dt, x, w, T, K))
+        return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "gemv: T=%d K=%d dtype %u does not fit the "
+                         "kernel (T <= 8, K a multiple of 16 bytes, 16-byte aligned operands)",
+                         T, K, dt);
+    int S = split ? split : cuda_gemv_split(K);
+    if (S != 1 && S != 2 && S != 4 && S != 8)
+        return cuda_fail(err, WEFT_ERR_INVALID, "gemv: split %d is not 1, 2, 4 or 8", S);
+    const char *name = gemv_name(T, 0);
+    CUfunction f;
+    TRY(kern(b, dt, dt, name, &f, err));
+    void *args[] = {&x, &w, &bias, &y, &out_f32, &T, &N, &K, &S};
+    int rows = 8 / S;
+    return cuda_launch(b, f, name, (unsigned)((N + rows - 1) / rows), 1, 256, args, err);
+}
+
+weft_status cuda_linear(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w, uint32_t tw,
+                        CUdeviceptr bias, CUdeviceptr y, uint32_t ty, int T, int N, int K,
+                        weft_error *err) {
+    if (T >= 1 && T <= b->gemv_max_tokens && (b->gemv_force || gemv_wins(T, N, K)) && tx == tw &&
+        (ty == tx || ty == WEFT_DTYPE_F32) && cuda_gemv_fits(tx, x, w, T, K))
+        return cuda_gemv(b, x, w, bias, y, ty != tx, tx, T, N, K, 0, err);
+    return cuda_gemm(b, x, tx, w, tw, bias, y, ty, T, N, K, err);
+}
+
 /* ---- per-row metadata: kv slots and logit rows ---------------------------------------- */
 static weft_status row_slots(cuda_backend *b, const weft_exec_ctx *c, const weft_node *n,
                              uint32_t idx, CUdeviceptr *out, weft_error *err) {
@@ -222,15 +304,21 @@ static weft_status op_linear(void *st, const weft_exec_ctx *c, const weft_node *
     cuda_backend *b = st;
     const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 1), *y = &c->graph->tensors[n->out[0]];
     CK(cuCtxSetCurrent(b->ctx), "making the context current");
-    weft_status s = cuda_gemm(b, din(c, n, 0), x->dtype, din(c, n, 1), w->dtype, din(c, n, 2),
-                              dout(c, n, 0), y->dtype, (int)c->n_tokens, (int)w->shape[0],
-                              (int)w->shape[1], err);
+    weft_status s = cuda_linear(b, din(c, n, 0), x->dtype, din(c, n, 1), w->dtype, din(c, n, 2),
+                                dout(c, n, 0), y->dtype, (int)c->n_tokens, (int)w->shape[0],
+                                (int)w->shape[1], err);
     if (s && err) {
         char m[sizeof(err->message)];
         memcpy(m, err->message, sizeof(m));
         snprintf(err->message, sizeof(err->message), "node %s: %s", n->name, m);
     }
     return s;
+}
+
+/* Threads per block of a norm over `group` elements. weft_add_rmsnorm and weft_qkv_rope use
+ * the same rule, so their sums of squares add the same terms in the same order. */
+static unsigned norm_block(int group) {
+    return group >= 1024 ? 1024 : group >= 256 ? 256 : group >= 64 ? 64 : 32;
 }
 
 static weft_status op_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node *n,
@@ -243,8 +331,8 @@ static weft_status op_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node 
     float eps = n->p.f[0];
     CUdeviceptr xp = din(c, n, 0), wp = din(c, n, 1), yp = dout(c, n, 0);
     void *args[] = {&xp, &wp, &yp, &T, &cols, &group, &eps};
-    unsigned block = group >= 1024 ? 1024 : group >= 256 ? 256 : group >= 64 ? 64 : 32;
-    return cuda_launch(b, f, "weft_rmsnorm", (unsigned)(T * (cols / group)), 1, block, args, err);
+    return cuda_launch(b, f, "weft_rmsnorm", (unsigned)(T * (cols / group)), 1, norm_block(group),
+                       args, err);
 }
 
 static weft_status op_add_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node *n,
@@ -258,7 +346,7 @@ static weft_status op_add_rmsnorm(void *st, const weft_exec_ctx *c, const weft_n
     CUdeviceptr xp = din(c, n, 0), rp = din(c, n, 1), wp = din(c, n, 2), yp = dout(c, n, 0),
                 ro = dout(c, n, 1);
     void *args[] = {&xp, &rp, &wp, &yp, &ro, &T, &D, &eps};
-    return cuda_launch(b, f, "weft_add_rmsnorm", (unsigned)T, 1, 256, args, err);
+    return cuda_launch(b, f, "weft_add_rmsnorm", (unsigned)T, 1, norm_block(D), args, err);
 }
 
 /* inverse frequencies per distinct rope configuration, computed on the host as transformers
@@ -357,6 +445,38 @@ static weft_status op_attention(void *st, const weft_exec_ctx *c, const weft_nod
     TRY(kern(b, q->dtype, q->dtype, "weft_attention", &fa, err));
     void *sargs[] = {&kp, &vp, &pp, &slots, &kc, &vc, &T, &Hkv, &hd, &max_seq};
     TRY(cuda_launch(b, fs, "weft_kv_store", (unsigned)T, 1, 128, sargs, err));
+    int G = Hq / Hkv;
+    if (T <= ATS_MAX_T && hd % 32 == 0 && G <= ATS_MAXG) {
+        cuda_ops_state *o = ops_of(b);
+        if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+        int S = (max_seq + ATS_CHUNK - 1) / ATS_CHUNK;
+        uint64_t need = (uint64_t)ATS_MAX_T * Hq * S * (hd + 2) * sizeof(float);
+        if (need > o->att_part_bytes) { /* first step of a larger cache: setup, not per step */
+            if (o->att_part) cuda_arena_free(b, o->att_part);
+            o->att_part = 0;
+            o->att_part_bytes = 0;
+            TRY(cuda_arena_alloc(b, need, &o->att_part, err));
+            o->att_part_bytes = need;
+        }
+        CUfunction fsp, fc;
+        TRY(kern(b, q->dtype, q->dtype, "weft_attention_split", &fsp, err));
+        TRY(kern(b, q->dtype, q->dtype, "weft_attention_combine", &fc, err));
+        unsigned smem = (unsigned)((ATS_CHUNK * (hd + 1) + ATS_CHUNK * hd + ATS_MAXG * hd +
+                                    ATS_MAXG * ATS_CHUNK) * sizeof(float));
+        CK(cuFuncSetAttribute(fsp, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
+           "raising the shared memory limit of weft_attention_split");
+        unsigned threads = 32u * (unsigned)(G < 4 ? 4 : G);
+        CUdeviceptr part = o->att_part;
+        void *pargs[] = {&qp, &pp, &slots, &kc, &vc, &part, &T, &Hq, &Hkv, &hd, &max_seq,
+                         &window, &scale, &S};
+        CUresult r = cuLaunchKernel(fsp, (unsigned)T, (unsigned)Hkv, (unsigned)S, threads, 1, 1,
+                                    smem, b->stream, pargs, NULL);
+        if (r != CUDA_SUCCESS) return cuda_check(r, "cuLaunchKernel", "launching kernel "
+                                                 "weft_attention_split", err);
+        void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
+        return cuda_launch(b, fc, "weft_attention_combine", (unsigned)T, (unsigned)Hq,
+                           hd >= 128 ? 128 : 64, cargs, err);
+    }
     void *aargs[] = {&qp, &pp, &slots, &kc, &vc, &op, &T, &Hq, &Hkv, &hd, &max_seq, &window,
                      &scale};
     return cuda_launch(b, fa, "weft_attention", (unsigned)T, (unsigned)Hq, 128, aargs, err);
@@ -432,8 +552,8 @@ static weft_status op_lm_head(void *st, const weft_exec_ctx *c, const weft_node 
         xs = o->head_scratch;
     }
     CK(cuCtxSetCurrent(b->ctx), "making the context current");
-    return cuda_gemm(b, xs, x->dtype, din(c, n, 1), w->dtype, 0, dout(c, n, 0), y->dtype, R, V,
-                     D, err);
+    return cuda_linear(b, xs, x->dtype, din(c, n, 1), w->dtype, 0, dout(c, n, 0), y->dtype, R, V,
+                       D, err);
 }
 
 static weft_status op_copy(void *st, const weft_exec_ctx *c, const weft_node *n,
@@ -465,10 +585,23 @@ static weft_status op_split(void *st, const weft_exec_ctx *c, const weft_node *n
                             weft_error *err) {
     cuda_backend *b = st;
     const weft_tensor *x = tin(c, n, 0);
-    CUfunction f;
-    TRY(kern(b, x->dtype, x->dtype, "weft_slice_cols", &f, err));
     int T = (int)c->n_tokens, total = (int)cols_of(x), off = 0;
     CUdeviceptr xp = din(c, n, 0);
+    if (n->n_out <= 4) { /* one launch for every output (merged projections) */
+        CUfunction f;
+        TRY(kern(b, x->dtype, x->dtype, "weft_split_cols", &f, err));
+        CUdeviceptr y[4] = {0, 0, 0, 0};
+        int w[4] = {0, 0, 0, 0};
+        for (uint32_t i = 0; i < n->n_out; i++) {
+            y[i] = dout(c, n, i);
+            w[i] = (int)n->p.i[i];
+        }
+        void *args[] = {&xp, &y[0], &y[1], &y[2], &y[3], &T, &total, &w[0], &w[1], &w[2], &w[3]};
+        return cuda_launch(b, f, "weft_split_cols", blocks_for((long)T * total, 256), 1, 256,
+                           args, err);
+    }
+    CUfunction f;
+    TRY(kern(b, x->dtype, x->dtype, "weft_slice_cols", &f, err));
     for (uint32_t i = 0; i < n->n_out; i++) {
         int width = (int)n->p.i[i];
         CUdeviceptr yp = dout(c, n, i);
@@ -478,6 +611,130 @@ static weft_status op_split(void *st, const weft_exec_ctx *c, const weft_node *n
         off += width;
     }
     return WEFT_OK;
+}
+
+/* ---- fused user ops (emitted by the fuse.* technique passes) --------------------------- */
+/* fuse.linear_swiglu: in x (T,K), w_gate (F,K), w_up (F,K) -> y (T,F) = silu(x wg^T) * (x wu^T);
+ * with p.i[0] = 1 the gate and up rows are one merged (2F,K) weight in[1] (gate rows first).
+ * The GEMV kernel computes both products per output column, so it needs T <= 8: the pass
+ * fuses only buckets that small, and accepts() refuses larger ones. */
+static weft_status op_linear_swiglu(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                    weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 1), *y = &c->graph->tensors[n->out[0]];
+    int merged = n->p.i[0] == 1;
+    int T = (int)c->n_tokens, F = (int)y->shape[1], K = (int)w->shape[1];
+    CUdeviceptr xp = din(c, n, 0), wg = din(c, n, 1);
+    CUdeviceptr wu = merged ? wg + (CUdeviceptr)F * K * elem_size(w->dtype) : din(c, n, 2);
+    CUdeviceptr yp = dout(c, n, 0);
+    if (T == 0) return WEFT_OK;
+    if (!cuda_gemv_fits(x->dtype, xp, wg, T, K) || wu % 16)
+        return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "fuse.linear_swiglu %s: T=%d K=%d does not "
+                         "fit the GEMV kernel (T <= 8, 16-byte rows)", n->name, T, K);
+    int S = cuda_gemv_split(K);
+    const char *name = gemv_name(T, 1);
+    CUfunction f;
+    CK(cuCtxSetCurrent(b->ctx), "making the context current");
+    TRY(kern(b, x->dtype, w->dtype, name, &f, err));
+    void *args[] = {&xp, &wg, &wu, &yp, &T, &F, &K, &S};
+    int rows = 8 / S;
+    return cuda_launch(b, f, name, (unsigned)((F + rows - 1) / rows), 1, 256, args, err);
+}
+
+static int32_t accepts_linear_swiglu(void *st, const weft_graph *g, const weft_node *n) {
+    if (n->n_in < 2 || n->n_out != 1 || g->bucket.max_tokens > 8) return 0;
+    int merged = n->p.i[0] == 1;
+    if (!merged && n->n_in < 3) return 0;
+    for (uint32_t i = 0; i < (merged ? 2u : 3u); i++)
+        if (n->in[i] >= g->n_tensors) return 0;
+    if (n->out[0] >= g->n_tensors) return 0;
+    const weft_tensor *x = &g->tensors[n->in[0]], *w = &g->tensors[n->in[1]],
+                      *y = &g->tensors[n->out[0]];
+    if (!is_float(x->dtype) || x->dtype != w->dtype || y->dtype != x->dtype || w->rank != 2 ||
+        y->rank != 2)
+        return 0;
+    int64_t F = y->shape[1];
+    if (w->shape[0] != (merged ? 2 * F : F) || cols_of(x) != w->shape[1]) return 0;
+    if (!merged) {
+        const weft_tensor *u = &g->tensors[n->in[2]];
+        if (u->dtype != w->dtype || u->rank != 2 || u->shape[0] != F || u->shape[1] != w->shape[1])
+            return 0;
+    }
+    return 1;
+}
+
+/* fuse.qkv_rope: per-head RMSNorm of q and k (when p.i[7] = 1) and RoPE in one launch, params
+ * as ROPE's (p.i[0] = q heads, i[1] = head_dim, i[2] = rotary dims, i[3] = layout, i[4] =
+ * scaling, f[0..4]) plus i[5] = kv heads, i[6] = 1 when in[0] is one merged q|k|v row (then
+ * out[2] receives v), f[5] = the norm's eps. Inputs: separate q, k, positions [, q_norm,
+ * k_norm]; merged qkv, positions [, q_norm, k_norm]. Outputs q', k' [, v]. */
+static weft_status op_qkv_rope(void *st, const weft_exec_ctx *c, const weft_node *n,
+                               weft_error *err) {
+    cuda_backend *b = st;
+    int merged = n->p.i[6] == 1, has_norm = n->p.i[7] == 1;
+    int Hq = (int)n->p.i[0], hd = (int)n->p.i[1], Hkv = (int)n->p.i[5];
+    int rot = n->p.i[2] > 0 ? (int)n->p.i[2] : hd, layout = (int)n->p.i[3];
+    int T = (int)c->n_tokens;
+    float eps = n->p.f[5];
+    const weft_tensor *x = tin(c, n, 0);
+    uint32_t ip = merged ? 1 : 2; /* positions */
+    CUdeviceptr qs, ks, vs = 0, qo = dout(c, n, 0), ko = dout(c, n, 1), vo = 0;
+    int qstride, kstride, vstride = 0;
+    size_t es = (size_t)elem_size(x->dtype);
+    if (merged) {
+        int C = (int)cols_of(x);
+        qs = din(c, n, 0);
+        ks = qs + (CUdeviceptr)Hq * hd * es;
+        vs = ks + (CUdeviceptr)Hkv * hd * es;
+        qstride = kstride = vstride = C;
+        vo = dout(c, n, 2);
+    } else {
+        qs = din(c, n, 0);
+        ks = din(c, n, 1);
+        qstride = Hq * hd;
+        kstride = Hkv * hd;
+    }
+    CUdeviceptr pp = din(c, n, ip);
+    CUdeviceptr qn = has_norm ? din(c, n, ip + 1) : 0, kn = has_norm ? din(c, n, ip + 2) : 0;
+    uint32_t tw = has_norm ? tin(c, n, ip + 1)->dtype : x->dtype;
+    CUdeviceptr freqs;
+    TRY(rope_freqs(b, n, rot, &freqs, err));
+    CUfunction f;
+    TRY(kern(b, x->dtype, tw, "weft_qkv_rope", &f, err));
+    void *args[] = {&qs, &qstride, &ks, &kstride, &vs, &vstride, &qn, &kn, &pp, &freqs,
+                    &qo, &ko, &vo, &T, &Hq, &Hkv, &hd, &rot, &layout, &eps};
+    unsigned heads = (unsigned)(Hq + Hkv + (merged ? Hkv : 0));
+    return cuda_launch(b, f, "weft_qkv_rope", (unsigned)T, heads, norm_block(hd), args, err);
+}
+
+static int32_t accepts_qkv_rope(void *st, const weft_graph *g, const weft_node *n) {
+    int merged = n->p.i[6] == 1, has_norm = n->p.i[7] == 1;
+    int64_t Hq = n->p.i[0], hd = n->p.i[1], Hkv = n->p.i[5], rot = n->p.i[2] > 0 ? n->p.i[2] : hd;
+    uint32_t need_in = (merged ? 2u : 3u) + (has_norm ? 2u : 0u);
+    if (n->n_in < need_in || n->n_out != (merged ? 3u : 2u)) return 0;
+    if (Hq <= 0 || Hkv <= 0 || hd <= 0 || hd > 256 || hd % 2 || rot > hd || rot % 2 ||
+        n->p.i[3] < 0 || n->p.i[3] > 1)
+        return 0;
+    for (uint32_t i = 0; i < need_in; i++)
+        if (n->in[i] >= g->n_tensors) return 0;
+    for (uint32_t i = 0; i < n->n_out; i++)
+        if (n->out[i] >= g->n_tensors) return 0;
+    const weft_tensor *x = &g->tensors[n->in[0]];
+    if (!is_float(x->dtype)) return 0;
+    if (merged && cols_of(x) != (Hq + 2 * Hkv) * hd) return 0;
+    if (!merged && (cols_of(x) != Hq * hd || cols_of(&g->tensors[n->in[1]]) != Hkv * hd ||
+                    g->tensors[n->in[1]].dtype != x->dtype))
+        return 0;
+    if (g->tensors[n->in[merged ? 1 : 2]].dtype != WEFT_DTYPE_I32) return 0;
+    if (has_norm) {
+        uint32_t a = merged ? 2 : 3;
+        const weft_tensor *qn = &g->tensors[n->in[a]], *kn = &g->tensors[n->in[a + 1]];
+        if (!is_float(qn->dtype) || qn->dtype != kn->dtype || numel(qn) != hd || numel(kn) != hd)
+            return 0;
+    }
+    for (uint32_t i = 0; i < n->n_out; i++)
+        if (g->tensors[n->out[i]].dtype != x->dtype) return 0;
+    return 1;
 }
 
 /* ---- registration --------------------------------------------------------------------- */
@@ -523,6 +780,40 @@ weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error 
         snprintf(impl.provider, sizeof(impl.provider), "cuda");
         weft_status s = ops->add(ops->self, &impl, err);
         if (s) return s;
+    }
+    /* The fused ops of the fuse.* techniques, registered by name through the graph service
+     * (absent when the host offers none, e.g. a test that drives the backend alone). */
+    cuda_backend *b = st;
+    const weft_graph_service *gs =
+        b->host && b->host->get_service ? b->host->get_service(b->host, WEFT_SERVICE_GRAPH, 1)
+                                        : NULL;
+    if (!gs || !gs->op_register) return WEFT_OK;
+    static const struct {
+        const char *name;
+        weft_op_fn fn;
+        int32_t (*acc)(void *, const weft_graph *, const weft_node *);
+    } fused[] = {
+        {"fuse.linear_swiglu", op_linear_swiglu, accepts_linear_swiglu},
+        {"fuse.qkv_rope", op_qkv_rope, accepts_qkv_rope},
+    };
+    for (size_t i = 0; i < sizeof(fused) / sizeof(fused[0]); i++) {
+        uint32_t id = gs->op_register(fused[i].name, err);
+        if (id == 0 || id == WEFT_TENSOR_NONE)
+            return cuda_fail(err, WEFT_ERR_INTERNAL, "register_ops: cannot register op %s",
+                             fused[i].name);
+        weft_op_impl impl;
+        memset(&impl, 0, sizeof(impl));
+        impl.size = sizeof(impl);
+        impl.op = id;
+        snprintf(impl.backend, sizeof(impl.backend), "cuda");
+        impl.run = fused[i].fn;
+        impl.state = st;
+        impl.accepts = fused[i].acc;
+        snprintf(impl.provider, sizeof(impl.provider), "cuda");
+        weft_status s = ops->add(ops->self, &impl, err);
+        if (s) return s;
+        if (i == 0) b->op_linear_swiglu = id;
+        else b->op_qkv_rope = id;
     }
     return WEFT_OK;
 }

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -58,7 +59,7 @@ typedef struct variant {
 
 typedef struct request {
     uint64_t id;
-    uint32_t state;  /* 0 waiting, 1 prefilling, 2 decoding */
+    uint32_t state;  /* 0 waiting, 1 prefilling, 2 decoding, 3 preempted (cache dropped) */
     int32_t *tokens; /* prompt then generated: (cap) */
     uint32_t n_tokens, cap;
     uint32_t n_prompt, n_computed, n_generated, max_total;
@@ -133,6 +134,8 @@ struct weft_engine {
     void *sampler_st;
 
     uint32_t max_model_len, max_requests, max_batch_tokens;
+    uint64_t kv_tokens; /* pool budget in tokens, 0 = max_requests * max_model_len */
+    uint32_t stalled;   /* steps in a row where the pool refused and nothing ran */
     int32_t eos[16];
     uint32_t n_eos;
 
@@ -277,6 +280,17 @@ static void ps_end(void *self, const char *op_class, void *stream) {
     p->seconds += (double)(now_ns() - p->open_ns) * 1e-9;
     p->calls++;
     p->open_ns = 0;
+}
+
+/* Host phases of a step (inputs, logits download, sampling, delivery) as profile classes beside
+ * the op classes, so `weft bench decode --profile` shows the host gap between device work, the
+ * Amdahl fraction of exec.device-sampling and exec.async-pipeline. Host clock, no device sync:
+ * each phase that waits for the device (the logits download) waits inside its own range. */
+static void prof_host(weft_engine *e, const char *phase, uint64_t t0) {
+    prof_entry *p = e->profile ? prof_find(e, phase) : NULL;
+    if (!p) return;
+    p->seconds += (double)(now_ns() - t0) * 1e-9;
+    p->calls++;
 }
 
 /* tokens */
@@ -615,6 +629,10 @@ static weft_status kv_setup(weft_engine *e, const weft_graph *g, weft_error *err
     geo.dtype = attention_dtype(g);
     geo.max_seq = e->max_model_len;
     geo.max_requests = e->max_requests;
+    /* A token budget becomes the pool's byte budget: k and v of every layer per token. */
+    if (e->kv_tokens)
+        geo.budget_bytes = e->kv_tokens * 2ull * geo.n_layers * geo.n_kv_heads * geo.head_dim *
+                           weft_graph_dtype_size(geo.dtype);
     weft_status s = e->kv->init(e->kv_st, &geo, &e->device_svc, err);
     if (s != WEFT_OK) {
         weft_error_prefix(err, "kv init");
@@ -913,6 +931,9 @@ weft_status weft_engine_open(const weft_engine_options *o, weft_engine **out, we
     e->profile = o->profile;
     e->next_id = 1;
     e->n_threads = o->threads;
+    e->kv_tokens = o->size >= offsetof(weft_engine_options, kv_tokens) + sizeof(o->kv_tokens)
+                       ? o->kv_tokens
+                       : 0;
     e->ops = weft_op_registry_new();
     weft_status s =
         e->ops ? WEFT_OK : weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
@@ -1077,6 +1098,13 @@ void weft_engine_get_stats(const weft_engine *e, weft_engine_stats *out) {
     if (e && out) *out = e->stats;
 }
 
+void weft_engine_kv_stats(const weft_engine *e, weft_kv_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof(*out));
+    out->size = sizeof(*out);
+    if (e && e->kv_ready && e->kv->stats) e->kv->stats(e->kv_st, out);
+}
+
 uint32_t weft_engine_profile(const weft_engine *e, const char **names, double *seconds,
                              uint64_t *calls, uint32_t cap) {
     if (!e) return 0;
@@ -1137,7 +1165,9 @@ weft_status weft_request_submit(weft_engine *e, const int32_t *prompt, size_t n_
              (!p->n_stop_ids || r->stop_ids);
     if (ok && e->tok && p->detokenize) {
         r->detok = weft_detok_new(e->tok, p->skip_special);
-        ok = r->detok != NULL;
+        /* The prompt's tail is the stream's context: the first generated piece decodes as a
+         * continuation (keeps its leading space), not as the start of a text. */
+        ok = r->detok != NULL && weft_detok_prime(r->detok, prompt, n_prompt, NULL) == WEFT_OK;
     }
     if (ok && p->n_stop) {
         for (uint32_t i = 0; i < p->n_stop; i++)
@@ -1342,6 +1372,25 @@ static void accept_token(weft_engine *e, request *r, const weft_sample_result *r
 }
 
 /* ---- the step ---------------------------------------------------------------------------- */
+/* A request that gets its kv slot before computing anything offers its tokens to the kv
+ * provider's prefix cache (kv.prefix-cache): the tokens the provider already holds for it count
+ * as computed, so the step skips them. The provider leaves the last token to compute (its
+ * logits are sampled); a provider that claims every token is refused. */
+static weft_status kv_prefix_attach(weft_engine *e, request *r, weft_error *err) {
+    if (!e->kv->prefix_attach || r->n_computed || r->n_tokens < 2) return WEFT_OK;
+    uint32_t n_cached = 0;
+    weft_status s =
+        e->kv->prefix_attach(e->kv_st, r->kv_slot, r->tokens, r->n_tokens, &n_cached, err);
+    if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;
+    if (n_cached >= r->n_tokens)
+        return weft_error_set(err, WEFT_ERR_INTERNAL, "engine",
+                              "kv prefix_attach: expected fewer than %u cached tokens, got %u",
+                              r->n_tokens, n_cached);
+    r->n_computed = n_cached;
+    e->stats.prefix_cached_tokens += n_cached;
+    return WEFT_OK;
+}
+
 static weft_status upload_i32(weft_engine *e, weft_buffer *dst, const int32_t *src, uint32_t n,
                               weft_error *err) {
     weft_buffer host = {(void *)src, (uint64_t)n * 4, WEFT_MEMORY_HOST, 0, NULL};
@@ -1355,8 +1404,12 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
     weft_status s = variant_get(e, n_rows, n_logits, score, &v, err);
     if (s != WEFT_OK) return s;
     if (used) *used = v;
+    uint64_t t_in = now_ns();
     s = upload_i32(e, &v->data[v->t_tokens], e->b_tokens, n_rows, err);
-    if (s == WEFT_OK) s = upload_i32(e, &v->data[v->t_positions], e->b_positions, n_rows, err);
+    /* A model that reads no positions (fake.model's bigram graph) has the tensor but no node
+     * using it, so the arena gave it no bytes. */
+    if (s == WEFT_OK && v->data[v->t_positions].ptr)
+        s = upload_i32(e, &v->data[v->t_positions], e->b_positions, n_rows, err);
     if (s == WEFT_OK && v->t_kv_slots != WEFT_TENSOR_NONE && v->data[v->t_kv_slots].ptr) {
         for (uint32_t r = 0; r < n_rows; r++)
             e->b_kv_slots[r] = e->b_seqs[e->b_seq_of_row[r]].kv_slot;
@@ -1369,6 +1422,7 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
         weft_error_prefix(err, "step inputs");
         return s;
     }
+    prof_host(e, "engine.inputs", t_in);
     weft_batch batch;
     memset(&batch, 0, sizeof(batch));
     batch.size = sizeof(batch);
@@ -1394,7 +1448,14 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
     e->current = v;
     s = e->exec->run(e->exec_st, v->prepared, &ctx, err);
     if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;
+    /* An executor that returns before its outputs are ready (exec.async-pipeline) is waited for
+     * only when the host reads them; a device sampler reads them on the stream instead. */
+    if (n_logits && logits_out && e->exec->wait) {
+        s = e->exec->wait(e->exec_st, v->prepared, &ctx, err);
+        if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;
+    }
     if (n_logits && logits_out) {
+        uint64_t t_dl = now_ns();
         if (e->be->synchronize) {
             s = e->be->synchronize(e->be_st, e->stream, err);
             if (s != WEFT_OK) return s;
@@ -1405,26 +1466,36 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
             weft_error_prefix(err, "logits");
             return s;
         }
+        prof_host(e, "engine.logits", t_dl);
     }
     return WEFT_OK;
 }
 
-static weft_status sample_row(weft_engine *e, request *r, float *row, uint32_t logits_row,
-                              const variant *v, weft_sample_result *res, weft_error *err) {
-    uint32_t V = e->cfg.vocab_size;
+/* Whether a feature plugin edits logits on the host: then every row is sampled on the host
+ * from its processed copy (a sampler plugin reads the device row and would miss the edits). */
+static int has_logit_features(const weft_engine *e) {
     for (size_t i = 0; i < e->cand->n_plugins; i++) {
         const weft_loaded_plugin *p = &e->cand->plugins[i];
         if ((p->desc->slots & WEFT_SLOT_FEATURE) && p->desc->feature &&
-            p->desc->feature->process_logits) {
-            weft_status s = p->desc->feature->process_logits(p->state, r->id, row, V, err);
-            if (s != WEFT_OK) {
-                weft_error_prefix(err, "feature %s", p->name);
-                return s < 0 ? s : WEFT_ERR_INTERNAL;
-            }
-        }
+            p->desc->feature->process_logits)
+            return 1;
     }
-    if (e->sampler) {
-        /* A sampler technique reads the device logits row itself. */
+    return 0;
+}
+
+/* Samples one logits row. row is its place in the host copy, filled when on_host; otherwise
+ * the step left the logits on the device for a sampler plugin (exec.device-sampling) and only
+ * the token id and its logprob cross to the host. A request the plugin cannot serve falls back
+ * to the host sampler over a download of its row alone: logit bias and an active min_tokens EOS
+ * mask (weft_sampling carries neither), or a row the plugin declines with WEFT_ERR_UNSUPPORTED
+ * (penalties, top alternatives). */
+static weft_status sample_row(weft_engine *e, request *r, float *row, int on_host,
+                              uint32_t logits_row, const variant *v, weft_sample_result *res,
+                              weft_error *err) {
+    uint32_t V = e->cfg.vocab_size;
+    int features = has_logit_features(e);
+    int host_only = r->sp.n_bias || (r->n_generated < r->sp.min_tokens && r->sp.n_eos);
+    if (e->sampler && !features && !host_only) {
         weft_sampling sp;
         memset(&sp, 0, sizeof(sp));
         sp.size = sizeof(sp);
@@ -1438,12 +1509,35 @@ static weft_status sample_row(weft_engine *e, request *r, float *row, uint32_t l
         sp.seed = r->sp.seed;
         sp.counter = r->n_generated;
         sp.n_logprobs = r->sp.n_logprobs;
+        sp.request_id = r->id;
         weft_buffer rowbuf = v->data[v->t_logits];
         rowbuf.ptr = (uint8_t *)rowbuf.ptr + (uint64_t)logits_row * V * sizeof(float);
         rowbuf.bytes = (uint64_t)V * sizeof(float);
         memset(res, 0, sizeof(*res));
-        return e->sampler->sample(e->sampler_st, &rowbuf, 1, V, &sp, &res->token, &res->logprob,
-                                  err);
+        weft_status s =
+            e->sampler->sample(e->sampler_st, &rowbuf, 1, V, &sp, &res->token, &res->logprob, err);
+        if (s != WEFT_ERR_UNSUPPORTED) return s;
+        weft_error_clear(err); /* declined: the host sampler serves this row */
+    }
+    if (!on_host) {
+        weft_status s = e->be->download(e->be_st, row, &v->data[v->t_logits],
+                                        (uint64_t)logits_row * V * sizeof(float),
+                                        (uint64_t)V * sizeof(float), err);
+        if (s != WEFT_OK) {
+            weft_error_prefix(err, "logits row %u", logits_row);
+            return s;
+        }
+    }
+    for (size_t i = 0; features && i < e->cand->n_plugins; i++) {
+        const weft_loaded_plugin *p = &e->cand->plugins[i];
+        if ((p->desc->slots & WEFT_SLOT_FEATURE) && p->desc->feature &&
+            p->desc->feature->process_logits) {
+            weft_status s = p->desc->feature->process_logits(p->state, r->id, row, V, err);
+            if (s != WEFT_OK) {
+                weft_error_prefix(err, "feature %s", p->name);
+                return s < 0 ? s : WEFT_ERR_INTERNAL;
+            }
+        }
     }
     return weft_sample(row, V, &r->sp, r->tokens, r->n_prompt, r->tokens + r->n_prompt,
                        r->n_generated, r->n_generated, e->sample_scratch, res, err);
@@ -1481,8 +1575,35 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         weft_error_prefix(err, "scheduler");
         return s < 0 ? s : WEFT_ERR_INTERNAL;
     }
+    for (size_t i = 0; i < e->n_reqs; i++)
+        e->reqs[i]->in_step = 0;
+    /* Preemptions (action 1, sched.preempt) come before any reservation, so the cache they
+     * free serves this step. The request's cache is published (commit, for a prefix cache) and
+     * released; its prompt and generated tokens are recomputed when it is scheduled again, and
+     * its next token is then sampled from the same logits with the same Philox counter (the
+     * output index), so its output does not change. It sits out the step that preempted it.
+     * Swap actions (2, 3) need a host tier no kv provider has yet; they are ignored. */
+    uint32_t n_preempted = 0;
+    for (uint32_t k = 0; k < n_items && k < e->n_reqs; k++) {
+        const weft_sched_item *it = &e->s_items[k];
+        if (it->action != 1 || it->index >= e->n_reqs) continue;
+        request *r = e->reqs[it->index];
+        if (r->finish || r->in_step || (r->kv_slot < 0 && r->n_computed == 0)) continue;
+        if (r->kv_slot >= 0) {
+            if (e->kv->commit) e->kv->commit(e->kv_st, r->kv_slot, r->tokens, r->n_computed);
+            e->kv->close(e->kv_st, r->kv_slot);
+            r->kv_slot = -1;
+        }
+        r->n_computed = 0;
+        r->state = 3;
+        r->in_step = 1;
+        e->stats.preemptions++;
+        n_preempted++;
+    }
     /* Assemble the batch. */
     uint32_t n_rows = 0, n_seqs = 0, n_logits = 0;
+    request *last_denied = NULL;
+    uint32_t denied_tokens = 0;
     for (uint32_t k = 0; k < n_items && k < e->n_reqs; k++) {
         const weft_sched_item *it = &e->s_items[k];
         if (it->index >= e->n_reqs || it->action != 0 || it->n_tokens == 0) continue;
@@ -1492,6 +1613,7 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         if (r->in_step || r->finish || n == 0 || n_seqs == e->max_requests ||
             n_rows + n > e->max_batch_tokens)
             continue;
+        int opened = 0;
         if (r->kv_slot < 0) {
             s = e->kv->open(e->kv_st, r->id, &r->kv_slot, err);
             if (s == WEFT_AGAIN) {
@@ -1499,9 +1621,27 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
                 continue;
             }
             if (s != WEFT_OK) return s;
+            opened = 1;
+            if ((s = kv_prefix_attach(e, r, err)) != WEFT_OK) {
+                finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
+                continue;
+            }
+            /* cached tokens are skipped: this step computes at most what is left */
+            if (n > r->n_tokens - r->n_computed) n = r->n_tokens - r->n_computed;
         }
         s = e->kv->reserve(e->kv_st, r->kv_slot, r->n_computed + n, err);
         if (s == WEFT_AGAIN) {
+            /* A request with nothing cached gives its slot back: a waiting request never holds
+             * kv, which a preempting scheduler relies on when it counts what can be freed. */
+            if (r->n_computed == 0 || opened) {
+                /* prefix pages attached this step go back too (they stay cached) */
+                e->stats.prefix_cached_tokens -= opened ? r->n_computed : 0;
+                r->n_computed = opened ? 0 : r->n_computed;
+                e->kv->close(e->kv_st, r->kv_slot);
+                r->kv_slot = -1;
+            }
+            last_denied = r;
+            denied_tokens = r->n_computed + n;
             if (e->sched->kv_denied) e->sched->kv_denied(e->sched_st, r->id);
             continue;
         }
@@ -1534,40 +1674,61 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         n_seqs++;
     }
     if (n_rows == 0) {
-        /* Nothing could run (kv full and nothing running): cancellations may free room. */
+        /* Nothing ran. After a refusal the scheduler gets one more step to make room (a
+         * preempting one does so through kv_denied); a second step in a row where the pool
+         * refuses and nothing is preempted cannot change anything, so the youngest refused
+         * request ends with an error instead of being retried forever (it needs more than the
+         * pool can give while the others keep theirs). */
+        e->stalled = last_denied && !n_preempted ? e->stalled + 1 : 0;
+        if (e->stalled >= 2) {
+            char msg[200];
+            snprintf(msg, sizeof(msg),
+                     "kv: the pool (capacity %llu tokens) refused %u tokens for this request and "
+                     "nothing else could free room",
+                     (unsigned long long)limits.kv.capacity_tokens, denied_tokens);
+            finish_request(e, last_denied, WEFT_FINISH_ERROR, msg);
+            e->stalled = 0;
+        }
         retire(e);
         return e->n_reqs ? WEFT_AGAIN : WEFT_FINISHED;
     }
+    e->stalled = 0;
+    prof_host(e, "engine.plan", t0);
+    /* With a sampler plugin the logits stay on the device (unless a feature edits them). */
+    int on_host = !e->sampler || has_logit_features(e);
     variant *v = NULL;
-    s = run_step(e, n_rows, n_seqs, n_logits, 0, e->logits, &v, err);
+    s = run_step(e, n_rows, n_seqs, n_logits, 0, on_host ? e->logits : NULL, &v, err);
     if (s == WEFT_OK) {
         for (uint32_t q = 0; q < n_seqs; q++) {
             request *r = e->b_req[q];
-            r->in_step = 0;
-            uint32_t n = (uint32_t)e->b_seqs[q].n_new;
+            uint32_t n = (uint32_t)e->b_seqs[q].n_new, p0 = r->n_computed;
             r->n_computed += n;
-            if (r->n_computed <= r->n_prompt) {
-                e->stats.prefill_tokens += n;
-                r->state = 1;
-            } else {
-                e->stats.decode_tokens += n;
-            }
+            /* Rows at prompt positions are prefill; a row at the last known token after the
+             * prompt is decode; generated tokens before it are fed again after a preemption. */
+            uint32_t pre = p0 < r->n_prompt ? (r->n_prompt - p0 < n ? r->n_prompt - p0 : n) : 0;
+            uint32_t dec = r->n_computed == r->n_tokens && r->n_tokens > r->n_prompt ? 1 : 0;
+            e->stats.prefill_tokens += pre;
+            e->stats.decode_tokens += dec;
+            e->stats.recomputed_tokens += n - pre - dec;
+            if (r->n_computed < r->n_tokens || r->n_generated == 0) r->state = 1;
             if (e->b_logit_seq[q] == UINT32_MAX || r->finish) continue;
             if (r->cancelled) continue;
             weft_sample_result res;
             float *row = e->logits + (size_t)e->b_logit_seq[q] * e->cfg.vocab_size;
-            weft_status ss = sample_row(e, r, row, e->b_logit_seq[q], v, &res, err);
+            uint64_t t_s = now_ns();
+            weft_status ss = sample_row(e, r, row, on_host, e->b_logit_seq[q], v, &res, err);
+            prof_host(e, "engine.sample", t_s);
             if (ss != WEFT_OK) {
                 finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
                 continue;
             }
+            uint64_t t_d = now_ns();
             accept_token(e, r, &res);
+            prof_host(e, "engine.deliver", t_d);
         }
     } else {
-        for (uint32_t q = 0; q < n_seqs; q++) {
-            e->b_req[q]->in_step = 0;
+        for (uint32_t q = 0; q < n_seqs; q++)
             finish_request(e, e->b_req[q], WEFT_FINISH_ERROR, err_text(err));
-        }
     }
     retire(e);
     e->stats.steps++;

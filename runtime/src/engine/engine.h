@@ -45,6 +45,10 @@ typedef struct weft_engine_options {
     uint32_t max_requests;     /* requests holding a kv cache at once; 0 = candidate's or 1 */
     uint32_t max_batch_tokens; /* rows of the largest bucket; 0 = min(max_model_len, 512) */
     int profile;               /* time every node by op class (weft_engine_profile) */
+    /* Tokens the kv pool may hold across all requests (0 = max_requests * max_model_len). Passed
+     * to the kv provider as weft_kv_geometry.budget_bytes; below the full size, reserve answers
+     * WEFT_AGAIN when the pool is full and a preempting scheduler makes room (sched.preempt). */
+    uint64_t kv_tokens;
 } weft_engine_options;
 
 void weft_engine_options_default(weft_engine_options *o);
@@ -143,9 +147,14 @@ typedef struct weft_engine_stats {
     uint64_t prefill_tokens;
     uint64_t decode_tokens;
     uint64_t graphs_built;
-    double step_seconds; /* inside weft_engine_step */
+    double step_seconds;           /* inside weft_engine_step */
+    uint64_t prefix_cached_tokens; /* prompt tokens a kv prefix cache held (not computed) */
+    uint64_t preemptions;       /* requests whose cache was dropped by the scheduler (recompute) */
+    uint64_t recomputed_tokens; /* generated tokens fed again after a preemption */
 } weft_engine_stats;
 void weft_engine_get_stats(const weft_engine *e, weft_engine_stats *out);
+/* The kv provider's figures (weft_kv_stats of plugin.h; zero before the kv is set up). */
+void weft_engine_kv_stats(const weft_engine *e, weft_kv_stats *out);
 
 /* Per op class timing when opened with profile = 1 (else all zero). Returns the number of
  * classes; names[i] and seconds[i], calls[i] filled for i < min(count, cap). */

@@ -1,7 +1,13 @@
 /* The default kv provider: contiguous caches, one per slot and layer, each sized for max_seq
  * tokens, allocated once at init through the device service. A request holds a slot from its
- * first step to its retirement; reserve only checks that the request still fits. The view is
- * the "contiguous" layout of weft/plugin.h (weft_kv_contiguous), read by attention ops. */
+ * first step to its retirement; reserve checks that the request still fits. The view is
+ * the "contiguous" layout of weft/plugin.h (weft_kv_contiguous), read by attention ops.
+ *
+ * A byte budget (geometry budget_bytes, the engine's kv_tokens option) smaller than every slot
+ * at full length caps the tokens reserved across all slots: reserve answers WEFT_AGAIN past it,
+ * as a paged pool does when it runs out of pages. The memory is still allocated whole (a slot
+ * cannot be shorter than max_seq here), so the cap is an admission limit that makes kv pressure
+ * and preemption (sched.preempt) testable with the default provider, not a memory saving. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +20,12 @@ typedef struct kv_contig {
     const weft_device_service *dev;
     weft_kv_contiguous desc;
     weft_kv_view view;
-    weft_buffer *k, *v;  /* (n_layers) */
-    uint8_t *used;       /* (n_slots) */
-    uint32_t *reserved;  /* (n_slots) tokens the slot may hold now */
-    uint64_t slot_bytes; /* per slot, all layers, k and v */
+    weft_buffer *k, *v;   /* (n_layers) */
+    uint8_t *used;        /* (n_slots) */
+    uint32_t *reserved;   /* (n_slots) tokens the slot may hold now */
+    uint64_t slot_bytes;  /* per slot, all layers, k and v */
+    uint64_t cap_tokens;  /* tokens reservable across slots (the budget), or slots * max_seq */
+    uint64_t held_tokens; /* sum of reserved[] over open slots */
 } kv_contig;
 
 void *weft_kv_contiguous_new(void) {
@@ -63,11 +71,15 @@ static weft_status kv_init(void *st, const weft_kv_geometry *geo, const weft_dev
     uint64_t per_layer =
         (uint64_t)geo->max_requests * geo->max_seq * geo->n_kv_heads * geo->head_dim * es;
     kv->slot_bytes = per_layer / geo->max_requests * 2 * geo->n_layers;
-    if (geo->budget_bytes && per_layer * 2 * geo->n_layers > geo->budget_bytes)
-        return weft_error_set(err, WEFT_ERR_NOMEM, "kv.contiguous",
-                              "%u requests of %u tokens need %llu bytes of kv, the budget is %llu",
-                              geo->max_requests, geo->max_seq,
-                              (unsigned long long)(per_layer * 2 * geo->n_layers),
+    uint64_t token_bytes = kv->slot_bytes / geo->max_seq;
+    kv->cap_tokens = (uint64_t)geo->max_requests * geo->max_seq;
+    kv->held_tokens = 0;
+    if (geo->budget_bytes && geo->budget_bytes / token_bytes < kv->cap_tokens)
+        kv->cap_tokens = geo->budget_bytes / token_bytes;
+    if (kv->cap_tokens == 0)
+        return weft_error_set(err, WEFT_ERR_INVALID, "kv.contiguous",
+                              "budget: expected at least one token (%llu bytes), got %llu bytes",
+                              (unsigned long long)token_bytes,
                               (unsigned long long)geo->budget_bytes);
     kv->k = calloc(geo->n_layers, sizeof(weft_buffer));
     kv->v = calloc(geo->n_layers, sizeof(weft_buffer));
@@ -127,13 +139,19 @@ static weft_status kv_reserve(void *st, int32_t slot, uint32_t n_total, weft_err
         return weft_error_set(err, WEFT_ERR_INVALID, "kv.contiguous",
                               "reserve: %u tokens exceed the slot length %u", n_total,
                               kv->geo.max_seq);
-    if (n_total > kv->reserved[slot]) kv->reserved[slot] = n_total;
+    if (n_total > kv->reserved[slot]) {
+        uint64_t more = n_total - kv->reserved[slot];
+        if (kv->held_tokens + more > kv->cap_tokens) return WEFT_AGAIN;
+        kv->held_tokens += more;
+        kv->reserved[slot] = n_total;
+    }
     return WEFT_OK;
 }
 
 static void kv_close(void *st, int32_t slot) {
     kv_contig *kv = st;
-    if (slot >= 0 && (uint32_t)slot < kv->geo.max_requests) {
+    if (slot >= 0 && (uint32_t)slot < kv->geo.max_requests && kv->used && kv->used[slot]) {
+        kv->held_tokens -= kv->reserved[slot];
         kv->used[slot] = 0;
         kv->reserved[slot] = 0;
     }
@@ -153,8 +171,11 @@ static const int32_t *kv_block_table(void *st, int32_t slot, int32_t *n_blocks) 
 
 static void kv_truncate(void *st, int32_t slot, uint32_t n) {
     kv_contig *kv = st;
-    if (slot >= 0 && (uint32_t)slot < kv->geo.max_requests && kv->reserved[slot] > n)
+    if (slot >= 0 && (uint32_t)slot < kv->geo.max_requests && kv->reserved &&
+        kv->reserved[slot] > n) {
+        kv->held_tokens -= kv->reserved[slot] - n;
         kv->reserved[slot] = n;
+    }
 }
 
 static void kv_stats(void *st, weft_kv_stats *out) {
@@ -162,9 +183,8 @@ static void kv_stats(void *st, weft_kv_stats *out) {
     memset(out, 0, sizeof(*out));
     out->size = sizeof(*out);
     uint64_t per_token = kv->geo.max_seq ? kv->slot_bytes / kv->geo.max_seq : 0;
-    out->capacity_tokens = (uint64_t)kv->geo.max_seq * kv->geo.max_requests;
-    for (uint32_t i = 0; i < kv->geo.max_requests && kv->used; i++)
-        if (kv->used[i]) out->used_tokens += kv->reserved[i];
+    out->capacity_tokens = kv->cap_tokens;
+    out->used_tokens = kv->held_tokens;
     out->bytes_total = kv->slot_bytes * kv->geo.max_requests;
     out->bytes_used = out->used_tokens * per_token;
 }

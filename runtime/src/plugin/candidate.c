@@ -32,9 +32,15 @@ void weft_candidate_unload(weft_candidate *c) {
 
 const weft_loaded_plugin *weft_candidate_slot(const weft_candidate *c, uint32_t slot) {
     if (!c) return NULL;
+    /* A chain slot: its first plugin. Another slot: its last filler, since a technique
+     * layered on another (resolve.c, check_set) comes after it. */
+    const weft_loaded_plugin *found = NULL;
     for (size_t i = 0; i < c->n_plugins; i++)
-        if (c->plugins[i].slots & slot) return &c->plugins[i];
-    return NULL;
+        if (c->plugins[i].slots & slot) {
+            found = &c->plugins[i];
+            if (weft_slot_is_chain(slot)) break;
+        }
+    return found;
 }
 
 static weft_candidate *candidate_new(size_t n_plugins, weft_error *err) {

@@ -52,7 +52,9 @@ weft_status weft_candidate_load_manifest(const char *manifest_path, const char *
                                          weft_error *err);
 void weft_candidate_unload(weft_candidate *c);
 
-/* The first loaded plugin that fills `slot` (a weft_slot bit), or NULL. */
+/* The loaded plugin that fills `slot` (a weft_slot bit), or NULL: the first of a chain slot;
+ * for another slot its provider, the last filler (a technique may layer on one it requires,
+ * resolve.c). */
 const weft_loaded_plugin *weft_candidate_slot(const weft_candidate *c, uint32_t slot);
 
 #endif

@@ -356,8 +356,28 @@ static const pick *find_pick(const pick *picks, uint32_t n, const char *name) {
     return NULL;
 }
 
+static int lists_name(const weft_manifest_dep *deps, uint32_t n, const char *name) {
+    for (uint32_t k = 0; k < n; k++)
+        if (!strcmp(deps[k].name, name)) return 1;
+    return 0;
+}
+
+static int lists_after(const weft_plugin_manifest *m, const char *name) {
+    for (uint32_t k = 0; k < m->n_after; k++)
+        if (!strcmp(m->after[k], name)) return 1;
+    return 0;
+}
+
+/* x layers on base: x requires base and runs after it, so x may fill a slot base also fills
+ * and x is that slot's provider (kv.prefix-cache extends the kv slot of kv.paged, whose
+ * attention ops it needs). Slot lookups return the last filler in chain order. */
+static int layers_on(const weft_plugin_manifest *x, const weft_plugin_manifest *base) {
+    return x->kind == WEFT_KIND_TECHNIQUE && base->kind == WEFT_KIND_TECHNIQUE &&
+           lists_name(x->requires, x->n_requires, base->name) && lists_after(x, base->name);
+}
+
 static weft_status check_set(rctx *c, const pick *picks, uint32_t n) {
-    /* one provider per non-chain slot */
+    /* one provider per non-chain slot, unless one technique layers on the other */
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < i; j++) {
             uint32_t shared = picks[i].entry->manifest->slots & picks[j].entry->manifest->slots;
@@ -365,6 +385,7 @@ static weft_status check_set(rctx *c, const pick *picks, uint32_t n) {
                 if (!(shared & bit) || weft_slot_is_chain(bit)) continue;
                 const weft_plugin_manifest *a = picks[j].entry->manifest,
                                            *b = picks[i].entry->manifest;
+                if (layers_on(a, b) || layers_on(b, a)) continue;
                 return weft_error_set(c->err, WEFT_ERR_INVALID, SRC,
                                       "%s %s %s conflicts with %s %s (both fill slot %s): "
                                       "remove one of them from %s",
@@ -679,7 +700,13 @@ weft_status weft_resolve_file(const char *path, const weft_registry *reg,
 
 const weft_resolved_plugin *weft_resolved_slot(const weft_resolved_candidate *rc, uint32_t slot) {
     if (!rc) return NULL;
+    /* A chain slot: its first plugin. Another slot: its last filler, since a technique
+     * layered on another comes after it (check_set). */
+    const weft_resolved_plugin *found = NULL;
     for (uint32_t i = 0; i < rc->n_plugins; i++)
-        if (rc->plugins[i].slots & slot) return &rc->plugins[i];
-    return NULL;
+        if (rc->plugins[i].slots & slot) {
+            found = &rc->plugins[i];
+            if (weft_slot_is_chain(slot)) break;
+        }
+    return found;
 }

@@ -76,7 +76,8 @@ weft_status weft_resolve_file(const char *path, const weft_registry *reg,
                               weft_error *err);
 void weft_resolved_free(weft_resolved_candidate *c);
 
-/* The plugin of c that fills slot (a weft_slot bit), first in order, or NULL. */
+/* The plugin of c that fills slot (a weft_slot bit), or NULL: the first of a chain slot, the
+ * last filler of another (a technique layered on one it requires comes after it). */
 const weft_resolved_plugin *weft_resolved_slot(const weft_resolved_candidate *c, uint32_t slot);
 
 /* The model cache: ${WEFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft}/models. */

@@ -70,17 +70,20 @@ weft_status weft_chat_template_parse(const char *source, size_t len, const char 
                                      weft_chat_template **out, weft_error *err) {
     if (!out) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "chat_template_parse: out is NULL");
     *out = NULL;
-    if (!source && len) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "chat_template_parse: source is NULL");
+    if (!source && len)
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "chat_template_parse: source is NULL");
     if (!name) name = "template";
     if (len > CHAT_MAX_SOURCE)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "%s: template is %zu bytes, more than the %d allowed",
-                              name, len, CHAT_MAX_SOURCE);
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC,
+                              "%s: template is %zu bytes, more than the %d allowed", name, len,
+                              CHAT_MAX_SOURCE);
     size_t bad;
     if (!ju_valid(source ? source : "", len, &bad)) {
         size_t line, col;
         raw_where(source, bad, &line, &col);
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s:%zu:%zu: template is not valid UTF-8 (byte 0x%02x)",
-                              name, line, col, (unsigned char)source[bad]);
+        return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
+                              "%s:%zu:%zu: template is not valid UTF-8 (byte 0x%02x)", name, line,
+                              col, (unsigned char)source[bad]);
     }
     weft_chat_template *t = calloc(1, sizeof *t);
     if (!t) return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
@@ -141,7 +144,8 @@ void weft_chat_template_set_limits(weft_chat_template *t, const weft_chat_limits
     if (!t || !limits) return;
     t->lim.max_output = limits->max_output_bytes ? limits->max_output_bytes : CHAT_DEFAULT_OUTPUT;
     t->lim.max_memory = limits->max_memory_bytes ? limits->max_memory_bytes : CHAT_DEFAULT_MEMORY;
-    t->lim.max_iterations = limits->max_iterations ? limits->max_iterations : CHAT_DEFAULT_ITERATIONS;
+    t->lim.max_iterations =
+        limits->max_iterations ? limits->max_iterations : CHAT_DEFAULT_ITERATIONS;
 }
 
 /* ---- loading ------------------------------------------------------------------------------ */
@@ -195,11 +199,12 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
         fclose(probe);
         cfg = json_load_file(path, JSON_ALLOW_NUL, &jerr);
         if (!cfg)
-            return weft_error_set(err, WEFT_ERR_FORMAT, path, "%s:%d:%d: %s", path, jerr.line, jerr.column,
-                                  jerr.text);
+            return weft_error_set(err, WEFT_ERR_FORMAT, path, "%s:%d:%d: %s", path, jerr.line,
+                                  jerr.column, jerr.text);
         if (!json_is_object(cfg)) {
             json_decref(cfg);
-            return weft_error_set(err, WEFT_ERR_FORMAT, path, "%s: expected a JSON object at the top level", path);
+            return weft_error_set(err, WEFT_ERR_FORMAT, path,
+                                  "%s: expected a JSON object at the top level", path);
         }
     }
     const char *text = NULL;
@@ -217,7 +222,8 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
         json_array_foreach(tmpl, i, e) {
             json_t *nm = json_object_get(e, "name"), *tx = json_object_get(e, "template");
             if (!json_is_string(tx)) continue;
-            if (!pick || (json_is_string(nm) && !strcmp(json_string_value(nm), "default"))) pick = tx;
+            if (!pick || (json_is_string(nm) && !strcmp(json_string_value(nm), "default")))
+                pick = tx;
         }
         if (pick) {
             text = json_string_value(pick);
@@ -226,8 +232,9 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
         }
     } else if (tmpl && !json_is_null(tmpl)) {
         json_decref(cfg);
-        return weft_error_set(err, WEFT_ERR_FORMAT, path, "%s: chat_template must be a string or a list, got %s",
-                              path, json_is_object(tmpl) ? "an object" : "a scalar");
+        return weft_error_set(err, WEFT_ERR_FORMAT, path,
+                              "%s: chat_template must be a string or a list, got %s", path,
+                              json_is_object(tmpl) ? "an object" : "a scalar");
     }
     if (!text) {
         snprintf(name, sizeof name, "%s/chat_template.jinja", dir);
@@ -236,9 +243,11 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
     }
     if (!text) {
         json_decref(cfg);
-        return weft_error_set(err, WEFT_ERR_NOT_FOUND, dir,
-                              "%s: no chat template (tokenizer_config.json has no chat_template and there is "
-                              "no chat_template.jinja)", dir);
+        return weft_error_set(
+            err, WEFT_ERR_NOT_FOUND, dir,
+            "%s: no chat template (tokenizer_config.json has no chat_template and there is "
+            "no chat_template.jinja)",
+            dir);
     }
     weft_chat_template *t = NULL;
     weft_status st = weft_chat_template_parse(text, text_len, name, &t, err);
@@ -253,7 +262,7 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
         weft_chat_template_free(t);
         return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
     }
-    static const char *const special[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+    static const char *const special[] = {"bos_token", "eos_token", "unk_token",  "sep_token",
                                           "pad_token", "cls_token", "mask_token", NULL};
     for (const char *const *k = special; cfg && *k; k++) {
         const char *v = token_text(json_object_get(cfg, *k));
@@ -319,11 +328,21 @@ static int from_json(jarena *a, json_t *j, int depth, jv *out) {
         *out = jv_of_str(s);
         return 0;
     }
-    case JSON_INTEGER: *out = jv_int((int64_t)json_integer_value(j)); return 0;
-    case JSON_REAL: *out = jv_float(json_real_value(j)); return 0;
-    case JSON_TRUE: *out = jv_bool(1); return 0;
-    case JSON_FALSE: *out = jv_bool(0); return 0;
-    default: *out = jv_none(); return 0;
+    case JSON_INTEGER:
+        *out = jv_int((int64_t)json_integer_value(j));
+        return 0;
+    case JSON_REAL:
+        *out = jv_float(json_real_value(j));
+        return 0;
+    case JSON_TRUE:
+        *out = jv_bool(1);
+        return 0;
+    case JSON_FALSE:
+        *out = jv_bool(0);
+        return 0;
+    default:
+        *out = jv_none();
+        return 0;
     }
 }
 
@@ -350,20 +369,20 @@ static int parse_clock(const char *s, int64_t *out) {
             p += 1 + m2;
         }
     }
-    if (*p || y < 1 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 59 || h < 0 ||
-        mi < 0 || sec < 0)
+    if (*p || y < 1 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 59 ||
+        h < 0 || mi < 0 || sec < 0)
         return -1;
     *out = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec;
     return 0;
 }
 
-static weft_status set_json_var(jarena *a, jdict *vars, const char *key, json_t *v, const char *what,
-                                weft_error *err) {
+static weft_status set_json_var(jarena *a, jdict *vars, const char *key, json_t *v,
+                                const char *what, weft_error *err) {
     jv val;
     int r = from_json(a, v, 0, &val);
     if (r == -2)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "%s: JSON nested deeper than %d levels", what,
-                              CHAT_JSON_DEPTH);
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "%s: JSON nested deeper than %d levels",
+                              what, CHAT_JSON_DEPTH);
     jstr *k = r ? NULL : js_new(a, key, strlen(key));
     if (!k || jd_set(a, vars, jv_of_str(k), val))
         return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "%s: out of memory converting JSON", what);
@@ -376,15 +395,17 @@ weft_status weft_chat_render(const weft_chat_template *t, const char *messages_j
     if (!out) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "chat_render: out is NULL");
     *out = NULL;
     if (!t) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "chat_render: template is NULL");
-    if (!messages_json) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "chat_render: messages is NULL");
+    if (!messages_json)
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "chat_render: messages is NULL");
     json_error_t jerr;
     json_t *msgs = json_loads(messages_json, JSON_ALLOW_NUL, &jerr);
     if (!msgs)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "messages: invalid JSON at %d:%d: %s", jerr.line,
-                              jerr.column, jerr.text);
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "messages: invalid JSON at %d:%d: %s",
+                              jerr.line, jerr.column, jerr.text);
     if (!json_is_array(msgs)) {
         json_decref(msgs);
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "messages: expected a JSON array of messages");
+        return weft_error_set(err, WEFT_ERR_INVALID, SRC,
+                              "messages: expected a JSON array of messages");
     }
     json_t *extra = NULL;
     if (extra_json) {
@@ -418,9 +439,10 @@ weft_status weft_chat_render(const weft_chat_template *t, const char *messages_j
         json_object_foreach(extra, key, v) {
             if (!strcmp(key, "strftime_now") && json_is_string(v)) {
                 if (parse_clock(json_string_value(v), &in.now)) {
-                    st = weft_error_set(err, WEFT_ERR_INVALID, SRC,
-                                        "extra.strftime_now: expected \"YYYY-MM-DD[THH:MM[:SS]]\", got \"%s\"",
-                                        json_string_value(v));
+                    st = weft_error_set(
+                        err, WEFT_ERR_INVALID, SRC,
+                        "extra.strftime_now: expected \"YYYY-MM-DD[THH:MM[:SS]]\", got \"%s\"",
+                        json_string_value(v));
                     break;
                 }
                 in.have_now = 1;

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "weft/plugin.h"
 
@@ -19,7 +20,7 @@ typedef struct jarena {
     int exhausted;
 } jarena;
 
-void *ja_alloc(jarena *a, size_t n);  /* zeroed; NULL when out of memory or over the limit */
+void *ja_alloc(jarena *a, size_t n); /* zeroed; NULL when out of memory or over the limit */
 void ja_free(jarena *a);
 
 /* ---- values --------------------------------------------------------------------------- */
@@ -72,12 +73,14 @@ enum {
     JL_ITEMS,  /* dict_items view */
     JL_KEYS,   /* dict_keys view */
     JL_VALUES, /* dict_values view */
+    JL_RANGE,  /* range(): a list that prints and slices as Python's range does */
 };
 
 typedef struct jlist {
     size_t len, cap;
     jv *v;
     uint8_t kind;
+    int64_t range[3]; /* JL_RANGE: start, stop, step */
 } jlist;
 
 /* Insertion ordered; lookup is linear below JD_HASH_MIN entries and hashed above. */
@@ -151,6 +154,11 @@ static inline jv jv_of_dict(jdict *d) {
     jv v = {JV_DICT, 0, {0}};
     v.u.d = d;
     return v;
+}
+
+/* memcpy of n values that tolerates empty (NULL) storage when n == 0 */
+static inline void jv_copy(jv *dst, const jv *src, size_t n) {
+    if (n) memcpy(dst, src, n * sizeof(jv));
 }
 
 /* Strings. All return NULL when the arena refuses. */
@@ -303,16 +311,16 @@ typedef enum jnode_kind {
     S_WITH,   /* items targets, kwv values, b body */
     S_SCOPE,  /* b body run in a child scope ({% generation %}) */
     /* expressions */
-    E_CONST, /* cv */
-    E_NAME,  /* str */
-    E_NSREF, /* str namespace name, str2 attribute */
-    E_LIST,  /* items */
-    E_TUPLE, /* items */
-    E_DICT,  /* items: key, value, key, value... */
-    E_ATTR,  /* a, str */
-    E_ITEM,  /* a, b (E_SLICE for slices) */
-    E_SLICE, /* a start, b stop, c step (each may be NULL) */
-    E_CALL,  /* a callee, items args, kwn/kwv */
+    E_CONST,  /* cv */
+    E_NAME,   /* str */
+    E_NSREF,  /* str namespace name, str2 attribute */
+    E_LIST,   /* items */
+    E_TUPLE,  /* items */
+    E_DICT,   /* items: key, value, key, value... */
+    E_ATTR,   /* a, str */
+    E_ITEM,   /* a, b (E_SLICE for slices) */
+    E_SLICE,  /* a start, b stop, c step (each may be NULL) */
+    E_CALL,   /* a callee, items args, kwn/kwv */
     E_FILTER, /* a operand (NULL in filter blocks), str name, items args, kwn/kwv */
     E_TEST,   /* a operand, str name, items args, kwn/kwv */
     E_NOT,    /* a */

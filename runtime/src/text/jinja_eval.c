@@ -33,7 +33,8 @@ int jx_fail(jctx *c, const jnode *n, weft_status code, const char *fmt, ...) {
         size_t len = end - pos, k = 0;
         if (len > sizeof(expr) - 5) {
             len = sizeof(expr) - 5;
-            while (len > 0 && ((unsigned char)src->text[pos + len] & 0xC0) == 0x80) len--;
+            while (len > 0 && ((unsigned char)src->text[pos + len] & 0xC0) == 0x80)
+                len--;
         }
         for (size_t i = 0; i < len; i++) {
             char ch = src->text[pos + i];
@@ -53,15 +54,17 @@ int jx_fail(jctx *c, const jnode *n, weft_status code, const char *fmt, ...) {
 
 int jx_nomem(jctx *c, const jnode *n) {
     if (c->a->exhausted && c->in->lim.max_memory)
-        return jx_fail(c, n, WEFT_ERR_NOMEM, "rendering needs more than the %zu bytes of memory allowed",
-                     c->in->lim.max_memory);
+        return jx_fail(c, n, WEFT_ERR_NOMEM,
+                       "rendering needs more than the %zu bytes of memory allowed",
+                       c->in->lim.max_memory);
     return jx_fail(c, n, WEFT_ERR_NOMEM, "out of memory");
 }
 
 int jx_bufail(jctx *c, const jnode *n, const jbuf *b) {
     if (b->failed == 2)
-        return jx_fail(c, n, WEFT_ERR_INVALID, "rendered output is longer than the %zu bytes allowed",
-                     c->in->lim.max_output);
+        return jx_fail(c, n, WEFT_ERR_INVALID,
+                       "rendered output is longer than the %zu bytes allowed",
+                       c->in->lim.max_output);
     if (b->failed == 3) return jx_fail(c, n, WEFT_ERR_INVALID, "value nested too deeply to print");
     return jx_fail(c, n, WEFT_ERR_NOMEM, "out of memory");
 }
@@ -148,12 +151,15 @@ jv jx_func(jctx *c, int kind, int id, const char *name, jv self) {
 /* ---- iteration -------------------------------------------------------------------------- */
 /* The items a Python for-loop over v would see. */
 int jx_iterate(jctx *c, const jnode *n, jv v, jlist **out) {
+    if (jx_work_of(c, n, v)) return -1;
     switch (v.t) {
     case JV_UNDEF:
         if (v.unsafe) return jx_undef_fail(c, n, v);
         *out = jl_new(c->a, 0, JL_LIST);
         return *out ? 0 : jx_nomem(c, n);
-    case JV_LIST: *out = v.u.l; return 0;
+    case JV_LIST:
+        *out = v.u.l;
+        return 0;
     case JV_STR: {
         jlist *l = jl_new(c->a, v.u.s->ncp, JL_LIST);
         if (!l) return jx_nomem(c, n);
@@ -170,20 +176,46 @@ int jx_iterate(jctx *c, const jnode *n, jv v, jlist **out) {
     case JV_DICT: {
         jlist *l = jl_new(c->a, v.u.d->len, JL_LIST);
         if (!l) return jx_nomem(c, n);
-        for (size_t i = 0; i < v.u.d->len; i++) l->v[i] = v.u.d->k[i];
+        for (size_t i = 0; i < v.u.d->len; i++)
+            l->v[i] = v.u.d->k[i];
         l->len = v.u.d->len;
         *out = l;
         return 0;
     }
-    default: return jx_type_error(c, n, "'%s' object is not iterable", jv_typename(v));
+    default:
+        return jx_type_error(c, n, "'%s' object is not iterable", jv_typename(v));
     }
 }
 
 int jx_count_iter(jctx *c, const jnode *n) {
     if (++c->iters > c->in->lim.max_iterations)
         return jx_fail(c, n, WEFT_ERR_INVALID, "more than %llu loop iterations",
-                     (unsigned long long)c->in->lim.max_iterations);
+                       (unsigned long long)c->in->lim.max_iterations);
     return 0;
+}
+
+int jx_work(jctx *c, const jnode *n, size_t elements, size_t bytes) {
+    c->work += elements + bytes / 64;
+    uint64_t max = c->in->lim.max_iterations * 64;
+    if (c->work > max)
+        return jx_fail(c, n, WEFT_ERR_INVALID,
+                       "template does more work than allowed (%llu element visits)",
+                       (unsigned long long)max);
+    return 0;
+}
+
+int jx_work_of(jctx *c, const jnode *n, jv v) {
+    switch (v.t) {
+    case JV_STR:
+        return jx_work(c, n, 1, v.u.s->len);
+    case JV_LIST:
+        return jx_work(c, n, v.u.l->len + 1, 0);
+    case JV_DICT:
+    case JV_NS:
+        return jx_work(c, n, v.u.d->len + 1, 0);
+    default:
+        return 0;
+    }
 }
 
 /* ---- lookups ---------------------------------------------------------------------------- */
@@ -191,11 +223,8 @@ static const struct {
     const char *name;
     int id;
 } BUILTINS[] = {
-    {"range", BI_RANGE},
-    {"namespace", BI_NAMESPACE},
-    {"dict", BI_DICT},
-    {"raise_exception", BI_RAISE},
-    {"strftime_now", BI_STRFTIME},
+    {"range", BI_RANGE},           {"namespace", BI_NAMESPACE},   {"dict", BI_DICT},
+    {"raise_exception", BI_RAISE}, {"strftime_now", BI_STRFTIME},
 };
 
 static jv lookup(jctx *c, const jstr *name) {
@@ -223,18 +252,20 @@ static int set_var(jctx *c, const jnode *n, jscope *s, jstr *name, jv v) {
 
 /* Method names per type. Mutating ones are refused the way the immutable sandbox does. */
 static const char *const STR_METHODS[] = {
-    "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find",
-    "format", "format_map", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit",
-    "isidentifier", "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper",
-    "join", "ljust", "lower", "lstrip", "maketrans", "partition", "removeprefix",
-    "removesuffix", "replace", "rfind", "rindex", "rjust", "rpartition", "rsplit", "rstrip",
-    "split", "splitlines", "startswith", "strip", "swapcase", "title", "translate", "upper",
-    "zfill", NULL};
-static const char *const DICT_METHODS[] = {"copy", "fromkeys", "get", "items", "keys", "values", NULL};
+    "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
+    "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
+    "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
+    "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
+    "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
+    "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
+    "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
+    "swapcase",     "title",       "translate", "upper",      "zfill",        NULL};
+static const char *const DICT_METHODS[] = {"copy", "fromkeys", "get", "items",
+                                           "keys", "values",   NULL};
 static const char *const DICT_UNSAFE[] = {"clear", "pop", "popitem", "setdefault", "update", NULL};
 static const char *const LIST_METHODS[] = {"copy", "count", "index", NULL};
-static const char *const LIST_UNSAFE[] = {"append", "clear", "extend", "insert", "pop",
-                                          "remove", "reverse", "sort", NULL};
+static const char *const LIST_UNSAFE[] = {"append", "clear",   "extend", "insert", "pop",
+                                          "remove", "reverse", "sort",   NULL};
 
 static const char *find_name(const char *const *names, const jstr *s) {
     for (; *names; names++)
@@ -243,8 +274,8 @@ static const char *find_name(const char *const *names, const jstr *s) {
 }
 
 static jv unsafe_attr(jctx *c, jv obj, const jstr *name) {
-    jv u = jv_undef(jx_why(c, "access to attribute '%s' of '%s' object is unsafe", name->s,
-                         jv_typename(obj)));
+    jv u = jv_undef(
+        jx_why(c, "access to attribute '%s' of '%s' object is unsafe", name->s, jv_typename(obj)));
     u.unsafe = 1;
     return u;
 }
@@ -256,24 +287,32 @@ static jv no_attr(jctx *c, jv obj, const jstr *name) {
 static int loop_attr(jctx *c, const jnode *n, jv obj, const jstr *name, jv *out) {
     const jloop *lp = obj.u.lp;
     size_t len = lp->items->len, i = lp->i;
-    if (js_eq(name, "index")) *out = jv_int((int64_t)i + 1);
-    else if (js_eq(name, "index0")) *out = jv_int((int64_t)i);
-    else if (js_eq(name, "revindex")) *out = jv_int((int64_t)(len - i));
-    else if (js_eq(name, "revindex0")) *out = jv_int((int64_t)(len - i - 1));
-    else if (js_eq(name, "first")) *out = jv_bool(i == 0);
-    else if (js_eq(name, "last")) *out = jv_bool(i + 1 == len);
-    else if (js_eq(name, "length")) *out = jv_int((int64_t)len);
-    else if (js_eq(name, "depth")) *out = jv_int(1);
-    else if (js_eq(name, "depth0")) *out = jv_int(0);
+    if (js_eq(name, "index"))
+        *out = jv_int((int64_t)i + 1);
+    else if (js_eq(name, "index0"))
+        *out = jv_int((int64_t)i);
+    else if (js_eq(name, "revindex"))
+        *out = jv_int((int64_t)(len - i));
+    else if (js_eq(name, "revindex0"))
+        *out = jv_int((int64_t)(len - i - 1));
+    else if (js_eq(name, "first"))
+        *out = jv_bool(i == 0);
+    else if (js_eq(name, "last"))
+        *out = jv_bool(i + 1 == len);
+    else if (js_eq(name, "length"))
+        *out = jv_int((int64_t)len);
+    else if (js_eq(name, "depth"))
+        *out = jv_int(1);
+    else if (js_eq(name, "depth0"))
+        *out = jv_int(0);
     else if (js_eq(name, "previtem"))
         *out = i > 0 ? lp->items->v[i - 1] : jv_undef("there is no previous item");
     else if (js_eq(name, "nextitem"))
         *out = i + 1 < len ? lp->items->v[i + 1] : jv_undef("there is no next item");
     else if (js_eq(name, "cycle") || js_eq(name, "changed"))
         *out = jx_func(c, JF_METHOD, 0, js_eq(name, "cycle") ? "cycle" : "changed", obj);
-    else *out = no_attr(c, obj, name);
-    if (out->t == JV_FUNC || out->t == JV_UNDEF) return 0;
-    (void)n;
+    else
+        *out = no_attr(c, obj, name);
     return 0;
 }
 
@@ -282,7 +321,9 @@ int jx_attr_only(jctx *c, const jnode *n, jv obj, const jstr *name, jv *out, int
     const char *m = NULL;
     *found = 1;
     switch (obj.t) {
-    case JV_STR: m = find_name(STR_METHODS, name); break;
+    case JV_STR:
+        m = find_name(STR_METHODS, name);
+        break;
     case JV_DICT:
         if ((m = find_name(DICT_METHODS, name)) == NULL && find_name(DICT_UNSAFE, name)) {
             *out = unsafe_attr(c, obj, name);
@@ -295,7 +336,8 @@ int jx_attr_only(jctx *c, const jnode *n, jv obj, const jstr *name, jv *out, int
                 *out = unsafe_attr(c, obj, name);
                 return 0;
             }
-        } else if (obj.u.l->kind == JL_TUPLE && (js_eq(name, "count") || js_eq(name, "index"))) {
+        } else if ((obj.u.l->kind == JL_TUPLE || obj.u.l->kind == JL_RANGE) &&
+                   (js_eq(name, "count") || js_eq(name, "index"))) {
             m = js_eq(name, "count") ? "count" : "index";
         }
         break;
@@ -307,8 +349,10 @@ int jx_attr_only(jctx *c, const jnode *n, jv obj, const jstr *name, jv *out, int
         }
         break;
     }
-    case JV_LOOP: return loop_attr(c, n, obj, name, out);
-    default: break;
+    case JV_LOOP:
+        return loop_attr(c, n, obj, name, out);
+    default:
+        break;
     }
     if (m) {
         *out = jx_func(c, JF_METHOD, 0, m, obj);
@@ -340,7 +384,7 @@ static int slice_indices(jctx *c, const jnode *n, int64_t len, const jv *se, int
     for (int k = 0; k < 3; k++)
         if (se[k].t != JV_NONE && se[k].t != JV_INT && se[k].t != JV_BOOL)
             return jx_type_error(c, n, "slice indices must be integers or None, not %s",
-                              jv_typename(se[k]));
+                                 jv_typename(se[k]));
     *step = se[2].t == JV_NONE ? 1 : se[2].u.i;
     if (*step == 0) return jx_type_error(c, n, "slice step cannot be zero");
     if (*step == INT64_MIN) *step = -INT64_MAX;
@@ -358,16 +402,21 @@ static int slice_indices(jctx *c, const jnode *n, int64_t len, const jv *se, int
                 v = upper;
             }
         }
-        if (k == 0) *start = v;
-        else *stop = v;
+        if (k == 0)
+            *start = v;
+        else
+            *stop = v;
     }
-    if (*step > 0) *count = *stop > *start ? (*stop - *start - 1) / *step + 1 : 0;
-    else *count = *stop < *start ? (*start - *stop - 1) / (-*step) + 1 : 0;
+    if (*step > 0)
+        *count = *stop > *start ? (*stop - *start - 1) / *step + 1 : 0;
+    else
+        *count = *stop < *start ? (*start - *stop - 1) / (-*step) + 1 : 0;
     return 0;
 }
 
 static int do_slice(jctx *c, const jnode *n, jv obj, const jv *se, jv *out) {
     if (obj.t == JV_UNDEF) return jx_undef_fail(c, n, obj);
+    if (jx_work_of(c, n, obj)) return -1;
     int64_t start, stop, step, cnt;
     if (obj.t == JV_STR) {
         const jstr *s = obj.u.s;
@@ -386,13 +435,20 @@ static int do_slice(jctx *c, const jnode *n, jv obj, const jv *se, jv *out) {
             jb_put(&b, s->s + off[idx], off[idx + 1] - off[idx]);
         return jx_buf_to_val(c, n, &b, out);
     }
-    if (obj.t == JV_LIST && (obj.u.l->kind == JL_LIST || obj.u.l->kind == JL_TUPLE)) {
+    if (obj.t == JV_LIST &&
+        (obj.u.l->kind == JL_LIST || obj.u.l->kind == JL_TUPLE || obj.u.l->kind == JL_RANGE)) {
         const jlist *l = obj.u.l;
         if (slice_indices(c, n, (int64_t)l->len, se, &start, &stop, &step, &cnt)) return -1;
         jlist *r = jl_new(c->a, (size_t)cnt, l->kind);
         if (!r) return jx_nomem(c, n);
-        for (int64_t j = 0, idx = start; j < cnt; j++, idx += step) r->v[j] = l->v[idx];
+        for (int64_t j = 0, idx = start; j < cnt; j++, idx += step)
+            r->v[j] = l->v[idx];
         r->len = (size_t)cnt;
+        if (l->kind == JL_RANGE) { /* range(start + i*step, start + j*step, step*k), as Python */
+            r->range[0] = l->range[0] + start * l->range[2];
+            r->range[1] = l->range[0] + stop * l->range[2];
+            r->range[2] = l->range[2] * step;
+        }
         *out = jv_of_list(r);
         return 0;
     }
@@ -410,7 +466,9 @@ int jx_getitem(jctx *c, const jnode *n, jv obj, jv key, jv *out) {
             *out = *v;
             return 0;
         }
-    } else if (obj.t == JV_LIST && (obj.u.l->kind == JL_LIST || obj.u.l->kind == JL_TUPLE) &&
+    } else if (obj.t == JV_LIST &&
+               (obj.u.l->kind == JL_LIST || obj.u.l->kind == JL_TUPLE ||
+                obj.u.l->kind == JL_RANGE) &&
                is_index) {
         int64_t i = key.u.i, len = (int64_t)obj.u.l->len;
         if (i < 0) i += len;
@@ -422,6 +480,7 @@ int jx_getitem(jctx *c, const jnode *n, jv obj, jv key, jv *out) {
         int64_t i = key.u.i, len = (int64_t)obj.u.s->ncp;
         if (i < 0) i += len;
         if (i >= 0 && i < len) {
+            if (obj.u.s->ncp != obj.u.s->len && jx_work(c, n, 1, obj.u.s->len)) return -1;
             size_t a = ju_offset(obj.u.s, (size_t)i), e = a;
             ju_next(obj.u.s->s, obj.u.s->len, &e);
             return jx_mkstr(c, n, obj.u.s->s + a, e - a, out);
@@ -437,7 +496,7 @@ int jx_getitem(jctx *c, const jnode *n, jv obj, jv key, jv *out) {
     jbuf b = jx_newbuf(c);
     jv_repr(&b, key);
     *out = jv_undef(jx_why(c, "'%s object' has no element %.100s", jv_typename(obj),
-                         b.p && !b.failed ? b.p : "?"));
+                           b.p && !b.failed ? b.p : "?"));
     jb_free(&b);
     return 0;
 }
@@ -451,8 +510,10 @@ static int int_result(jctx *c, const jnode *n, int overflow, int64_t v, jv *out)
 
 static double py_fmod(double x, double y) {
     double m = fmod(x, y);
-    if (m != 0 && ((y < 0) != (m < 0))) m += y;
-    else if (m == 0) m = copysign(0.0, y);
+    if (m != 0 && ((y < 0) != (m < 0)))
+        m += y;
+    else if (m == 0)
+        m = copysign(0.0, y);
     return m;
 }
 
@@ -463,7 +524,8 @@ static int repeat(jctx *c, const jnode *n, jv seq, int64_t times, jv *out) {
         if (s->len && (uint64_t)times > c->in->lim.max_memory / s->len)
             return jx_fail(c, n, WEFT_ERR_NOMEM, "string repetition result is too large");
         jbuf b = jx_newbuf(c);
-        for (int64_t i = 0; i < times && !b.failed; i++) jb_put(&b, s->s, s->len);
+        for (int64_t i = 0; i < times && !b.failed; i++)
+            jb_put(&b, s->s, s->len);
         return jx_buf_to_val(c, n, &b, out);
     }
     const jlist *l = seq.u.l;
@@ -472,7 +534,7 @@ static int repeat(jctx *c, const jnode *n, jv seq, int64_t times, jv *out) {
     jlist *r = jl_new(c->a, l->len * (size_t)times, l->kind);
     if (!r) return jx_nomem(c, n);
     for (int64_t i = 0; i < times; i++) {
-        memcpy(r->v + r->len, l->v, l->len * sizeof(jv));
+        jv_copy(r->v + r->len, l->v, l->len);
         r->len += l->len;
     }
     *out = jv_of_list(r);
@@ -481,18 +543,27 @@ static int repeat(jctx *c, const jnode *n, jv seq, int64_t times, jv *out) {
 
 static const char *op_text(int op) {
     switch (op) {
-    case OP_ADD: return "+";
-    case OP_SUB: return "-";
-    case OP_MUL: return "*";
-    case OP_DIV: return "/";
-    case OP_FLOORDIV: return "//";
-    case OP_MOD: return "%";
-    case OP_POW: return "**";
-    default: return "?";
+    case OP_ADD:
+        return "+";
+    case OP_SUB:
+        return "-";
+    case OP_MUL:
+        return "*";
+    case OP_DIV:
+        return "/";
+    case OP_FLOORDIV:
+        return "//";
+    case OP_MOD:
+        return "%";
+    case OP_POW:
+        return "**";
+    default:
+        return "?";
     }
 }
 
 int jx_binop(jctx *c, const jnode *n, int op, jv x, jv y, jv *out) {
+    if (op == OP_MOD && x.t == JV_STR) return jx_percent(c, n, x.u.s, y, out);
     if (x.t == JV_UNDEF) return jx_undef_fail(c, n, x);
     if (y.t == JV_UNDEF) return jx_undef_fail(c, n, y);
     if (jv_is_number(x) && jv_is_number(y)) {
@@ -525,7 +596,8 @@ int jx_binop(jctx *c, const jnode *n, int op, jv x, jv y, jv *out) {
         case OP_FLOORDIV:
         case OP_MOD:
             if (isf ? fb == 0 : b == 0)
-                return jx_fail(c, n, WEFT_ERR_INVALID, op == OP_MOD ? "modulo by zero" : "division by zero");
+                return jx_fail(c, n, WEFT_ERR_INVALID,
+                               op == OP_MOD ? "modulo by zero" : "division by zero");
             if (!isf) {
                 if (a == INT64_MIN && b == -1) {
                     if (op == OP_MOD) return int_result(c, n, 0, 0, out);
@@ -585,28 +657,29 @@ int jx_binop(jctx *c, const jnode *n, int op, jv x, jv y, jv *out) {
         (x.u.l->kind == JL_LIST || x.u.l->kind == JL_TUPLE)) {
         jlist *r = jl_new(c->a, x.u.l->len + y.u.l->len, x.u.l->kind);
         if (!r) return jx_nomem(c, n);
-        memcpy(r->v, x.u.l->v, x.u.l->len * sizeof(jv));
-        memcpy(r->v + x.u.l->len, y.u.l->v, y.u.l->len * sizeof(jv));
+        jv_copy(r->v, x.u.l->v, x.u.l->len);
+        jv_copy(r->v + x.u.l->len, y.u.l->v, y.u.l->len);
         r->len = x.u.l->len + y.u.l->len;
         *out = jv_of_list(r);
         return 0;
     }
     if (op == OP_MUL) {
-        int xs = x.t == JV_STR || (x.t == JV_LIST && (x.u.l->kind == JL_LIST || x.u.l->kind == JL_TUPLE));
-        int ys = y.t == JV_STR || (y.t == JV_LIST && (y.u.l->kind == JL_LIST || y.u.l->kind == JL_TUPLE));
+        int xs = x.t == JV_STR ||
+                 (x.t == JV_LIST && (x.u.l->kind == JL_LIST || x.u.l->kind == JL_TUPLE));
+        int ys = y.t == JV_STR ||
+                 (y.t == JV_LIST && (y.u.l->kind == JL_LIST || y.u.l->kind == JL_TUPLE));
         if (xs && (y.t == JV_INT || y.t == JV_BOOL)) return repeat(c, n, x, y.u.i, out);
         if (ys && (x.t == JV_INT || x.t == JV_BOOL)) return repeat(c, n, y, x.u.i, out);
     }
-    if (op == OP_MOD && x.t == JV_STR)
-        return jx_fail(c, n, WEFT_ERR_UNSUPPORTED, "printf-style string formatting is not supported");
     if (op == OP_ADD && x.t == JV_STR)
         return jx_type_error(c, n, "can only concatenate str (not \"%s\") to str", jv_typename(y));
     return jx_type_error(c, n, "unsupported operand type(s) for %s: '%s' and '%s'", op_text(op),
-                      jv_typename(x), jv_typename(y));
+                         jv_typename(x), jv_typename(y));
 }
 
 /* Python's `a in b`. */
 int jx_contains(jctx *c, const jnode *n, jv item, jv seq, int *res) {
+    if (jx_work_of(c, n, seq)) return -1;
     switch (seq.t) {
     case JV_UNDEF:
         if (seq.unsafe) return jx_undef_fail(c, n, seq);
@@ -616,19 +689,21 @@ int jx_contains(jctx *c, const jnode *n, jv item, jv seq, int *res) {
         if (item.t == JV_UNDEF) return jx_undef_fail(c, n, item);
         if (item.t != JV_STR)
             return jx_type_error(c, n, "'in <string>' requires string as left operand, not %s",
-                              jv_typename(item));
+                                 jv_typename(item));
         *res = item.u.s->len == 0 ||
                js_find(seq.u.s->s, seq.u.s->len, item.u.s->s, item.u.s->len, 0) != (size_t)-1;
         return 0;
     case JV_DICT:
-        if (!jv_hashable(item)) return jx_type_error(c, n, "unhashable type: '%s'", jv_typename(item));
+        if (!jv_hashable(item))
+            return jx_type_error(c, n, "unhashable type: '%s'", jv_typename(item));
         *res = jd_get(seq.u.d, item) != NULL;
         return 0;
     case JV_LIST:
         if (seq.u.l->kind == JL_KEYS && !jv_hashable(item))
             return jx_type_error(c, n, "unhashable type: '%s'", jv_typename(item));
         *res = 0;
-        for (size_t i = 0; i < seq.u.l->len && !*res; i++) *res = jv_eq(seq.u.l->v[i], item);
+        for (size_t i = 0; i < seq.u.l->len && !*res; i++)
+            *res = jv_eq(seq.u.l->v[i], item);
         return 0;
     default:
         return jx_type_error(c, n, "argument of type '%s' is not iterable", jv_typename(seq));
@@ -636,15 +711,22 @@ int jx_contains(jctx *c, const jnode *n, jv item, jv seq, int *res) {
 }
 
 int jx_compare(jctx *c, const jnode *n, int op, jv x, jv y, int *res) {
+    if ((x.t == JV_LIST || x.t == JV_DICT || x.t == JV_STR) && jx_work_of(c, n, x)) return -1;
     switch (op) {
-    case OP_EQ: *res = jv_eq(x, y); return 0;
-    case OP_NE: *res = !jv_eq(x, y); return 0;
-    case OP_IN: return jx_contains(c, n, x, y, res);
+    case OP_EQ:
+        *res = jv_eq(x, y);
+        return 0;
+    case OP_NE:
+        *res = !jv_eq(x, y);
+        return 0;
+    case OP_IN:
+        return jx_contains(c, n, x, y, res);
     case OP_NOTIN:
         if (jx_contains(c, n, x, y, res)) return -1;
         *res = !*res;
         return 0;
-    default: break;
+    default:
+        break;
     }
     if (x.t == JV_UNDEF) return jx_undef_fail(c, n, x);
     if (y.t == JV_UNDEF) return jx_undef_fail(c, n, y);
@@ -652,7 +734,7 @@ int jx_compare(jctx *c, const jnode *n, int op, jv x, jv y, int *res) {
     const char *sym = op == OP_LT ? "<" : op == OP_LE ? "<=" : op == OP_GT ? ">" : ">=";
     if (r == 2)
         return jx_type_error(c, n, "'%s' not supported between instances of '%s' and '%s'", sym,
-                          jv_typename(x), jv_typename(y));
+                             jv_typename(x), jv_typename(y));
     if (r == 3) {
         *res = 0;
         return 0;
@@ -700,12 +782,16 @@ static int eval_seq(jctx *c, const jnode *n, int kind, jv *out) {
 static int eval_inner(jctx *c, const jnode *n, jv *out) {
     jv x, y;
     switch (n->kind) {
-    case E_CONST: *out = n->cv; return 0;
+    case E_CONST:
+        *out = n->cv;
+        return 0;
     case E_NAME:
         *out = lookup(c, n->str);
-        return out->t == JV_FUNC && !out->u.fn ? jx_nomem(c, n) : 0;
-    case E_LIST: return eval_seq(c, n, JL_LIST, out);
-    case E_TUPLE: return eval_seq(c, n, JL_TUPLE, out);
+        return 0; /* an allocation failure here is caught by jx_eval's arena check */
+    case E_LIST:
+        return eval_seq(c, n, JL_LIST, out);
+    case E_TUPLE:
+        return eval_seq(c, n, JL_TUPLE, out);
     case E_DICT: {
         jdict *d = jd_new(c->a);
         if (!d) return jx_nomem(c, n);
@@ -771,8 +857,8 @@ static int eval_inner(jctx *c, const jnode *n, jv *out) {
             if (n->kind == E_POS) return int_result(c, n, 0, x.u.i, out);
             return int_result(c, n, x.u.i == INT64_MIN, -x.u.i, out);
         }
-        return jx_type_error(c, n, "bad operand type for unary %s: '%s'", n->kind == E_NEG ? "-" : "+",
-                          jv_typename(x));
+        return jx_type_error(c, n, "bad operand type for unary %s: '%s'",
+                             n->kind == E_NEG ? "-" : "+", jv_typename(x));
     case E_BIN:
         if (jx_eval(c, n->a, &x) || jx_eval(c, n->b, &y)) return -1;
         return jx_binop(c, n, n->op, x, y, out);
@@ -808,7 +894,8 @@ static int eval_inner(jctx *c, const jnode *n, jv *out) {
         if (jx_eval(c, n->a, &x)) return -1;
         if (jv_truthy(x)) return jx_eval(c, n->b, out);
         if (n->c) return jx_eval(c, n->c, out);
-        *out = jv_undef("the inline if-expression evaluated to false and no else section was defined");
+        *out =
+            jv_undef("the inline if-expression evaluated to false and no else section was defined");
         return 0;
     case E_CONCAT: {
         jbuf b = jx_newbuf(c);
@@ -825,7 +912,8 @@ static int eval_inner(jctx *c, const jnode *n, jv *out) {
         }
         return jx_buf_to_val(c, n, &b, out);
     }
-    default: return jx_fail(c, n, WEFT_ERR_INTERNAL, "unexpected node kind %d", n->kind);
+    default:
+        return jx_fail(c, n, WEFT_ERR_INTERNAL, "unexpected node kind %d", n->kind);
     }
 }
 
@@ -833,7 +921,7 @@ int jx_eval(jctx *c, const jnode *n, jv *out) {
     if (++c->depth > EVAL_MAX_DEPTH) {
         c->depth--;
         return jx_fail(c, n, WEFT_ERR_INVALID, "expression nested more than %d levels deep",
-                     EVAL_MAX_DEPTH);
+                       EVAL_MAX_DEPTH);
     }
     int r = eval_inner(c, n, out);
     c->depth--;
@@ -845,7 +933,8 @@ int jx_eval(jctx *c, const jnode *n, jv *out) {
 static int call_macro(jctx *c, const jnode *n, const jfunc *f, const jargs *a, jv *out) {
     const jnode *m = f->macro;
     if (a->npos > m->n)
-        return jx_type_error(c, n, "macro '%s' takes not more than %zu argument(s)", m->str->s, m->n);
+        return jx_type_error(c, n, "macro '%s' takes not more than %zu argument(s)", m->str->s,
+                             m->n);
     if (c->depth + 8 > EVAL_MAX_DEPTH)
         return jx_fail(c, n, WEFT_ERR_INVALID, "macro calls nested too deeply");
     jscope *sc = new_scope(c, f->closure);
@@ -857,8 +946,12 @@ static int call_macro(jctx *c, const jnode *n, const jfunc *f, const jargs *a, j
         size_t i;
         for (i = 0; i < m->n; i++)
             if (js_eq(m->items[i]->str, a->kwn[k]->s)) break;
-        if (i == m->n) r = jx_type_error(c, n, "macro '%s' takes no keyword argument '%s'", m->str->s, a->kwn[k]->s);
-        else if (i < a->npos) r = jx_type_error(c, n, "macro '%s' got multiple values for argument '%s'", m->str->s, a->kwn[k]->s);
+        if (i == m->n)
+            r = jx_type_error(c, n, "macro '%s' takes no keyword argument '%s'", m->str->s,
+                              a->kwn[k]->s);
+        else if (i < a->npos)
+            r = jx_type_error(c, n, "macro '%s' got multiple values for argument '%s'", m->str->s,
+                              a->kwn[k]->s);
     }
     for (size_t i = 0; i < m->n && !r; i++) {
         jv v;
@@ -903,13 +996,17 @@ int jx_call(jctx *c, const jnode *n, jv callee, const jargs *a, jv *out) {
     if (callee.t == JV_UNDEF) return jx_undef_fail(c, n, callee);
     if (callee.t == JV_LOOP)
         return jx_fail(c, n, WEFT_ERR_UNSUPPORTED, "recursive loops are not supported");
-    if (callee.t != JV_FUNC) return jx_type_error(c, n, "'%s' object is not callable", jv_typename(callee));
+    if (callee.t != JV_FUNC)
+        return jx_type_error(c, n, "'%s' object is not callable", jv_typename(callee));
     const jfunc *f = callee.u.fn;
     if (jx_count_iter(c, n)) return -1;
     switch (f->kind) {
-    case JF_MACRO: return call_macro(c, n, f, a, out);
-    case JF_METHOD: return jx_method(c, n, f->self, f->name, a, out);
-    default: return jx_builtin(c, n, f->id, a, out);
+    case JF_MACRO:
+        return call_macro(c, n, f, a, out);
+    case JF_METHOD:
+        return jx_method(c, n, f->self, f->name, a, out);
+    default:
+        return jx_builtin(c, n, f->id, a, out);
     }
 }
 
@@ -927,8 +1024,10 @@ static int bind_target(jctx *c, const jnode *t, jscope *sc, jv v) {
     if (v.t == JV_UNDEF && !v.unsafe) return jx_undef_fail(c, t, v);
     if (jx_iterate(c, t, v, &items)) return -1;
     if (items->len < t->n)
-        return jx_type_error(c, t, "not enough values to unpack (expected %zu, got %zu)", t->n, items->len);
-    if (items->len > t->n) return jx_type_error(c, t, "too many values to unpack (expected %zu)", t->n);
+        return jx_type_error(c, t, "not enough values to unpack (expected %zu, got %zu)", t->n,
+                             items->len);
+    if (items->len > t->n)
+        return jx_type_error(c, t, "too many values to unpack (expected %zu)", t->n);
     for (size_t i = 0; i < t->n; i++)
         if (bind_target(c, t->items[i], sc, items->v[i])) return -1;
     return 0;
@@ -981,15 +1080,6 @@ static int exec_for(jctx *c, const jnode *n) {
         }
         items = kept;
     }
-    if (items->len == 0) {
-        if (!n->d) return 0;
-        jscope *sc = new_scope(c, outer);
-        if (!sc) return jx_nomem(c, n);
-        c->sc = sc;
-        int r = exec_node(c, n->d);
-        c->sc = outer;
-        return r;
-    }
     jloop *lp = ja_alloc(c->a, sizeof(jloop));
     if (!lp) return jx_nomem(c, n);
     lp->items = items;
@@ -997,6 +1087,9 @@ static int exec_for(jctx *c, const jnode *n) {
     lv.u.lp = lp;
     jstr *ln = js_cstr(c->a, "loop");
     if (!ln) return jx_nomem(c, n);
+    /* Jinja2 clears its "run the else block" flag at the end of the loop body, so the else
+     * block also runs when every iteration left through break or continue. */
+    int completed = 0;
     for (size_t i = 0; i < items->len; i++) {
         if (jx_count_iter(c, n)) return -1;
         lp->i = i;
@@ -1008,13 +1101,18 @@ static int exec_for(jctx *c, const jnode *n) {
         if (!r) r = exec_node(c, n->c);
         c->sc = outer;
         if (r) return -1;
-        if (c->ctl == 1) {
-            c->ctl = 0;
-            break;
-        }
+        int ctl = c->ctl;
         c->ctl = 0;
+        if (ctl == 0) completed = 1;
+        if (ctl == 1) break;
     }
-    return 0;
+    if (completed || !n->d) return 0;
+    jscope *sc = new_scope(c, outer);
+    if (!sc) return jx_nomem(c, n);
+    c->sc = sc;
+    int r = exec_node(c, n->d);
+    c->sc = outer;
+    return r;
 }
 
 static int exec_set(jctx *c, const jnode *n, jv v) {
@@ -1022,12 +1120,13 @@ static int exec_set(jctx *c, const jnode *n, jv v) {
     if (t->kind == E_NSREF) {
         jv ns = lookup(c, t->str);
         if (ns.t != JV_NS)
-            return jx_fail(c, t, WEFT_ERR_INVALID, "cannot assign attribute on non-namespace object '%s'",
-                         t->str->s);
-        if (t->str2->s[0] == '_')
             return jx_fail(c, t, WEFT_ERR_INVALID,
-                         "chat templates cannot store underscore-prefixed attributes on a namespace ('%s')",
-                         t->str2->s);
+                           "cannot assign attribute on non-namespace object '%s'", t->str->s);
+        if (t->str2->s[0] == '_')
+            return jx_fail(
+                c, t, WEFT_ERR_INVALID,
+                "chat templates cannot store underscore-prefixed attributes on a namespace ('%s')",
+                t->str2->s);
         return jd_set(c->a, ns.u.d, jv_of_str(t->str2), v) ? jx_nomem(c, n) : 0;
     }
     return bind_target(c, t, c->sc, v);
@@ -1052,7 +1151,8 @@ static int exec_inner(jctx *c, const jnode *n) {
         if (jx_eval(c, n->a, &v)) return -1;
         if (jv_truthy(v)) return exec_node(c, n->b);
         return n->c ? exec_node(c, n->c) : 0;
-    case S_FOR: return exec_for(c, n);
+    case S_FOR:
+        return exec_for(c, n);
     case S_SET:
         if (jx_eval(c, n->b, &v)) return -1;
         return exec_set(c, n, v);
@@ -1070,8 +1170,12 @@ static int exec_inner(jctx *c, const jnode *n) {
         f.u.fn->closure = c->sc;
         return set_var(c, n, c->sc, n->str, f);
     }
-    case S_BREAK: c->ctl = 1; return 0;
-    case S_CONTINUE: c->ctl = 2; return 0;
+    case S_BREAK:
+        c->ctl = 1;
+        return 0;
+    case S_CONTINUE:
+        c->ctl = 2;
+        return 0;
     case S_FILTER: {
         jscope *sc = new_scope(c, c->sc);
         if (!sc) return jx_nomem(c, n);
@@ -1100,7 +1204,8 @@ static int exec_inner(jctx *c, const jnode *n) {
         c->sc = saved;
         return r;
     }
-    default: return jx_fail(c, n, WEFT_ERR_INTERNAL, "unexpected statement kind %d", n->kind);
+    default:
+        return jx_fail(c, n, WEFT_ERR_INTERNAL, "unexpected statement kind %d", n->kind);
     }
 }
 
@@ -1108,7 +1213,7 @@ static int exec_node(jctx *c, const jnode *n) {
     if (++c->depth > EVAL_MAX_DEPTH) {
         c->depth--;
         return jx_fail(c, n, WEFT_ERR_INVALID, "statements nested more than %d levels deep",
-                     EVAL_MAX_DEPTH);
+                       EVAL_MAX_DEPTH);
     }
     int r = exec_inner(c, n);
     c->depth--;

@@ -79,7 +79,8 @@ static size_t ws_at(const char *s, size_t len, size_t i) {
 
 static size_t skip_ws(const char *s, size_t len, size_t i) {
     size_t w;
-    while (i < len && (w = ws_at(s, len, i)) > 0) i += w;
+    while (i < len && (w = ws_at(s, len, i)) > 0)
+        i += w;
     return i;
 }
 
@@ -87,7 +88,8 @@ static size_t skip_ws(const char *s, size_t len, size_t i) {
 static size_t rstrip_end(const char *s, size_t start, size_t end) {
     while (end > start) {
         size_t k = end - 1;
-        while (k > start && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+        while (k > start && ((unsigned char)s[k] & 0xC0) == 0x80)
+            k--;
         if (ws_at(s, end, k) != end - k) break;
         end = k;
     }
@@ -104,11 +106,13 @@ static int emit_data(lx *l, size_t start, size_t end) {
 
 /* Whitespace control for the data before a tag: '-' strips everything, otherwise
  * lstrip_blocks strips a line's indentation before a block or comment tag. */
-static size_t strip_before(lx *l, size_t start, size_t end, char sign, int is_var, int line_starting) {
+static size_t strip_before(lx *l, size_t start, size_t end, char sign, int is_var,
+                           int line_starting) {
     if (sign == '-') return rstrip_end(l->s, start, end);
     if (sign == '+' || is_var) return end;
     size_t lpos = end;
-    while (lpos > start && l->s[lpos - 1] != '\n') lpos--;
+    while (lpos > start && l->s[lpos - 1] != '\n')
+        lpos--;
     if (lpos > start || line_starting) {
         if (lpos < end && skip_ws(l->s, end, lpos) == end) return lpos;
     }
@@ -118,15 +122,20 @@ static size_t strip_before(lx *l, size_t start, size_t end, char sign, int is_va
 static int is_ident_start(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
 }
-static int is_ident(unsigned char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_ident(unsigned char c) {
+    return is_ident_start(c) || (c >= '0' && c <= '9');
+}
+static int is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 /* (\d+_)*\d+ ; returns the end or start when nothing matched */
 static size_t digits_us(const char *s, size_t len, size_t i) {
     if (i >= len || !is_digit(s[i])) return i;
     size_t j = i;
     for (;;) {
-        while (j < len && is_digit(s[j])) j++;
+        while (j < len && is_digit(s[j]))
+            j++;
         if (j + 1 < len && s[j] == '_' && is_digit(s[j + 1])) {
             j++;
             continue;
@@ -169,9 +178,12 @@ static size_t match_int(const char *s, size_t len, size_t i, int64_t *out, int *
     *overflow = 0;
     if (s[i] == '0' && i + 1 < len) {
         char p = s[i + 1];
-        if (p == 'b' || p == 'B') base = 2;
-        else if (p == 'o' || p == 'O') base = 8;
-        else if (p == 'x' || p == 'X') base = 16;
+        if (p == 'b' || p == 'B')
+            base = 2;
+        else if (p == 'o' || p == 'O')
+            base = 8;
+        else if (p == 'x' || p == 'X')
+            base = 16;
     }
     uint64_t v = 0;
     if (base != 10) {
@@ -194,7 +206,8 @@ static size_t match_int(const char *s, size_t len, size_t i, int64_t *out, int *
         }
     } else if (s[i] == '0') {
         j = i + 1;
-        while (j < len && (s[j] == '0' || (s[j] == '_' && j + 1 < len && s[j + 1] == '0'))) j++;
+        while (j < len && (s[j] == '0' || (s[j] == '_' && j + 1 < len && s[j + 1] == '0')))
+            j++;
     } else if (s[i] >= '1' && s[i] <= '9') {
         for (;;) {
             size_t k = j;
@@ -223,7 +236,8 @@ static int unescape(lx *l, size_t start, size_t end, jstr **out) {
     while (i < end) {
         if (s[i] != '\\') {
             size_t j = i;
-            while (j < end && s[j] != '\\') j++;
+            while (j < end && s[j] != '\\')
+                j++;
             jb_put(&b, s + i, j - i);
             i = j;
             continue;
@@ -238,20 +252,47 @@ static int unescape(lx *l, size_t start, size_t end, jstr **out) {
         uint32_t cp = 0;
         int n = 0;
         switch (c) {
-        case '\n': continue;
-        case '\\': jb_putc(&b, '\\'); continue;
-        case '\'': jb_putc(&b, '\''); continue;
-        case '"': jb_putc(&b, '"'); continue;
-        case 'a': jb_putc(&b, '\a'); continue;
-        case 'b': jb_putc(&b, '\b'); continue;
-        case 'f': jb_putc(&b, '\f'); continue;
-        case 'n': jb_putc(&b, '\n'); continue;
-        case 'r': jb_putc(&b, '\r'); continue;
-        case 't': jb_putc(&b, '\t'); continue;
-        case 'v': jb_putc(&b, '\v'); continue;
-        case 'x': n = 2; break;
-        case 'u': n = 4; break;
-        case 'U': n = 8; break;
+        case '\n':
+            continue;
+        case '\\':
+            jb_putc(&b, '\\');
+            continue;
+        case '\'':
+            jb_putc(&b, '\'');
+            continue;
+        case '"':
+            jb_putc(&b, '"');
+            continue;
+        case 'a':
+            jb_putc(&b, '\a');
+            continue;
+        case 'b':
+            jb_putc(&b, '\b');
+            continue;
+        case 'f':
+            jb_putc(&b, '\f');
+            continue;
+        case 'n':
+            jb_putc(&b, '\n');
+            continue;
+        case 'r':
+            jb_putc(&b, '\r');
+            continue;
+        case 't':
+            jb_putc(&b, '\t');
+            continue;
+        case 'v':
+            jb_putc(&b, '\v');
+            continue;
+        case 'x':
+            n = 2;
+            break;
+        case 'u':
+            n = 4;
+            break;
+        case 'U':
+            n = 8;
+            break;
         case 'N':
             jb_free(&b);
             return lx_fail(l, i - 2, "%s", "\\N{...} escapes are not supported");
@@ -268,9 +309,12 @@ static int unescape(lx *l, size_t start, size_t end, jstr **out) {
                 size_t j = i - 1;
                 uint32_t u = ju_next(s, end, &j);
                 char tmp[16];
-                if (u < 0x100) snprintf(tmp, sizeof tmp, "\\x%02x", u);
-                else if (u < 0x10000) snprintf(tmp, sizeof tmp, "\\u%04x", u);
-                else snprintf(tmp, sizeof tmp, "\\U%08x", u);
+                if (u < 0x100)
+                    snprintf(tmp, sizeof tmp, "\\x%02x", u);
+                else if (u < 0x10000)
+                    snprintf(tmp, sizeof tmp, "\\u%04x", u);
+                else
+                    snprintf(tmp, sizeof tmp, "\\U%08x", u);
                 jb_puts(&b, tmp); /* "\\" decoded to one backslash, the rest is literal */
                 i = j;
                 continue;
@@ -294,7 +338,8 @@ static int unescape(lx *l, size_t start, size_t end, jstr **out) {
         }
         if (cp >= 0xD800 && cp <= 0xDFFF) {
             jb_free(&b);
-            return lx_fail(l, i, "%s", "surrogate code points in string literals are not supported");
+            return lx_fail(l, i, "%s",
+                           "surrogate code points in string literals are not supported");
         }
         jb_put(&b, enc, ju_encode(cp, enc));
     }
@@ -311,12 +356,12 @@ static const struct {
     const char *text;
     uint8_t op;
 } OPS[] = {
-    {"//", OP_FLOORDIV}, {"**", OP_POW}, {"==", OP_EQ}, {"!=", OP_NE}, {">=", OP_GE},
-    {"<=", OP_LE},       {"+", OP_ADD},  {"-", OP_SUB}, {"/", OP_DIV}, {"*", OP_MUL},
-    {"%", OP_MOD},       {"~", OP_TILDE}, {"[", OP_LBRACKET}, {"]", OP_RBRACKET},
-    {"(", OP_LPAREN},    {")", OP_RPAREN}, {"{", OP_LBRACE}, {"}", OP_RBRACE}, {">", OP_GT},
-    {"<", OP_LT},        {"=", OP_ASSIGN}, {".", OP_DOT}, {":", OP_COLON}, {"|", OP_PIPE},
-    {",", OP_COMMA},     {";", OP_SEMICOLON},
+    {"//", OP_FLOORDIV}, {"**", OP_POW},   {"==", OP_EQ},      {"!=", OP_NE},      {">=", OP_GE},
+    {"<=", OP_LE},       {"+", OP_ADD},    {"-", OP_SUB},      {"/", OP_DIV},      {"*", OP_MUL},
+    {"%", OP_MOD},       {"~", OP_TILDE},  {"[", OP_LBRACKET}, {"]", OP_RBRACKET}, {"(", OP_LPAREN},
+    {")", OP_RPAREN},    {"{", OP_LBRACE}, {"}", OP_RBRACE},   {">", OP_GT},       {"<", OP_LT},
+    {"=", OP_ASSIGN},    {".", OP_DOT},    {":", OP_COLON},    {"|", OP_PIPE},     {",", OP_COMMA},
+    {";", OP_SEMICOLON},
 };
 
 enum { LX_MAX_NEST = 256 };
@@ -356,8 +401,10 @@ static int lex_tag(lx *l, size_t *pos, int is_block, size_t tag_start, int *nl) 
             if (e) {
                 if (!lx_push(l, is_block ? T_BLOCK_END : T_VAR_END, i, i + e)) return -1;
                 i += e;
-                if (strip) i = skip_ws(s, len, i);
-                else if (trim && i < len && s[i] == '\n') i++;
+                if (strip)
+                    i = skip_ws(s, len, i);
+                else if (trim && i < len && s[i] == '\n')
+                    i++;
                 *nl = s[i - 1] == '\n';
                 *pos = i;
                 return 0;
@@ -414,7 +461,8 @@ static int lex_tag(lx *l, size_t *pos, int is_block, size_t tag_start, int *nl) 
         }
         if (c == '\'' || c == '"') {
             size_t j = i + 1;
-            while (j < len && s[j] != (char)c) j += s[j] == '\\' ? 2 : 1;
+            while (j < len && s[j] != (char)c)
+                j += s[j] == '\\' ? 2 : 1;
             if (j >= len) {
                 char q[2] = {(char)c, 0};
                 return lx_fail(l, i, "unexpected char '%s' (unterminated string)", q);
@@ -468,7 +516,8 @@ int jlex(jarena *a, const jsource *src, jtok **toks, size_t *ntoks, weft_error *
     int line_starting = 1;
     while (pos < len) {
         size_t p = pos;
-        while (p + 1 < len && !(s[p] == '{' && (s[p + 1] == '{' || s[p + 1] == '%' || s[p + 1] == '#')))
+        while (p + 1 < len &&
+               !(s[p] == '{' && (s[p + 1] == '{' || s[p + 1] == '%' || s[p + 1] == '#')))
             p++;
         if (p + 1 >= len) {
             if (emit_data(&l, pos, len)) goto fail;
@@ -538,8 +587,10 @@ int jlex(jarena *a, const jsource *src, jtok **toks, size_t *ntoks, weft_error *
             size_t q = body, after = 0;
             for (; q + 1 < len; q++) {
                 if (s[q] != '#' || s[q + 1] != '}') continue;
-                if (q > body && s[q - 1] == '-') after = skip_ws(s, len, q + 2);
-                else if (q > body && s[q - 1] == '+') after = q + 2;
+                if (q > body && s[q - 1] == '-')
+                    after = skip_ws(s, len, q + 2);
+                else if (q > body && s[q - 1] == '+')
+                    after = q + 2;
                 else {
                     after = q + 2;
                     if (after < len && s[after] == '\n') after++;

@@ -21,8 +21,12 @@ typedef struct ps {
     int failed;
 } ps;
 
-static const jtok *cur(const ps *p) { return &p->t[p->i < p->n ? p->i : p->n - 1]; }
-static const jtok *look(const ps *p) { return &p->t[p->i + 1 < p->n ? p->i + 1 : p->n - 1]; }
+static const jtok *cur(const ps *p) {
+    return &p->t[p->i < p->n ? p->i : p->n - 1];
+}
+static const jtok *look(const ps *p) {
+    return &p->t[p->i + 1 < p->n ? p->i + 1 : p->n - 1];
+}
 static void adv(ps *p) {
     if (p->i + 1 < p->n) p->i++;
 }
@@ -30,16 +34,30 @@ static void adv(ps *p) {
 static int tok_is_name(const jtok *t, const char *name) {
     return t->type == T_NAME && js_eq(t->str, name);
 }
-static int tok_is_op(const jtok *t, int op) { return t->type == T_OP && t->op == op; }
+static int tok_is_op(const jtok *t, int op) {
+    return t->type == T_OP && t->op == op;
+}
 
 static void describe(const ps *p, const jtok *t, char *out, size_t cap) {
     switch (t->type) {
-    case T_EOF: snprintf(out, cap, "end of template"); break;
-    case T_BLOCK_END: snprintf(out, cap, "end of statement block"); break;
-    case T_VAR_END: snprintf(out, cap, "end of print statement"); break;
-    case T_BLOCK_BEGIN: snprintf(out, cap, "begin of statement block"); break;
-    case T_VAR_BEGIN: snprintf(out, cap, "begin of print statement"); break;
-    case T_DATA: snprintf(out, cap, "template data"); break;
+    case T_EOF:
+        snprintf(out, cap, "end of template");
+        break;
+    case T_BLOCK_END:
+        snprintf(out, cap, "end of statement block");
+        break;
+    case T_VAR_END:
+        snprintf(out, cap, "end of print statement");
+        break;
+    case T_BLOCK_BEGIN:
+        snprintf(out, cap, "begin of statement block");
+        break;
+    case T_VAR_BEGIN:
+        snprintf(out, cap, "begin of print statement");
+        break;
+    case T_DATA:
+        snprintf(out, cap, "template data");
+        break;
     default: {
         size_t n = t->end - t->pos;
         if (n > 40) n = 40;
@@ -146,7 +164,7 @@ static const jtok *expect_name(ps *p) {
     do {                                                                                           \
         if (++(p)->depth > (p)->max_depth) {                                                       \
             (p)->depth--;                                                                          \
-            return fail((p), cur(p), "template nested more than %d levels deep", (p)->max_depth); \
+            return fail((p), cur(p), "template nested more than %d levels deep", (p)->max_depth);  \
         }                                                                                          \
     } while (0)
 #define LEAVE(p, x)                                                                                \
@@ -303,7 +321,8 @@ static jnode *parse_postfix(ps *p, jnode *node) {
                 jnode *tu = nn(p, E_TUPLE, t);
                 if (!tu) return NULL;
                 for (size_t k = 0; k < args.n; k++)
-                    if (args.v[k]->kind == E_SLICE) return fail(p, t, "slices inside a tuple index are not supported");
+                    if (args.v[k]->kind == E_SLICE)
+                        return fail(p, t, "slices inside a tuple index are not supported");
                 tu->items = args.v;
                 tu->n = args.n;
                 x->b = tu;
@@ -379,8 +398,8 @@ static jnode *parse_test(ps *p, jnode *node) {
     const jtok *t = cur(p);
     if (tok_is_op(t, OP_LPAREN)) {
         if (parse_call_args(p, x)) return NULL;
-    } else if ((t->type == T_NAME || t->type == T_STRING || t->type == T_INT || t->type == T_FLOAT ||
-                tok_is_op(t, OP_LBRACKET) || tok_is_op(t, OP_LBRACE)) &&
+    } else if ((t->type == T_NAME || t->type == T_STRING || t->type == T_INT ||
+                t->type == T_FLOAT || tok_is_op(t, OP_LBRACKET) || tok_is_op(t, OP_LBRACE)) &&
                !tok_is_name(t, "else") && !tok_is_name(t, "or") && !tok_is_name(t, "and")) {
         if (tok_is_name(t, "is")) return fail(p, t, "You cannot chain multiple tests with is");
         jnode *arg = parse_primary(p);
@@ -713,8 +732,10 @@ static jnode *parse_tuple(ps *p, int with_condexpr, const char *extra_end, int e
         if (is_tuple_end(p, extra_end)) break;
         jnode *e = parse_expression(p, with_condexpr);
         if (!e || nv_push(p, &items, e)) return NULL;
-        if (tok_is_op(cur(p), OP_COMMA)) is_tuple = 1;
-        else break;
+        if (tok_is_op(cur(p), OP_COMMA))
+            is_tuple = 1;
+        else
+            break;
     }
     if (!is_tuple) {
         if (items.n) return items.v[0];
@@ -767,8 +788,10 @@ static jnode *parse_target(ps *p, const char *extra_end) {
         if (is_tuple_end(p, extra_end)) break;
         jnode *e = parse_target_primary(p);
         if (!e || nv_push(p, &items, e)) return NULL;
-        if (tok_is_op(cur(p), OP_COMMA)) is_tuple = 1;
-        else break;
+        if (tok_is_op(cur(p), OP_COMMA))
+            is_tuple = 1;
+        else
+            break;
     }
     if (!is_tuple) {
         if (items.n) return items.v[0];
@@ -829,7 +852,8 @@ static jnode *parse_for(ps *p, const jtok *t) {
         x->e = parse_expression(p, 1);
         if (!x->e) return NULL;
     }
-    if (tok_is_name(cur(p), "recursive")) return fail(p, cur(p), "recursive loops are not supported");
+    if (tok_is_name(cur(p), "recursive"))
+        return fail(p, cur(p), "recursive loops are not supported");
     static const char *const body_end[] = {"endfor", "else", NULL};
     static const char *const else_end[] = {"endfor", NULL};
     p->loop_depth++;

@@ -19,6 +19,7 @@ typedef struct jctx {
     jbuf *out;
     jscope *sc;
     uint64_t iters;
+    uint64_t work; /* elements visited plus string bytes / 64, see jx_work */
     int depth;
     int ctl; /* 1: break, 2: continue pending */
     jv filter_input;
@@ -69,6 +70,11 @@ jv jx_func(jctx *c, int kind, int id, const char *name, jv self);
 /* Python operations */
 int jx_iterate(jctx *c, const jnode *n, jv v, jlist **out);
 int jx_count_iter(jctx *c, const jnode *n);
+/* Charges O(n) work (list elements, or string bytes / 64) against the work budget, which is
+ * 64 units per allowed iteration; bounds CPU for templates that scan big values in loops. */
+int jx_work(jctx *c, const jnode *n, size_t elements, size_t bytes);
+/* work units of a value: elements of a list or dict, bytes of a string */
+int jx_work_of(jctx *c, const jnode *n, jv v);
 int jx_attr_only(jctx *c, const jnode *n, jv obj, const jstr *name, jv *out, int *found);
 int jx_getattr(jctx *c, const jnode *n, jv obj, const jstr *name, jv *out);
 int jx_getitem(jctx *c, const jnode *n, jv obj, jv key, jv *out);
@@ -83,6 +89,9 @@ int jx_builtin(jctx *c, const jnode *n, int id, const jargs *a, jv *out);
 int jx_method(jctx *c, const jnode *n, jv self, const char *name, const jargs *a, jv *out);
 int jx_filter(jctx *c, const jnode *n, int fid, jv v, const jargs *a, jv *out);
 int jx_test(jctx *c, const jnode *n, int tid, jv v, const jargs *a, int *res);
+
+/* Python's fmt % args */
+int jx_percent(jctx *c, const jnode *n, const jstr *fmt, jv args, jv *out);
 
 /* byte offset of needle in hay at or after from, (size_t)-1 when absent */
 size_t js_find(const char *hay, size_t hl, const char *needle, size_t nl, size_t from);

@@ -118,7 +118,8 @@ uint32_t ju_next(const char *s, size_t len, size_t *i) {
     }
     size_t n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
     uint32_t cp = c & (n == 3 ? 0x07 : n == 2 ? 0x0F : 0x1F);
-    for (size_t k = 1; k <= n && *i + k < len; k++) cp = (cp << 6) | (p[*i + k] & 0x3F);
+    for (size_t k = 1; k <= n && *i + k < len; k++)
+        cp = (cp << 6) | (p[*i + k] & 0x3F);
     *i += n + 1;
     if (*i > len) *i = len;
     return cp;
@@ -184,7 +185,9 @@ jstr *js_new(jarena *a, const char *s, size_t len) {
     return r;
 }
 
-jstr *js_cstr(jarena *a, const char *s) { return js_new(a, s, strlen(s)); }
+jstr *js_cstr(jarena *a, const char *s) {
+    return js_new(a, s, strlen(s));
+}
 
 jstr *js_cat(jarena *a, const jstr *x, const jstr *y) {
     if (x->len > SIZE_MAX / 2 || y->len > SIZE_MAX / 2) return NULL;
@@ -232,8 +235,12 @@ int jb_put(jbuf *b, const char *s, size_t n) {
     return 0;
 }
 
-int jb_puts(jbuf *b, const char *s) { return jb_put(b, s, strlen(s)); }
-int jb_putc(jbuf *b, char c) { return jb_put(b, &c, 1); }
+int jb_puts(jbuf *b, const char *s) {
+    return jb_put(b, s, strlen(s));
+}
+int jb_putc(jbuf *b, char c) {
+    return jb_put(b, &c, 1);
+}
 
 void jb_free(jbuf *b) {
     free(b->p);
@@ -241,14 +248,17 @@ void jb_free(jbuf *b) {
     b->len = b->cap = 0;
 }
 
-jstr *jb_to_str(jarena *a, const jbuf *b) { return js_new(a, b->p ? b->p : "", b->len); }
+jstr *jb_to_str(jarena *a, const jbuf *b) {
+    return js_new(a, b->p ? b->p : "", b->len);
+}
 
 /* ---- lists and dicts ------------------------------------------------------------------ */
 jlist *jl_new(jarena *a, size_t cap, int kind) {
     jlist *l = ja_alloc(a, sizeof(jlist));
     if (!l) return NULL;
     l->kind = (uint8_t)kind;
-    if (cap) {
+    if (cap == 0) cap = 1; /* storage is never NULL, so v + len is always defined */
+    {
         if (cap > SIZE_MAX / sizeof(jv)) return NULL;
         l->v = ja_alloc(a, cap * sizeof(jv));
         if (!l->v) return NULL;
@@ -281,9 +291,11 @@ static uint64_t mix(uint64_t h) {
 /* Equal values hash equal, including 1 == 1.0 == True as in Python. */
 static uint64_t jv_hash(jv v) {
     switch (v.t) {
-    case JV_NONE: return 0x9e3779b97f4a7c15ULL;
+    case JV_NONE:
+        return 0x9e3779b97f4a7c15ULL;
     case JV_BOOL:
-    case JV_INT: return mix((uint64_t)v.u.i);
+    case JV_INT:
+        return mix((uint64_t)v.u.i);
     case JV_FLOAT:
         if (v.u.f == floor(v.u.f) && fabs(v.u.f) < 9.2e18) return mix((uint64_t)(int64_t)v.u.f);
         {
@@ -294,15 +306,18 @@ static uint64_t jv_hash(jv v) {
         }
     case JV_STR: {
         uint64_t h = 1469598103934665603ULL;
-        for (size_t i = 0; i < v.u.s->len; i++) h = (h ^ (unsigned char)v.u.s->s[i]) * 1099511628211ULL;
+        for (size_t i = 0; i < v.u.s->len; i++)
+            h = (h ^ (unsigned char)v.u.s->s[i]) * 1099511628211ULL;
         return h;
     }
     case JV_LIST: {
         uint64_t h = 0x51ed270b27ULL;
-        for (size_t i = 0; i < v.u.l->len; i++) h = mix(h * 31 + jv_hash(v.u.l->v[i]));
+        for (size_t i = 0; i < v.u.l->len; i++)
+            h = mix(h * 31 + jv_hash(v.u.l->v[i]));
         return h;
     }
-    default: return mix((uint64_t)(uintptr_t)v.u.d);
+    default:
+        return mix((uint64_t)(uintptr_t)v.u.d);
     }
 }
 
@@ -313,7 +328,8 @@ static int jd_rehash(jarena *a, jdict *d, size_t nslots) {
     if (!s) return -1;
     for (size_t i = 0; i < d->len; i++) {
         size_t h = (size_t)jv_hash(d->k[i]) & (nslots - 1);
-        while (s[h]) h = (h + 1) & (nslots - 1);
+        while (s[h])
+            h = (h + 1) & (nslots - 1);
         s[h] = (uint32_t)(i + 1);
     }
     d->slots = s;
@@ -321,7 +337,9 @@ static int jd_rehash(jarena *a, jdict *d, size_t nslots) {
     return 0;
 }
 
-jdict *jd_new(jarena *a) { return ja_alloc(a, sizeof(jdict)); }
+jdict *jd_new(jarena *a) {
+    return ja_alloc(a, sizeof(jdict));
+}
 
 static long jd_find(const jdict *d, jv key) {
     if (d->slots) {
@@ -345,14 +363,14 @@ jv *jd_get(const jdict *d, jv key) {
 
 jv *jd_gets(const jdict *d, const char *key, size_t len) {
     if (d->slots) {
-        jstr tmp_hdr; /* only for hashing: build a temporary value on the stack */
-        (void)tmp_hdr;
         uint64_t h = 1469598103934665603ULL;
-        for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
+        for (size_t i = 0; i < len; i++)
+            h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
         size_t s = (size_t)h & (d->nslots - 1);
         while (d->slots[s]) {
             size_t i = d->slots[s] - 1;
-            if (d->k[i].t == JV_STR && d->k[i].u.s->len == len && memcmp(d->k[i].u.s->s, key, len) == 0)
+            if (d->k[i].t == JV_STR && d->k[i].u.s->len == len &&
+                memcmp(d->k[i].u.s->s, key, len) == 0)
                 return &d->v[i];
             s = (s + 1) & (d->nslots - 1);
         }
@@ -389,11 +407,13 @@ int jd_set(jarena *a, jdict *d, jv key, jv val) {
     d->len++;
     if (d->len >= JD_HASH_MIN && (!d->slots || d->len * 2 > d->nslots)) {
         size_t n = 64;
-        while (n < d->len * 4) n *= 2;
+        while (n < d->len * 4)
+            n *= 2;
         if (jd_rehash(a, d, n)) return -1;
     } else if (d->slots) {
         size_t h = (size_t)jv_hash(key) & (d->nslots - 1);
-        while (d->slots[h]) h = (h + 1) & (d->nslots - 1);
+        while (d->slots[h])
+            h = (h + 1) & (d->nslots - 1);
         d->slots[h] = (uint32_t)d->len;
     }
     return 0;
@@ -402,25 +422,43 @@ int jd_set(jarena *a, jdict *d, jv key, jv val) {
 /* ---- Python semantics ----------------------------------------------------------------- */
 const char *jv_typename(jv v) {
     switch (v.t) {
-    case JV_UNDEF: return "Undefined";
-    case JV_NONE: return "NoneType";
-    case JV_BOOL: return "bool";
-    case JV_INT: return "int";
-    case JV_FLOAT: return "float";
-    case JV_STR: return "str";
+    case JV_UNDEF:
+        return "Undefined";
+    case JV_NONE:
+        return "NoneType";
+    case JV_BOOL:
+        return "bool";
+    case JV_INT:
+        return "int";
+    case JV_FLOAT:
+        return "float";
+    case JV_STR:
+        return "str";
     case JV_LIST:
         switch (v.u.l->kind) {
-        case JL_TUPLE: return "tuple";
-        case JL_ITER: return "generator";
-        case JL_ITEMS: return "dict_items";
-        case JL_KEYS: return "dict_keys";
-        case JL_VALUES: return "dict_values";
-        default: return "list";
+        case JL_TUPLE:
+            return "tuple";
+        case JL_ITER:
+            return "generator";
+        case JL_ITEMS:
+            return "dict_items";
+        case JL_KEYS:
+            return "dict_keys";
+        case JL_VALUES:
+            return "dict_values";
+        case JL_RANGE:
+            return "range";
+        default:
+            return "list";
         }
-    case JV_DICT: return "dict";
-    case JV_NS: return "Namespace";
-    case JV_LOOP: return "LoopContext";
-    case JV_FUNC: return v.u.fn->kind == JF_MACRO ? "Macro" : "builtin_function_or_method";
+    case JV_DICT:
+        return "dict";
+    case JV_NS:
+        return "Namespace";
+    case JV_LOOP:
+        return "LoopContext";
+    case JV_FUNC:
+        return v.u.fn->kind == JF_MACRO ? "Macro" : "builtin_function_or_method";
     }
     return "object";
 }
@@ -428,20 +466,31 @@ const char *jv_typename(jv v) {
 int jv_truthy(jv v) {
     switch (v.t) {
     case JV_UNDEF:
-    case JV_NONE: return 0;
+    case JV_NONE:
+        return 0;
     case JV_BOOL:
-    case JV_INT: return v.u.i != 0;
-    case JV_FLOAT: return v.u.f != 0.0;
-    case JV_STR: return v.u.s->len != 0;
-    case JV_LIST: return v.u.l->kind == JL_ITER ? 1 : v.u.l->len != 0;
-    case JV_DICT: return v.u.d->len != 0;
-    default: return 1;
+    case JV_INT:
+        return v.u.i != 0;
+    case JV_FLOAT:
+        return v.u.f != 0.0;
+    case JV_STR:
+        return v.u.s->len != 0;
+    case JV_LIST:
+        return v.u.l->kind == JL_ITER ? 1 : v.u.l->len != 0;
+    case JV_DICT:
+        return v.u.d->len != 0;
+    default:
+        return 1;
     }
 }
 
-int jv_is_number(jv v) { return v.t == JV_BOOL || v.t == JV_INT || v.t == JV_FLOAT; }
+int jv_is_number(jv v) {
+    return v.t == JV_BOOL || v.t == JV_INT || v.t == JV_FLOAT;
+}
 
-double jv_num(jv v) { return v.t == JV_FLOAT ? v.u.f : (double)v.u.i; }
+double jv_num(jv v) {
+    return v.t == JV_FLOAT ? v.u.f : (double)v.u.i;
+}
 
 static int num_eq(jv a, jv b) {
     if (a.t != JV_FLOAT && b.t != JV_FLOAT) return a.u.i == b.u.i;
@@ -453,15 +502,19 @@ static int num_eq(jv a, jv b) {
     return (int64_t)f == i;
 }
 
-static int seq_like(jv v) { return v.t == JV_LIST && (v.u.l->kind == JL_LIST || v.u.l->kind == JL_TUPLE); }
+static int seq_like(jv v) {
+    return v.t == JV_LIST && (v.u.l->kind == JL_LIST || v.u.l->kind == JL_TUPLE);
+}
 
 int jv_eq(jv a, jv b) {
     if (jv_is_number(a) && jv_is_number(b)) return num_eq(a, b);
     if (a.t != b.t) return 0;
     switch (a.t) {
     case JV_UNDEF:
-    case JV_NONE: return 1;
-    case JV_STR: return a.u.s->len == b.u.s->len && memcmp(a.u.s->s, b.u.s->s, a.u.s->len) == 0;
+    case JV_NONE:
+        return 1;
+    case JV_STR:
+        return a.u.s->len == b.u.s->len && memcmp(a.u.s->s, b.u.s->s, a.u.s->len) == 0;
     case JV_LIST:
         if (a.u.l == b.u.l) return 1;
         if (!seq_like(a) || a.u.l->kind != b.u.l->kind) {
@@ -480,14 +533,15 @@ int jv_eq(jv a, jv b) {
             if (!o || !jv_eq(a.u.d->v[i], *o)) return 0;
         }
         return 1;
-    default: return a.u.d == b.u.d;
+    default:
+        return a.u.d == b.u.d;
     }
 }
 
 int jv_hashable(jv v) {
     if (v.t == JV_DICT) return 0;
     if (v.t == JV_LIST) {
-        if (v.u.l->kind == JL_ITER) return 1;
+        if (v.u.l->kind == JL_ITER || v.u.l->kind == JL_RANGE) return 1;
         if (v.u.l->kind != JL_TUPLE) return 0;
         for (size_t i = 0; i < v.u.l->len; i++)
             if (!jv_hashable(v.u.l->v[i])) return 0;
@@ -551,7 +605,8 @@ void jv_float_repr(double f, char out[40]) {
         if (*p >= '0' && *p <= '9' && nd < sizeof(digits) - 1) digits[nd++] = *p;
     digits[nd] = '\0';
     int e = *p == 'e' ? atoi(p + 1) : 0;
-    while (nd > 1 && digits[nd - 1] == '0') digits[--nd] = '\0';
+    while (nd > 1 && digits[nd - 1] == '0')
+        digits[--nd] = '\0';
     int decpt = e + 1; /* value = 0.DIGITS x 10^decpt */
     char *o = out;
     if (neg) *o++ = '-';
@@ -567,13 +622,15 @@ void jv_float_repr(double f, char out[40]) {
     } else if (decpt <= 0) {
         *o++ = '0';
         *o++ = '.';
-        for (int i = 0; i < -decpt; i++) *o++ = '0';
+        for (int i = 0; i < -decpt; i++)
+            *o++ = '0';
         memcpy(o, digits, nd);
         o += nd;
     } else if ((size_t)decpt >= nd) {
         memcpy(o, digits, nd);
         o += nd;
-        for (size_t i = nd; i < (size_t)decpt; i++) *o++ = '0';
+        for (size_t i = nd; i < (size_t)decpt; i++)
+            *o++ = '0';
         *o++ = '.';
         *o++ = '0';
     } else {
@@ -667,28 +724,51 @@ static int dict_repr(jbuf *b, const jdict *d, int depth) {
 }
 
 static int str_rec(jbuf *b, jv v, int repr, int depth) {
-    char num[48];
+    char num[96];
     if (depth > JV_MAX_NEST) {
         b->failed = b->failed ? b->failed : 3;
         return -1;
     }
     switch (v.t) {
-    case JV_UNDEF: return repr ? jb_puts(b, "Undefined") : 0;
-    case JV_NONE: return jb_puts(b, "None");
-    case JV_BOOL: return jb_puts(b, v.u.i ? "True" : "False");
-    case JV_INT: snprintf(num, sizeof num, "%lld", (long long)v.u.i); return jb_puts(b, num);
-    case JV_FLOAT: jv_float_repr(v.u.f, num); return jb_puts(b, num);
-    case JV_STR: return repr ? repr_str(b, v.u.s) : jb_put(b, v.u.s->s, v.u.s->len);
+    case JV_UNDEF:
+        return repr ? jb_puts(b, "Undefined") : 0;
+    case JV_NONE:
+        return jb_puts(b, "None");
+    case JV_BOOL:
+        return jb_puts(b, v.u.i ? "True" : "False");
+    case JV_INT:
+        snprintf(num, sizeof num, "%lld", (long long)v.u.i);
+        return jb_puts(b, num);
+    case JV_FLOAT:
+        jv_float_repr(v.u.f, num);
+        return jb_puts(b, num);
+    case JV_STR:
+        return repr ? repr_str(b, v.u.s) : jb_put(b, v.u.s->s, v.u.s->len);
     case JV_LIST:
         switch (v.u.l->kind) {
-        case JL_TUPLE: return seq_repr(b, v.u.l, "(", ")", depth);
-        case JL_ITER: return jb_puts(b, "<generator object>");
-        case JL_ITEMS: return seq_repr(b, v.u.l, "dict_items([", "])", depth);
-        case JL_KEYS: return seq_repr(b, v.u.l, "dict_keys([", "])", depth);
-        case JL_VALUES: return seq_repr(b, v.u.l, "dict_values([", "])", depth);
-        default: return seq_repr(b, v.u.l, "[", "]", depth);
+        case JL_TUPLE:
+            return seq_repr(b, v.u.l, "(", ")", depth);
+        case JL_ITER:
+            return jb_puts(b, "<generator object>");
+        case JL_ITEMS:
+            return seq_repr(b, v.u.l, "dict_items([", "])", depth);
+        case JL_KEYS:
+            return seq_repr(b, v.u.l, "dict_keys([", "])", depth);
+        case JL_VALUES:
+            return seq_repr(b, v.u.l, "dict_values([", "])", depth);
+        case JL_RANGE:
+            if (v.u.l->range[2] == 1)
+                snprintf(num, sizeof num, "range(%lld, %lld)", (long long)v.u.l->range[0],
+                         (long long)v.u.l->range[1]);
+            else
+                snprintf(num, sizeof num, "range(%lld, %lld, %lld)", (long long)v.u.l->range[0],
+                         (long long)v.u.l->range[1], (long long)v.u.l->range[2]);
+            return jb_puts(b, num);
+        default:
+            return seq_repr(b, v.u.l, "[", "]", depth);
         }
-    case JV_DICT: return dict_repr(b, v.u.d, depth);
+    case JV_DICT:
+        return dict_repr(b, v.u.d, depth);
     case JV_NS:
         if (jb_puts(b, "<Namespace ") || dict_repr(b, v.u.d, depth)) return -1;
         return jb_putc(b, '>');
@@ -703,8 +783,12 @@ static int str_rec(jbuf *b, jv v, int repr, int depth) {
     return 0;
 }
 
-int jv_str(jbuf *b, jv v) { return str_rec(b, v, 0, 0); }
-int jv_repr(jbuf *b, jv v) { return str_rec(b, v, 1, 0); }
+int jv_str(jbuf *b, jv v) {
+    return str_rec(b, v, 0, 0);
+}
+int jv_repr(jbuf *b, jv v) {
+    return str_rec(b, v, 1, 0);
+}
 
 /* ---- json.dumps ----------------------------------------------------------------------- */
 static int json_str(jbuf *b, const char *s, size_t len, int ensure_ascii) {
@@ -714,13 +798,20 @@ static int json_str(jbuf *b, const char *s, size_t len, int ensure_ascii) {
         unsigned char c = (unsigned char)s[i];
         const char *esc = NULL;
         char tmp[16];
-        if (c == '"') esc = "\\\"";
-        else if (c == '\\') esc = "\\\\";
-        else if (c == '\n') esc = "\\n";
-        else if (c == '\r') esc = "\\r";
-        else if (c == '\t') esc = "\\t";
-        else if (c == '\b') esc = "\\b";
-        else if (c == '\f') esc = "\\f";
+        if (c == '"')
+            esc = "\\\"";
+        else if (c == '\\')
+            esc = "\\\\";
+        else if (c == '\n')
+            esc = "\\n";
+        else if (c == '\r')
+            esc = "\\r";
+        else if (c == '\t')
+            esc = "\\t";
+        else if (c == '\b')
+            esc = "\\b";
+        else if (c == '\f')
+            esc = "\\f";
         else if (c < 0x20 || (ensure_ascii && c == 0x7F)) {
             snprintf(tmp, sizeof tmp, "\\u%04x", c);
             esc = tmp;
@@ -729,7 +820,8 @@ static int json_str(jbuf *b, const char *s, size_t len, int ensure_ascii) {
             uint32_t cp = ju_next(s, len, &i);
             if (cp >= 0x10000) {
                 cp -= 0x10000;
-                snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+                snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xD800 + (cp >> 10),
+                         0xDC00 + (cp & 0x3FF));
             } else {
                 snprintf(tmp, sizeof tmp, "\\u%04x", cp);
             }
@@ -772,11 +864,15 @@ static int sort_keys(const jdict *d, size_t *idx, size_t *tmp, size_t n, int *ba
     while (i < h && j < n) {
         int c = jv_cmp(d->k[idx[j]], d->k[idx[i]]);
         if (c == 2) *bad = 1;
-        if (c == -1) tmp[k++] = idx[j++];
-        else tmp[k++] = idx[i++];
+        if (c == -1)
+            tmp[k++] = idx[j++];
+        else
+            tmp[k++] = idx[i++];
     }
-    while (i < h) tmp[k++] = idx[i++];
-    while (j < n) tmp[k++] = idx[j++];
+    while (i < h)
+        tmp[k++] = idx[i++];
+    while (j < n)
+        tmp[k++] = idx[j++];
     memcpy(idx, tmp, n * sizeof(size_t));
     return 0;
 }
@@ -788,11 +884,17 @@ int jv_json(jbuf *b, jv v, const jjson_opts *o, int depth, const char **why) {
     }
     char num[48];
     switch (v.t) {
-    case JV_NONE: return jb_puts(b, "null");
-    case JV_BOOL: return jb_puts(b, v.u.i ? "true" : "false");
-    case JV_INT: snprintf(num, sizeof num, "%lld", (long long)v.u.i); return jb_puts(b, num);
-    case JV_FLOAT: return json_float(b, v.u.f);
-    case JV_STR: return json_str(b, v.u.s->s, v.u.s->len, o->ensure_ascii);
+    case JV_NONE:
+        return jb_puts(b, "null");
+    case JV_BOOL:
+        return jb_puts(b, v.u.i ? "true" : "false");
+    case JV_INT:
+        snprintf(num, sizeof num, "%lld", (long long)v.u.i);
+        return jb_puts(b, num);
+    case JV_FLOAT:
+        return json_float(b, v.u.f);
+    case JV_STR:
+        return json_str(b, v.u.s->s, v.u.s->len, o->ensure_ascii);
     case JV_LIST: {
         const jlist *l = v.u.l;
         if (l->kind != JL_LIST && l->kind != JL_TUPLE) break;
@@ -818,7 +920,8 @@ int jv_json(jbuf *b, jv v, const jjson_opts *o, int depth, const char **why) {
             b->failed = 1;
             return -1;
         }
-        for (size_t i = 0; i < d->len; i++) idx[i] = i;
+        for (size_t i = 0; i < d->len; i++)
+            idx[i] = i;
         if (o->sort_keys) {
             int bad = 0;
             sort_keys(d, idx, idx + d->len, d->len, &bad);
@@ -838,9 +941,15 @@ int jv_json(jbuf *b, jv v, const jjson_opts *o, int depth, const char **why) {
                 if (r) break;
             }
             switch (k.t) {
-            case JV_STR: r = json_str(b, k.u.s->s, k.u.s->len, o->ensure_ascii); break;
-            case JV_NONE: r = jb_puts(b, "\"null\""); break;
-            case JV_BOOL: r = jb_puts(b, k.u.i ? "\"true\"" : "\"false\""); break;
+            case JV_STR:
+                r = json_str(b, k.u.s->s, k.u.s->len, o->ensure_ascii);
+                break;
+            case JV_NONE:
+                r = jb_puts(b, "\"null\"");
+                break;
+            case JV_BOOL:
+                r = jb_puts(b, k.u.i ? "\"true\"" : "\"false\"");
+                break;
             case JV_INT:
                 snprintf(num, sizeof num, "\"%lld\"", (long long)k.u.i);
                 r = jb_puts(b, num);
@@ -862,14 +971,41 @@ int jv_json(jbuf *b, jv v, const jjson_opts *o, int depth, const char **why) {
         if (o->has_indent && json_newline(b, o, depth)) return -1;
         return jb_putc(b, '}');
     }
-    default: break;
+    default:
+        break;
     }
     switch (v.t) {
-    case JV_UNDEF: *why = "Object of type Undefined is not JSON serializable"; break;
-    case JV_NS: *why = "Object of type Namespace is not JSON serializable"; break;
-    case JV_LOOP: *why = "Object of type LoopContext is not JSON serializable"; break;
-    case JV_LIST: *why = "Object of this iterator type is not JSON serializable"; break;
-    default: *why = "Object of type function is not JSON serializable"; break;
+    case JV_UNDEF:
+        *why = "Object of type Undefined is not JSON serializable";
+        break;
+    case JV_NS:
+        *why = "Object of type Namespace is not JSON serializable";
+        break;
+    case JV_LOOP:
+        *why = "Object of type LoopContext is not JSON serializable";
+        break;
+    case JV_LIST:
+        switch (v.u.l->kind) {
+        case JL_RANGE:
+            *why = "Object of type range is not JSON serializable";
+            break;
+        case JL_ITEMS:
+            *why = "Object of type dict_items is not JSON serializable";
+            break;
+        case JL_KEYS:
+            *why = "Object of type dict_keys is not JSON serializable";
+            break;
+        case JL_VALUES:
+            *why = "Object of type dict_values is not JSON serializable";
+            break;
+        default:
+            *why = "Object of type generator is not JSON serializable";
+            break;
+        }
+        break;
+    default:
+        *why = "Object of type function is not JSON serializable";
+        break;
     }
     return 1;
 }

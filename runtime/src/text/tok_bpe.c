@@ -82,13 +82,20 @@ int tok_bpe_word(const weft_tokenizer *tok, const char *s, size_t n, int32_t **i
         if (whole >= 0) return push_id(ids, n_ids, cap, whole);
     }
     if (n > INT32_MAX / 2) return -1;
-    /* At most one symbol per byte (byte fallback). */
-    sym *syms = malloc(n * sizeof(*syms));
-    cand *heap = malloc(3 * n * sizeof(*heap) + sizeof(*heap));
-    if (!syms || !heap) {
-        free(syms);
-        free(heap);
-        return -1;
+    /* At most one symbol per byte (byte fallback). Most words are short: their symbols and
+     * heap live on the stack. */
+    sym syms_small[48];
+    cand heap_small[3 * 48 + 1];
+    sym *syms = syms_small;
+    cand *heap = heap_small;
+    if (n > 48) {
+        syms = malloc(n * sizeof(*syms));
+        heap = malloc(3 * n * sizeof(*heap) + sizeof(*heap));
+        if (!syms || !heap) {
+            free(syms);
+            free(heap);
+            return -1;
+        }
     }
     size_t ns = 0;
     int32_t unk_pending = -1;
@@ -159,7 +166,9 @@ int tok_bpe_word(const weft_tokenizer *tok, const char *s, size_t n, int32_t **i
     int rc = 0;
     for (size_t i = 0; i < ns && !rc; i++)
         if (syms[i].len) rc = push_id(ids, n_ids, cap, syms[i].id);
-    free(syms);
-    free(heap);
+    if (syms != syms_small) {
+        free(syms);
+        free(heap);
+    }
     return rc;
 }

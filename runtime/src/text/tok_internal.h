@@ -40,7 +40,7 @@ void tok_list_free(tok_list *l);
 
 /* ---- string -> id hash map (open addressing over the ids; keys live in the vocab) -------- */
 typedef struct tok_vocab {
-    char *arena;         /* every piece, NUL-terminated */
+    char *arena; /* every piece, NUL-terminated */
     size_t arena_len, arena_cap;
     uint32_t *piece_off; /* (n_ids) offset into arena, UINT32_MAX for an unused id */
     uint32_t *piece_len; /* (n_ids) */
@@ -53,7 +53,7 @@ typedef struct tok_vocab {
 int tok_vocab_init(tok_vocab *v, uint32_t n_ids, size_t n_keys);
 /* Adds piece as id: 0 ok, 1 when the id or the piece is already present, -1 no memory. */
 int tok_vocab_add(tok_vocab *v, int32_t id, const char *s, size_t n);
-int32_t tok_vocab_find(const tok_vocab *v, const char *s, size_t n); /* -1 when absent */
+int32_t tok_vocab_find(const tok_vocab *v, const char *s, size_t n);    /* -1 when absent */
 const char *tok_vocab_piece(const tok_vocab *v, int32_t id, size_t *n); /* NULL when absent */
 void tok_vocab_free(tok_vocab *v);
 
@@ -145,8 +145,8 @@ typedef struct tok_pretok {
     int use_regex;        /* ByteLevel */
     char replacement[8];  /* Metaspace, UTF-8 */
     size_t replacement_len;
-    int prepend_scheme; /* Metaspace */
-    int split;          /* Metaspace */
+    int prepend_scheme;       /* Metaspace */
+    int split;                /* Metaspace */
     struct tok_pretok *items; /* Sequence */
     size_t n_items;
 } tok_pretok;
@@ -166,10 +166,10 @@ typedef struct tok_decoder {
     tok_pattern pattern; /* Replace (a string pattern only, as HF's decoder) */
     char *content;       /* Replace: the replacement; Strip: the char to strip */
     size_t content_len;
-    int start, stop;          /* Strip */
-    char replacement[8];      /* Metaspace */
+    int start, stop;     /* Strip */
+    char replacement[8]; /* Metaspace */
     size_t replacement_len;
-    int prepend_scheme;       /* Metaspace */
+    int prepend_scheme;        /* Metaspace */
     struct tok_decoder *items; /* Sequence */
     size_t n_items;
 } tok_decoder;
@@ -178,8 +178,23 @@ typedef struct tok_added {
     int32_t id;
     char *content;
     size_t len;
+    /* What is searched for: the content, or for a normalized token the content passed through
+     * the normalizer (as HF builds its normalized trie). Owned when != content. */
+    char *match;
+    size_t match_len;
     uint8_t special, lstrip, rstrip, single_word, normalized;
 } tok_added;
+
+/* Pre-tokenizer regexes of well-known families (facts from their published tokenizer.json files):
+ * GPT-2's (ByteLevel use_regex), Llama 3's and Qwen2's (Split). */
+#define TOK_GPT2_REGEX                                                                             \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define TOK_LLAMA3_REGEX                                                                           \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "                     \
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define TOK_QWEN2_REGEX                                                                            \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "                          \
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 /* ---- the tokenizer ------------------------------------------------------------------------ */
 struct weft_tokenizer {
@@ -197,10 +212,10 @@ struct weft_tokenizer {
     /* added tokens, longest first within each group of equal first byte */
     tok_added *added;
     size_t n_added;
-    uint32_t *added_order;    /* (n_added) indices by first byte, longest first */
-    size_t added_start[257];  /* added_order[added_start[b] .. added_start[b + 1]) start with b */
-    uint8_t *is_special; /* (vocab_size) */
-    int32_t *added_of_id; /* (vocab_size) index into added, or -1 */
+    uint32_t *added_order;   /* (n_added) indices by first byte, longest first */
+    size_t added_start[257]; /* added_order[added_start[b] .. added_start[b + 1]) start with b */
+    uint8_t *is_special;     /* (vocab_size) */
+    int32_t *added_of_id;    /* (vocab_size) index into added, or -1 */
     /* post-processor flattened to what "single sequence, add_special_tokens" adds */
     int32_t *post_prefix, *post_suffix;
     size_t n_post_prefix, n_post_suffix;

@@ -24,14 +24,21 @@ typedef struct ctx {
 static const char *json_kind(const json_t *v) {
     if (!v) return "nothing";
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
     }
 }
 
@@ -67,8 +74,8 @@ static weft_status get_bool(ctx *c, const json_t *obj, const char *path, const c
     return WEFT_OK;
 }
 
-static weft_status get_int(ctx *c, const json_t *obj, const char *path, const char *key,
-                           int64_t lo, int64_t hi, int required, int64_t def, int64_t *out) {
+static weft_status get_int(ctx *c, const json_t *obj, const char *path, const char *key, int64_t lo,
+                           int64_t hi, int required, int64_t def, int64_t *out) {
     json_t *v = json_object_get(obj, key);
     char p[512];
     sub(p, sizeof(p), path, key);
@@ -81,8 +88,8 @@ static weft_status get_int(ctx *c, const json_t *obj, const char *path, const ch
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
         return weft_error_set(c->err, WEFT_ERR_FORMAT, c->name,
-                              "%s: expected an integer in [%lld, %lld], got %lld", p,
-                              (long long)lo, (long long)hi, (long long)x);
+                              "%s: expected an integer in [%lld, %lld], got %lld", p, (long long)lo,
+                              (long long)hi, (long long)x);
     *out = x;
     return WEFT_OK;
 }
@@ -115,8 +122,7 @@ static char *dupn(const char *s, size_t n) {
 
 static weft_status unsupported(ctx *c, const char *path, const char *type, const char *supported) {
     return weft_error_set(c->err, WEFT_ERR_UNSUPPORTED, c->name,
-                          "%s.type: '%s' is not supported (supported: %s)", path, type,
-                          supported);
+                          "%s.type: '%s' is not supported (supported: %s)", path, type, supported);
 }
 
 /* "type" of a stage object. */
@@ -174,9 +180,12 @@ static weft_status parse_metaspace(ctx *c, const json_t *v, const char *path, ch
     st = get_str(c, v, path, "prepend_scheme", 0, &ps, &n);
     if (st) return st;
     if (ps) {
-        if (!strcmp(ps, "always")) *scheme = TOK_PREPEND_ALWAYS;
-        else if (!strcmp(ps, "first")) *scheme = TOK_PREPEND_FIRST;
-        else if (!strcmp(ps, "never")) *scheme = TOK_PREPEND_NEVER;
+        if (!strcmp(ps, "always"))
+            *scheme = TOK_PREPEND_ALWAYS;
+        else if (!strcmp(ps, "first"))
+            *scheme = TOK_PREPEND_FIRST;
+        else if (!strcmp(ps, "never"))
+            *scheme = TOK_PREPEND_NEVER;
         else {
             char p[512];
             sub(p, sizeof(p), path, "prepend_scheme");
@@ -204,11 +213,16 @@ static weft_status parse_normalizer(ctx *c, const json_t *v, const char *path, i
     if (st) return st;
     const char *s;
     size_t n;
-    if (!strcmp(type, "NFC")) out->type = TOK_NORM_NFC;
-    else if (!strcmp(type, "NFD")) out->type = TOK_NORM_NFD;
-    else if (!strcmp(type, "NFKC")) out->type = TOK_NORM_NFKC;
-    else if (!strcmp(type, "NFKD")) out->type = TOK_NORM_NFKD;
-    else if (!strcmp(type, "Lowercase")) out->type = TOK_NORM_LOWERCASE;
+    if (!strcmp(type, "NFC"))
+        out->type = TOK_NORM_NFC;
+    else if (!strcmp(type, "NFD"))
+        out->type = TOK_NORM_NFD;
+    else if (!strcmp(type, "NFKC"))
+        out->type = TOK_NORM_NFKC;
+    else if (!strcmp(type, "NFKD"))
+        out->type = TOK_NORM_NFKD;
+    else if (!strcmp(type, "Lowercase"))
+        out->type = TOK_NORM_LOWERCASE;
     else if (!strcmp(type, "Prepend")) {
         out->type = TOK_NORM_PREPEND;
         if ((st = get_str(c, v, path, "prepend", 1, &s, &n))) return st;
@@ -248,9 +262,6 @@ static weft_status parse_normalizer(ctx *c, const json_t *v, const char *path, i
 }
 
 /* ---- pre-tokenizer ------------------------------------------------------------------------- */
-#define GPT2_REGEX                                                                                 \
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
-
 static weft_status builtin_regex(ctx *c, tok_pretok *out, const char *re, const char *path) {
     return tok_pattern_compile(&out->pattern, TOK_PATTERN_REGEX, re, strlen(re), path, c->name,
                                c->err);
@@ -295,7 +306,7 @@ static weft_status parse_pretok(ctx *c, const json_t *v, const char *path, int d
         out->type = TOK_PRE_BYTELEVEL;
         if ((st = get_bool(c, v, path, "add_prefix_space", 1, &out->add_prefix_space))) return st;
         if ((st = get_bool(c, v, path, "use_regex", 1, &out->use_regex))) return st;
-        if (out->use_regex && (st = builtin_regex(c, out, GPT2_REGEX, path))) return st;
+        if (out->use_regex && (st = builtin_regex(c, out, TOK_GPT2_REGEX, path))) return st;
     } else if (!strcmp(type, "Metaspace")) {
         out->type = TOK_PRE_METASPACE;
         if ((st = parse_metaspace(c, v, path, out->replacement, &out->replacement_len,
@@ -356,9 +367,12 @@ static weft_status parse_decoder(ctx *c, const json_t *v, const char *path, int 
     if (st) return st;
     const char *s;
     size_t n;
-    if (!strcmp(type, "ByteLevel")) out->type = TOK_DEC_BYTELEVEL;
-    else if (!strcmp(type, "ByteFallback")) out->type = TOK_DEC_BYTEFALLBACK;
-    else if (!strcmp(type, "Fuse")) out->type = TOK_DEC_FUSE;
+    if (!strcmp(type, "ByteLevel"))
+        out->type = TOK_DEC_BYTELEVEL;
+    else if (!strcmp(type, "ByteFallback"))
+        out->type = TOK_DEC_BYTEFALLBACK;
+    else if (!strcmp(type, "Fuse"))
+        out->type = TOK_DEC_FUSE;
     else if (!strcmp(type, "Replace")) {
         out->type = TOK_DEC_REPLACE;
         if ((st = get_str(c, v, path, "content", 1, &s, &n))) return st;
@@ -484,7 +498,8 @@ static weft_status parse_template(ctx *c, weft_tokenizer *tok, const json_t *v, 
                 json_integer_value(x) >= TOK_MAX_ID)
                 return bad(c, d, "ids in [0, 4194304)", x);
             int32_t id = (int32_t)json_integer_value(x);
-            s = seen_seq ? append_ids(c, suf, nsuf, &id, 1, d) : append_ids(c, pre, npre, &id, 1, d);
+            s = seen_seq ? append_ids(c, suf, nsuf, &id, 1, d)
+                         : append_ids(c, pre, npre, &id, 1, d);
             if (s) return s;
         }
     }
@@ -556,7 +571,8 @@ static weft_status parse_post(ctx *c, weft_tokenizer *tok, const json_t *v, cons
     return st;
 }
 
-/* ---- model ------------------------------------------------------------------------------------ */
+/* ---- model ------------------------------------------------------------------------------------
+ */
 static weft_status parse_added(ctx *c, weft_tokenizer *tok, const json_t *arr, int64_t *max_id) {
     const char *path = "added_tokens";
     if (!arr || json_is_null(arr)) return WEFT_OK;
@@ -629,15 +645,15 @@ static weft_status merge_parts(ctx *c, const json_t *m, const char *path, const 
     return bad(c, path, "a string \"left right\" or an array [\"left\", \"right\"]", m);
 }
 
-static weft_status parse_model(ctx *c, weft_tokenizer *tok, const json_t *model, int64_t max_added) {
+static weft_status parse_model(ctx *c, weft_tokenizer *tok, const json_t *model,
+                               int64_t max_added) {
     const char *path = "model";
     if (!json_is_object(model)) return bad(c, path, "an object", model);
     const char *type;
     size_t n;
     weft_status st = get_str(c, model, path, "type", 0, &type, &n);
     if (st) return st;
-    if (type && strcmp(type, "BPE"))
-        return unsupported(c, path, type, "BPE");
+    if (type && strcmp(type, "BPE")) return unsupported(c, path, type, "BPE");
     json_t *vocab = json_object_get(model, "vocab");
     if (!json_is_object(vocab)) return bad(c, "model.vocab", "an object {piece: id}", vocab);
     json_t *merges = json_object_get(model, "merges");
@@ -778,8 +794,8 @@ weft_status tok_load_json(const char *json, size_t len, const char *name, weft_t
     json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, &je);
     if (!root)
         return weft_error_set(err, WEFT_ERR_FORMAT, name,
-                              "expected valid JSON, got an error at line %d column %d: %s",
-                              je.line, je.column, je.text);
+                              "expected valid JSON, got an error at line %d column %d: %s", je.line,
+                              je.column, je.text);
     weft_tokenizer *tok = tok_alloc(name);
     if (!tok) {
         json_decref(root);

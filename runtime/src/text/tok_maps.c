@@ -12,7 +12,8 @@ int tok_buf_reserve(tok_buf *b, size_t extra) {
     size_t need = b->len + extra + 1;
     if (need <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     char *p = realloc(b->p, cap);
     if (!p) return -1;
     b->p = p;
@@ -95,15 +96,18 @@ int tok_vocab_init(tok_vocab *v, uint32_t n_ids, size_t n_keys) {
     v->n_ids = n_ids;
     if (n_keys > n_ids) n_keys = n_ids;
     size_t slots = 16;
-    while (slots < n_keys * 2) slots *= 2;
+    while (slots < n_keys * 2)
+        slots *= 2;
     v->piece_off = malloc((n_ids ? n_ids : 1) * sizeof(*v->piece_off));
     v->piece_len = calloc(n_ids ? n_ids : 1, sizeof(*v->piece_len));
     v->slots = malloc(slots * sizeof(*v->slots));
     v->arena_cap = n_keys * 8 + 64;
     v->arena = malloc(v->arena_cap);
     if (!v->piece_off || !v->piece_len || !v->slots || !v->arena) return -1;
-    for (uint32_t i = 0; i < n_ids; i++) v->piece_off[i] = UINT32_MAX;
-    for (size_t i = 0; i < slots; i++) v->slots[i] = -1;
+    for (uint32_t i = 0; i < n_ids; i++)
+        v->piece_off[i] = UINT32_MAX;
+    for (size_t i = 0; i < slots; i++)
+        v->slots[i] = -1;
     v->n_slots = slots;
     return 0;
 }
@@ -136,7 +140,8 @@ int tok_vocab_add(tok_vocab *v, int32_t id, const char *s, size_t n) {
     }
     if (v->arena_len + n + 1 > v->arena_cap) {
         size_t cap = v->arena_cap * 2;
-        while (cap < v->arena_len + n + 1) cap *= 2;
+        while (cap < v->arena_len + n + 1)
+            cap *= 2;
         char *a = realloc(v->arena, cap);
         if (!a) return -1;
         v->arena = a;
@@ -169,10 +174,12 @@ void tok_vocab_free(tok_vocab *v) {
 int tok_merges_init(tok_merges *m, size_t expected) {
     memset(m, 0, sizeof(*m));
     size_t slots = 16;
-    while (slots < expected * 2) slots *= 2;
+    while (slots < expected * 2)
+        slots *= 2;
     m->slots = malloc(slots * sizeof(*m->slots));
     if (!m->slots) return -1;
-    for (size_t i = 0; i < slots; i++) m->slots[i].key = UINT64_MAX;
+    for (size_t i = 0; i < slots; i++)
+        m->slots[i].key = UINT64_MAX;
     m->n_slots = slots;
     return 0;
 }
@@ -185,7 +192,8 @@ static int merges_grow(tok_merges *m) {
         if (s->key == UINT64_MAX) continue;
         size_t mask = bigger.n_slots - 1;
         size_t j = hash_u64(s->key) & mask;
-        while (bigger.slots[j].key != UINT64_MAX) j = (j + 1) & mask;
+        while (bigger.slots[j].key != UINT64_MAX)
+            j = (j + 1) & mask;
         bigger.slots[j] = *s;
     }
     bigger.n = m->n;

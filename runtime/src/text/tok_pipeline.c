@@ -19,37 +19,35 @@ static int byte_printable(unsigned b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
 }
 
-uint32_t tok_byte_to_cp(unsigned char b) {
-    if (byte_printable(b)) return b;
-    uint32_t k = 0;
-    for (unsigned i = 0; i < b; i++)
-        if (!byte_printable(i)) k++;
-    return 256 + k;
-}
-
-int tok_cp_to_byte(uint32_t cp) {
-    if (cp < 256) return byte_printable(cp) ? (int)cp : -1;
-    if (cp >= 256 + 68) return -1;
-    uint32_t k = cp - 256;
-    for (unsigned b = 0; b < 256; b++)
-        if (!byte_printable(b) && k-- == 0) return (int)b;
-    return -1;
-}
-
-/* UTF-8 of each byte's code point, built once. */
+/* UTF-8 of each byte's code point and the reverse map, built once. */
 static char byte_utf8[256][3];
 static unsigned char byte_utf8_len[256];
-static int byte_map_cp[324]; /* code point -> byte, -1 when not in the map */
+static uint16_t byte_cp[256];
+static int16_t byte_map_cp[324]; /* code point -> byte, -1 when not in the map */
 static pthread_once_t byte_map_once = PTHREAD_ONCE_INIT;
 
 static void byte_map_init(void) {
+    uint32_t next = 256;
+    for (unsigned cp = 0; cp < 324; cp++) byte_map_cp[cp] = -1;
     for (unsigned b = 0; b < 256; b++) {
+        uint32_t cp = byte_printable(b) ? b : next++;
+        byte_cp[b] = (uint16_t)cp;
+        byte_map_cp[cp] = (int16_t)b;
         char tmp[4];
-        size_t k = weft_tok_utf8_encode(tok_byte_to_cp((unsigned char)b), tmp);
+        size_t k = weft_tok_utf8_encode(cp, tmp);
         memcpy(byte_utf8[b], tmp, k);
         byte_utf8_len[b] = (unsigned char)k;
     }
-    for (unsigned cp = 0; cp < 324; cp++) byte_map_cp[cp] = tok_cp_to_byte(cp);
+}
+
+uint32_t tok_byte_to_cp(unsigned char b) {
+    pthread_once(&byte_map_once, byte_map_init);
+    return byte_cp[b];
+}
+
+int tok_cp_to_byte(uint32_t cp) {
+    pthread_once(&byte_map_once, byte_map_init);
+    return cp < 324 ? byte_map_cp[cp] : -1;
 }
 
 /* ---- patterns ------------------------------------------------------------------------------ */
@@ -59,7 +57,8 @@ weft_status tok_pattern_compile(tok_pattern *p, int kind, const char *s, size_t 
     p->kind = kind;
     if (kind == TOK_PATTERN_STRING) {
         p->literal = malloc(n + 1);
-        if (!p->literal) return weft_error_set(err, WEFT_ERR_NOMEM, name, "%s: out of memory", field);
+        if (!p->literal)
+            return weft_error_set(err, WEFT_ERR_NOMEM, name, "%s: out of memory", field);
         memcpy(p->literal, s, n);
         p->literal[n] = '\0';
         p->literal_len = n;
@@ -166,13 +165,15 @@ static int pattern_spans(const tok_pattern *p, const char *s, size_t n, spans *o
     return 0;
 }
 
-static int replace_all(const tok_pattern *p, const char *content, size_t content_len,
-                       const char *s, size_t n, tok_buf *out) {
+static int replace_all(const tok_pattern *p, const char *content, size_t content_len, const char *s,
+                       size_t n, tok_buf *out) {
     spans sp = {0};
     int rc = pattern_spans(p, s, n, &sp);
     for (size_t i = 0; i < sp.n && !rc; i++) {
-        if (sp.v[i].match) rc = tok_buf_put(out, content, content_len);
-        else rc = tok_buf_put(out, s + sp.v[i].start, sp.v[i].end - sp.v[i].start);
+        if (sp.v[i].match)
+            rc = tok_buf_put(out, content, content_len);
+        else
+            rc = tok_buf_put(out, s + sp.v[i].start, sp.v[i].end - sp.v[i].start);
     }
     if (!rc) rc = tok_buf_reserve(out, 0);
     free(sp.v);
@@ -190,11 +191,16 @@ static int take_buf(tok_buf *b, char **out, size_t *out_len) {
 int tok_normalize(const tok_normalizer *nz, const char *s, size_t n, char **out, size_t *out_len) {
     tok_buf b = {0};
     switch (nz->type) {
-    case TOK_NORM_NFC: return weft_tok_normalize(WEFT_TOK_NFC, s, n, out, out_len);
-    case TOK_NORM_NFD: return weft_tok_normalize(WEFT_TOK_NFD, s, n, out, out_len);
-    case TOK_NORM_NFKC: return weft_tok_normalize(WEFT_TOK_NFKC, s, n, out, out_len);
-    case TOK_NORM_NFKD: return weft_tok_normalize(WEFT_TOK_NFKD, s, n, out, out_len);
-    case TOK_NORM_LOWERCASE: return weft_tok_lowercase(s, n, out, out_len);
+    case TOK_NORM_NFC:
+        return weft_tok_normalize(WEFT_TOK_NFC, s, n, out, out_len);
+    case TOK_NORM_NFD:
+        return weft_tok_normalize(WEFT_TOK_NFD, s, n, out, out_len);
+    case TOK_NORM_NFKC:
+        return weft_tok_normalize(WEFT_TOK_NFKC, s, n, out, out_len);
+    case TOK_NORM_NFKD:
+        return weft_tok_normalize(WEFT_TOK_NFKD, s, n, out, out_len);
+    case TOK_NORM_LOWERCASE:
+        return weft_tok_lowercase(s, n, out, out_len);
     case TOK_NORM_PREPEND:
         if (n && tok_buf_put(&b, nz->content, nz->content_len)) goto oom;
         if (tok_buf_put(&b, s, n)) goto oom;
@@ -212,7 +218,8 @@ int tok_normalize(const tok_normalizer *nz, const char *s, size_t n, char **out,
         }
         while (nz->strip_right && e > a) {
             size_t st = e - 1;
-            while (st > a && ((unsigned char)s[st] & 0xC0) == 0x80) st--;
+            while (st > a && ((unsigned char)s[st] & 0xC0) == 0x80)
+                st--;
             size_t k = weft_tok_utf8_decode(s + st, e - st, &cp);
             if (!k || !weft_tok_is_whitespace(cp)) break;
             e = st;
@@ -241,7 +248,8 @@ int tok_normalize(const tok_normalizer *nz, const char *s, size_t n, char **out,
         *out_len = cur_len;
         return 0;
     }
-    default: break;
+    default:
+        break;
     }
     if (tok_buf_put(&b, s, n)) goto oom;
     return take_buf(&b, out, out_len);
@@ -262,7 +270,8 @@ static int split_pieces(const tok_pattern *p, int behavior, int invert, const to
         rc = pattern_spans(p, s, n, &sp);
         if (rc) break;
         if (invert)
-            for (size_t i = 0; i < sp.n; i++) sp.v[i].match = !sp.v[i].match;
+            for (size_t i = 0; i < sp.n; i++)
+                sp.v[i].match = !sp.v[i].match;
         merged.n = 0;
         int prev_match = 0;
         switch (behavior) {
@@ -307,7 +316,9 @@ static int split_pieces(const tok_pattern *p, int behavior, int invert, const to
                 prev_match = sp.v[i].match;
             }
             break;
-        default: rc = spans_add(&merged, 0, n, 0); break;
+        default:
+            rc = spans_add(&merged, 0, n, 0);
+            break;
         }
         for (size_t i = 0; i < merged.n && !rc; i++) {
             if (merged.v[i].end <= merged.v[i].start) continue;
@@ -368,8 +379,8 @@ static int metaspace_pieces(const tok_pretok *p, const tok_list *in, tok_list *o
         b.len = 0;
         rc = replace_all(&space, p->replacement, p->replacement_len, s, n, &b);
         if (rc) break;
-        int starts = b.len >= p->replacement_len &&
-                     memcmp(b.p, p->replacement, p->replacement_len) == 0;
+        int starts =
+            b.len >= p->replacement_len && memcmp(b.p, p->replacement, p->replacement_len) == 0;
         int prepend = !starts && (p->prepend_scheme == TOK_PREPEND_ALWAYS ||
                                   (p->prepend_scheme == TOK_PREPEND_FIRST && in->first[k]));
         tok_buf c = {0};
@@ -404,12 +415,18 @@ int tok_pretokenize(const tok_pretok *p, tok_list *pieces) {
     case TOK_PRE_PUNCTUATION:
         rc = split_pieces(&p->pattern, p->behavior, p->invert, pieces, &out);
         break;
-    case TOK_PRE_BYTELEVEL: rc = bytelevel_pieces(p, pieces, &out); break;
-    case TOK_PRE_METASPACE: rc = metaspace_pieces(p, pieces, &out); break;
+    case TOK_PRE_BYTELEVEL:
+        rc = bytelevel_pieces(p, pieces, &out);
+        break;
+    case TOK_PRE_METASPACE:
+        rc = metaspace_pieces(p, pieces, &out);
+        break;
     case TOK_PRE_SEQUENCE:
-        for (size_t i = 0; i < p->n_items && !rc; i++) rc = tok_pretokenize(&p->items[i], pieces);
+        for (size_t i = 0; i < p->n_items && !rc; i++)
+            rc = tok_pretokenize(&p->items[i], pieces);
         return rc;
-    default: return 0;
+    default:
+        return 0;
     }
     if (rc) {
         tok_list_free(&out);
@@ -600,14 +617,16 @@ void tok_normalizer_free(tok_normalizer *n) {
     if (!n) return;
     tok_pattern_free(&n->pattern);
     free(n->content);
-    for (size_t i = 0; i < n->n_items; i++) tok_normalizer_free(&n->items[i]);
+    for (size_t i = 0; i < n->n_items; i++)
+        tok_normalizer_free(&n->items[i]);
     free(n->items);
 }
 
 void tok_pretok_free(tok_pretok *p) {
     if (!p) return;
     tok_pattern_free(&p->pattern);
-    for (size_t i = 0; i < p->n_items; i++) tok_pretok_free(&p->items[i]);
+    for (size_t i = 0; i < p->n_items; i++)
+        tok_pretok_free(&p->items[i]);
     free(p->items);
 }
 
@@ -615,6 +634,7 @@ void tok_decoder_free(tok_decoder *d) {
     if (!d) return;
     tok_pattern_free(&d->pattern);
     free(d->content);
-    for (size_t i = 0; i < d->n_items; i++) tok_decoder_free(&d->items[i]);
+    for (size_t i = 0; i < d->n_items; i++)
+        tok_decoder_free(&d->items[i]);
     free(d->items);
 }

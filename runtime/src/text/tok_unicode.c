@@ -101,7 +101,8 @@ static size_t maximal_subpart(const unsigned char *s, size_t n) {
     unsigned char c = s[0];
     size_t need;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
     else if (c >= 0xE0 && c <= 0xEF) {
         need = 2;
         if (c == 0xE0) lo = 0xA0;
@@ -124,8 +125,10 @@ static size_t maximal_subpart(const unsigned char *s, size_t n) {
 int weft_tok_utf8_partial(const char *s, size_t n) {
     if (n == 0 || n > 3) return 0;
     const unsigned char *u = (const unsigned char *)s;
-    size_t need = u[0] >= 0xC2 && u[0] <= 0xDF ? 2 : u[0] >= 0xE0 && u[0] <= 0xEF ? 3
-                  : u[0] >= 0xF0 && u[0] <= 0xF4 ? 4 : 0;
+    size_t need = u[0] >= 0xC2 && u[0] <= 0xDF   ? 2
+                  : u[0] >= 0xE0 && u[0] <= 0xEF ? 3
+                  : u[0] >= 0xF0 && u[0] <= 0xF4 ? 4
+                                                 : 0;
     return need > n && maximal_subpart(u, n) == n;
 }
 
@@ -158,8 +161,10 @@ static int ccc_of(uint32_t cp) {
     size_t lo = 0, hi = weft_tok_ccc_count;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (weft_tok_ccc[mid].cp < cp) lo = mid + 1;
-        else hi = mid;
+        if (weft_tok_ccc[mid].cp < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo < weft_tok_ccc_count && weft_tok_ccc[lo].cp == cp ? weft_tok_ccc[lo].ccc : 0;
 }
@@ -170,8 +175,10 @@ static const weft_tok_decomp_entry *decomp_of(uint32_t cp, int compat) {
     size_t lo = 0, hi = weft_tok_decomp_count;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (weft_tok_decomp[mid].cp < cp) lo = mid + 1;
-        else hi = mid;
+        if (weft_tok_decomp[mid].cp < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     const weft_tok_decomp_entry *canon = NULL;
     for (size_t i = lo; i < weft_tok_decomp_count && weft_tok_decomp[i].cp == cp; i++) {
@@ -194,8 +201,10 @@ static uint32_t compose_pair(uint32_t a, uint32_t b) {
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
         const weft_tok_comp_entry *e = &weft_tok_comp[mid];
-        if (e->first < a || (e->first == a && e->second < b)) lo = mid + 1;
-        else hi = mid;
+        if (e->first < a || (e->first == a && e->second < b))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     if (lo < weft_tok_comp_count && weft_tok_comp[lo].first == a && weft_tok_comp[lo].second == b)
         return weft_tok_comp[lo].composite;
@@ -223,7 +232,8 @@ static int cps_to_utf8(const uint32_t *v, size_t n, char **out, size_t *out_len)
     char *s = malloc(n * 4 + 1);
     if (!s) return -1;
     size_t o = 0;
-    for (size_t i = 0; i < n; i++) o += weft_tok_utf8_encode(v[i], s + o);
+    for (size_t i = 0; i < n; i++)
+        o += weft_tok_utf8_encode(v[i], s + o);
     s[o] = '\0';
     *out = s;
     *out_len = o;
@@ -328,41 +338,56 @@ static const weft_tok_lower_entry *lower_of(uint32_t cp) {
     size_t lo = 0, hi = weft_tok_lower_count;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (weft_tok_lower[mid].cp < cp) lo = mid + 1;
-        else hi = mid;
+        if (weft_tok_lower[mid].cp < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo < weft_tok_lower_count && weft_tok_lower[lo].cp == cp ? &weft_tok_lower[lo] : NULL;
 }
 
 int weft_tok_lowercase(const char *s, size_t n, char **out, size_t *out_len) {
-    /* A lowercase mapping has at most 3 code points of at most 4 bytes each per input char,
-     * and every input char is at least one byte. */
-    if (n > (SIZE_MAX - 1) / 12) return -1;
-    char *d = malloc(n * 12 + 1);
-    if (!d) return -1;
-    size_t i = 0, o = 0;
-    while (i < n) {
-        uint32_t cp;
-        size_t k = weft_tok_utf8_decode(s + i, n - i, &cp);
-        if (!k) {
-            d[o++] = s[i++];
-            continue;
+    /* Two passes: size the output exactly, then write it. */
+    size_t need = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        char *d = NULL;
+        if (pass == 1) {
+            d = malloc(need + 1);
+            if (!d) return -1;
         }
-        i += k;
-        if (cp < 0x80) {
-            d[o++] = (char)(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
-            continue;
+        size_t i = 0, o = 0;
+        char tmp[4];
+        while (i < n) {
+            uint32_t cp;
+            size_t k = weft_tok_utf8_decode(s + i, n - i, &cp);
+            if (!k) { /* not UTF-8 here: the byte is kept as it is */
+                if (d) d[o] = s[i];
+                o++;
+                i++;
+                continue;
+            }
+            i += k;
+            const weft_tok_lower_entry *e = NULL;
+            if (cp < 0x80) {
+                if (cp >= 'A' && cp <= 'Z') cp += 32;
+            } else {
+                e = lower_of(cp);
+            }
+            size_t m = e ? e->len : 1;
+            for (size_t j = 0; j < m; j++) {
+                size_t w = weft_tok_utf8_encode(e ? e->to[j] : cp, tmp);
+                if (d) memcpy(d + o, tmp, w);
+                o += w;
+            }
         }
-        const weft_tok_lower_entry *e = lower_of(cp);
-        if (!e) {
-            o += weft_tok_utf8_encode(cp, d + o);
-            continue;
+        if (pass == 0) {
+            need = o;
+        } else {
+            d[o] = '\0';
+            *out = d;
+            *out_len = o;
         }
-        for (size_t j = 0; j < e->len; j++) o += weft_tok_utf8_encode(e->to[j], d + o);
     }
-    d[o] = '\0';
-    *out = d;
-    *out_len = o;
     return 0;
 }
 
@@ -370,8 +395,15 @@ int weft_tok_is_whitespace(uint32_t cp) {
     /* The White_Space property (PropList.txt), which Rust's char::is_whitespace follows. */
     if (cp >= 0x09 && cp <= 0x0D) return 1;
     switch (cp) {
-    case 0x20: case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F:
-    case 0x205F: case 0x3000:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
         return 1;
     default:
         return cp >= 0x2000 && cp <= 0x200A;

@@ -19,7 +19,8 @@ weft_tokenizer *tok_alloc(const char *name) {
     if (!tok) return NULL;
     snprintf(tok->name, sizeof(tok->name), "%s", name ? name : "tokenizer.json");
     tok->unk_id = -1;
-    for (int i = 0; i < 256; i++) tok->byte_ids[i] = -1;
+    for (int i = 0; i < 256; i++)
+        tok->byte_ids[i] = -1;
     return tok;
 }
 
@@ -33,7 +34,10 @@ void weft_tokenizer_free(weft_tokenizer *tok) {
     free(tok->pretok);
     if (tok->decoder) tok_decoder_free(tok->decoder);
     free(tok->decoder);
-    for (size_t i = 0; i < tok->n_added; i++) free(tok->added[i].content);
+    for (size_t i = 0; i < tok->n_added; i++) {
+        if (tok->added[i].match != tok->added[i].content) free(tok->added[i].match);
+        free(tok->added[i].content);
+    }
     free(tok->added);
     free(tok->added_order);
     free(tok->is_special);
@@ -44,14 +48,17 @@ void weft_tokenizer_free(weft_tokenizer *tok) {
     free(tok);
 }
 
-static const tok_added *sort_base;
+typedef struct added_key {
+    int first; /* first byte of the match; 256 for an empty match */
+    size_t len;
+    uint32_t index;
+} added_key;
 
 static int cmp_added(const void *a, const void *b) {
-    const tok_added *x = &sort_base[*(const uint32_t *)a], *y = &sort_base[*(const uint32_t *)b];
-    unsigned char fx = (unsigned char)x->content[0], fy = (unsigned char)y->content[0];
-    if (fx != fy) return fx < fy ? -1 : 1;
+    const added_key *x = a, *y = b;
+    if (x->first != y->first) return x->first < y->first ? -1 : 1;
     if (x->len != y->len) return x->len > y->len ? -1 : 1;
-    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+    return x->index < y->index ? -1 : 1;
 }
 
 static int decoder_bytes(const tok_decoder *d) {
@@ -88,19 +95,42 @@ weft_status tok_finish(weft_tokenizer *tok, weft_error *err) {
     tok->added_order = malloc((tok->n_added ? tok->n_added : 1) * sizeof(*tok->added_order));
     if (!tok->is_special || !tok->added_of_id || !tok->added_order)
         return weft_error_set(err, WEFT_ERR_NOMEM, tok->name, "out of memory");
-    for (uint32_t i = 0; i < size; i++) tok->added_of_id[i] = -1;
+    for (uint32_t i = 0; i < size; i++)
+        tok->added_of_id[i] = -1;
     for (size_t i = 0; i < tok->n_added; i++) {
         tok_added *a = &tok->added[i];
+        a->match = a->content;
+        a->match_len = a->len;
+        if (a->normalized && tok->normalizer) {
+            char *m;
+            size_t ml;
+            if (tok_normalize(tok->normalizer, a->content, a->len, &m, &ml))
+                return weft_error_set(err, WEFT_ERR_NOMEM, tok->name, "out of memory");
+            a->match = m;
+            a->match_len = ml;
+        }
         /* A later entry for the same id replaces the earlier, as HF's added vocabulary does. */
         tok->added_of_id[a->id] = (int32_t)i;
         tok->is_special[a->id] = a->special;
         tok->added_order[i] = (uint32_t)i;
     }
-    sort_base = tok->added;
-    if (tok->n_added) qsort(tok->added_order, tok->n_added, sizeof(uint32_t), cmp_added);
+    /* By first byte, longest first. Tokens that normalize to nothing can never match: they
+     * sort last, outside every first-byte range. */
+    added_key *keys = malloc((tok->n_added ? tok->n_added : 1) * sizeof(*keys));
+    if (!keys) return weft_error_set(err, WEFT_ERR_NOMEM, tok->name, "out of memory");
+    for (size_t i = 0; i < tok->n_added; i++) {
+        const tok_added *a = &tok->added[i];
+        keys[i] =
+            (added_key){a->match_len ? (unsigned char)a->match[0] : 256, a->match_len, (uint32_t)i};
+    }
+    if (tok->n_added) qsort(keys, tok->n_added, sizeof(*keys), cmp_added);
+    for (size_t i = 0; i < tok->n_added; i++)
+        tok->added_order[i] = keys[i].index;
+    free(keys);
     size_t j = 0;
     for (unsigned b = 0; b < 257; b++) {
-        while (j < tok->n_added && (unsigned char)tok->added[tok->added_order[j]].content[0] < b)
+        while (j < tok->n_added && tok->added[tok->added_order[j]].match_len > 0 &&
+               (unsigned char)tok->added[tok->added_order[j]].match[0] < b)
             j++;
         tok->added_start[b] = j;
     }
@@ -205,7 +235,8 @@ static int is_word_at(enc *e, const char *s, size_t n, size_t at) {
 /* Start of the character that ends at s[end]. */
 static size_t char_before(const char *s, size_t end) {
     size_t i = end - 1;
-    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
+        i--;
     return i;
 }
 
@@ -213,17 +244,17 @@ static size_t char_before(const char *s, size_t end) {
  * where one matches, the longest one there (as HF's leftmost-longest automaton). Returns 0 when
  * none; *skip is set when the match exists but HF would drop it (an unparsed special token or a
  * failed single_word test): the caller then continues after it. */
-static int find_added(enc *e, const char *s, size_t n, size_t from, int normalized,
-                      size_t *ms, size_t *me, int32_t *id, int *skip) {
+static int find_added(enc *e, const char *s, size_t n, size_t from, int normalized, size_t *ms,
+                      size_t *me, int32_t *id, int *skip) {
     const weft_tokenizer *tok = e->tok;
     for (size_t i = from; i < n; i++) {
         unsigned char b = (unsigned char)s[i];
         for (size_t k = tok->added_start[b]; k < tok->added_start[b + 1]; k++) {
             const tok_added *a = &tok->added[tok->added_order[k]];
-            if (a->normalized != normalized || a->len > n - i) continue;
-            if (memcmp(s + i, a->content, a->len) != 0) continue;
+            if (a->normalized != normalized || a->match_len > n - i) continue;
+            if (memcmp(s + i, a->match, a->match_len) != 0) continue;
             *ms = i;
-            *me = i + a->len;
+            *me = i + a->match_len;
             *id = a->id;
             *skip = 0;
             if (a->special && !e->parse_special) *skip = 1;
@@ -312,7 +343,8 @@ weft_status weft_tokenizer_encode(const weft_tokenizer *tok, const char *text, s
     e.md = pcre2_match_data_create(4, NULL);
     int rc = e.md ? 0 : -1;
     if (!rc && add_special && tok->has_post_processor)
-        for (size_t i = 0; i < tok->n_post_prefix && !rc; i++) rc = enc_push(&e, tok->post_prefix[i]);
+        for (size_t i = 0; i < tok->n_post_prefix && !rc; i++)
+            rc = enc_push(&e, tok->post_prefix[i]);
     size_t last = 0, from = 0, ms, me;
     int32_t id;
     int skip;
@@ -325,7 +357,8 @@ weft_status weft_tokenizer_encode(const weft_tokenizer *tok, const char *text, s
     }
     if (!rc) rc = encode_normalized(&e, s + last, sl - last, last == 0);
     if (!rc && add_special && tok->has_post_processor)
-        for (size_t i = 0; i < tok->n_post_suffix && !rc; i++) rc = enc_push(&e, tok->post_suffix[i]);
+        for (size_t i = 0; i < tok->n_post_suffix && !rc; i++)
+            rc = enc_push(&e, tok->post_suffix[i]);
     if (!rc) rc = enc_push(&e, 0) ? -1 : 0; /* room for callers that want a terminator */
     free(s);
     if (e.md) pcre2_match_data_free(e.md);
@@ -343,8 +376,9 @@ static const char *piece_of(const weft_tokenizer *tok, int32_t id, size_t *n) {
     if (id < 0 || (uint32_t)id >= tok->vocab_size) return NULL;
     int32_t a = tok->added_of_id[id];
     if (a >= 0) {
-        *n = tok->added[a].len;
-        return tok->added[a].content;
+        /* HF's id_to_token (and so decode) gives a normalized added token's normalized form. */
+        *n = tok->added[a].match_len;
+        return tok->added[a].match;
     }
     return tok_vocab_piece(&tok->vocab, id, n);
 }
@@ -402,7 +436,8 @@ weft_status weft_tokenizer_decode(const weft_tokenizer *tok, const int32_t *ids,
     return WEFT_OK;
 }
 
-/* ---- accessors -------------------------------------------------------------------------------- */
+/* ---- accessors --------------------------------------------------------------------------------
+ */
 uint32_t weft_tokenizer_vocab_size(const weft_tokenizer *tok) {
     return tok ? tok->vocab_size : 0;
 }
@@ -443,8 +478,8 @@ struct weft_detok {
     int skip_special;
     int32_t *ids;
     size_t n, cap;
-    size_t n_context;  /* ids[0..n_context) were emitted already */
-    char *context;     /* their decoded text */
+    size_t n_context; /* ids[0..n_context) were emitted already */
+    char *context;    /* their decoded text */
     size_t context_len;
 };
 
@@ -470,8 +505,10 @@ static int byte_piece_value(const char *p, size_t n) {
     int v = 0;
     for (int i = 3; i < 5; i++) {
         char c = p[i];
-        int h = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        int h = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                       : -1;
         if (h < 0) return -1;
         v = v * 16 + h;
     }
@@ -503,7 +540,8 @@ static int window_pending(const weft_detok *d) {
         int mapped = 1;
         while (j > 0 && nb < 4 && nt + nb < 4) {
             size_t st = j - 1;
-            while (st > 0 && ((unsigned char)p[st] & 0xC0) == 0x80) st--;
+            while (st > 0 && ((unsigned char)p[st] & 0xC0) == 0x80)
+                st--;
             uint32_t cp;
             size_t k = weft_tok_utf8_decode(p + st, j - st, &cp);
             int b = k == j - st ? tok_cp_to_byte(cp) : -1;
@@ -515,7 +553,8 @@ static int window_pending(const weft_detok *d) {
             j = st;
         }
         if (!mapped) break;
-        for (size_t k = 0; k < nb; k++) tail[sizeof(tail) - ++nt] = bytes[k];
+        for (size_t k = 0; k < nb; k++)
+            tail[sizeof(tail) - ++nt] = bytes[k];
         if (j > 0) break; /* the piece has more bytes before these: the tail is complete */
     }
     if (nt == 0) return 0;
@@ -548,8 +587,45 @@ static weft_status window_text(weft_detok *d, tok_buf *b, size_t *start, weft_er
     while (common < d->context_len && common < b->len && b->p[common] == d->context[common])
         common++;
     /* Never cut a character in two when the texts diverge inside one. */
-    while (common > 0 && common < b->len && ((unsigned char)b->p[common] & 0xC0) == 0x80) common--;
+    while (common > 0 && common < b->len && ((unsigned char)b->p[common] & 0xC0) == 0x80)
+        common--;
     *start = common;
+    return WEFT_OK;
+}
+
+weft_status weft_detok_prime(weft_detok *d, const int32_t *ids, size_t n, weft_error *err) {
+    if (!d || (n && !ids))
+        return weft_error_set(err, WEFT_ERR_INVALID, TOK_SOURCE, "detok: bad argument");
+    if (d->n) return weft_error_set(err, WEFT_ERR_INVALID, TOK_SOURCE, "detok: already started");
+    if (n > 4) { /* a few ids of context are enough for every decoder's "not first" rules */
+        ids += n - 4;
+        n = 4;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t pn;
+        if (!piece_of(d->tok, ids[i], &pn))
+            return weft_error_set(err, WEFT_ERR_INVALID, d->tok->name,
+                                  "detok: id %d is not in the vocabulary (size %u)", ids[i],
+                                  d->tok->vocab_size);
+    }
+    if (!n) return WEFT_OK;
+    int32_t *v = malloc(16 * sizeof(*v));
+    if (!v) return weft_error_set(err, WEFT_ERR_NOMEM, TOK_SOURCE, "detok: out of memory");
+    memcpy(v, ids, n * sizeof(*v));
+    tok_buf b = {0};
+    weft_status st = decode_into(d->tok, v, n, d->skip_special, 1, &b, err);
+    if (st) {
+        free(v);
+        free(b.p);
+        return st;
+    }
+    free(d->ids);
+    free(d->context);
+    d->ids = v;
+    d->cap = 16;
+    d->n = d->n_context = n;
+    d->context = b.p;
+    d->context_len = b.len;
     return WEFT_OK;
 }
 
@@ -613,7 +689,9 @@ weft_status weft_detok_flush(weft_detok *d, char **out, size_t *len, weft_error 
     tok_buf b = {0};
     size_t start = 0;
     weft_status st = d->n > d->n_context ? window_text(d, &b, &start, err) : WEFT_OK;
-    if (!st) st = emit(out, len, b.len > start ? b.p + start : "", b.len > start ? b.len - start : 0, err);
+    if (!st)
+        st = emit(out, len, b.len > start ? b.p + start : "", b.len > start ? b.len - start : 0,
+                  err);
     free(b.p);
     if (st) return st;
     d->n = d->n_context = 0;

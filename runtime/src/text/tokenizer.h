@@ -36,6 +36,10 @@ int32_t weft_tokenizer_bos(const weft_tokenizer *tok); /* -1 if the post-process
 /* Streaming detokenizer: push ids one at a time; out receives only complete UTF-8 text. */
 typedef struct weft_detok weft_detok;
 weft_detok *weft_detok_new(const weft_tokenizer *tok, int skip_special);
+/* Before the first push: the ids that precede the stream (the prompt's last few), whose text is
+ * context only, so a continuation decodes as it would after them (a sentencepiece "▁upon" after
+ * "Once" is " upon", not "upon"). */
+weft_status weft_detok_prime(weft_detok *d, const int32_t *ids, size_t n, weft_error *err);
 /* Appends id; *out (malloc'ed, may be "") is the newly complete text. */
 weft_status weft_detok_push(weft_detok *d, int32_t id, char **out, size_t *len, weft_error *err);
 /* Whatever is left (incomplete bytes are emitted as U+FFFD). */

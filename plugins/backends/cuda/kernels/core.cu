@@ -99,7 +99,7 @@ extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int 
     float ss = 0.f;
     for (int i = threadIdx.x; i < group; i += blockDim.x) {
         float v = A::ld(x, base + i);
-        ss += v * v;
+        ss = fmaf(v, v, ss);
     }
     ss = block_sum(ss);
     float r = rsqrtf(ss / group + eps);
@@ -107,7 +107,9 @@ extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int 
         A::st(y, base + i, W::ld(w, i) * A::round(A::ld(x, base + i) * r));
 }
 
-// r = x + res; y = rmsnorm(r) * w. One block per row.
+// r = x + res; y = rmsnorm(r) * w. One block per row. Launched with weft_rmsnorm's block size
+// for the same row length, so every thread sums the same elements in the same order and the
+// fused result is bit-identical to weft_add followed by weft_rmsnorm.
 extern "C" __global__ void weft_add_rmsnorm(const act *x, const act *res, const wgt *w, act *y,
                                             act *r, int T, int D, float eps) {
     int t = blockIdx.x;
@@ -117,7 +119,7 @@ extern "C" __global__ void weft_add_rmsnorm(const act *x, const act *res, const 
     for (int i = threadIdx.x; i < D; i += blockDim.x) {
         float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
         A::st(r, base + i, v);
-        ss += v * v;
+        ss = fmaf(v, v, ss);
     }
     ss = block_sum(ss);
     float rs = rsqrtf(ss / D + eps);
@@ -294,6 +296,257 @@ extern "C" __global__ void weft_bias_add(act *y, const wgt *b, int T, int N) {
     if (i < (long)T * N) A::st(y, i, A::ld(y, i) + W::ld(b, i % N));
 }
 
+// Column split into up to four outputs in one launch (merged projections): x (T, total) ->
+// y_j (T, w_j), the j-th block of columns.
+extern "C" __global__ void weft_split_cols(const act *x, act *y0, act *y1, act *y2, act *y3, int T,
+                                           int total, int w0, int w1, int w2, int w3) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)T * total) return;
+    long t = i / total;
+    int c = (int)(i % total);
+    if (c < w0) { y0[t * w0 + c] = x[i]; return; }
+    c -= w0;
+    if (c < w1) { y1[t * w1 + c] = x[i]; return; }
+    c -= w1;
+    if (c < w2) { y2[t * w2 + c] = x[i]; return; }
+    c -= w2;
+    if (c < w3) y3[t * w3 + c] = x[i];
+}
+
+// Fused q/k RMSNorm per head (optional) and RoPE, and the v copy out of a merged q|k|v row:
+// one block per (row t, head), heads [0,Hq) of q, [Hq,Hq+Hkv) of k, then (vs != 0) Hkv of v.
+// Each stage repeats the arithmetic of weft_rmsnorm (launched with the same block size for a
+// group of hd) and weft_rope, rounding where they store, so the result is bit-identical to the
+// unfused nodes. qs/ks/vs point at row 0's q, k and v columns; *stride are their row strides.
+extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *ks, int kstride,
+                                         const act *vs, int vstride, const wgt *qn, const wgt *kn,
+                                         const int *pos, const float *inv_freq, act *qo, act *ko,
+                                         act *vo, int T, int Hq, int Hkv, int hd, int rot,
+                                         int layout, float eps) {
+    __shared__ float buf[256];
+    int t = blockIdx.x, h = blockIdx.y;
+    if (t >= T || hd > 256) return;
+    const act *src;
+    act *dst;
+    const wgt *nw;
+    int is_v = 0;
+    if (h < Hq) {
+        src = qs + (long)t * qstride + (long)h * hd;
+        dst = qo + (long)t * Hq * hd + (long)h * hd;
+        nw = qn;
+    } else if (h < Hq + Hkv) {
+        src = ks + (long)t * kstride + (long)(h - Hq) * hd;
+        dst = ko + (long)t * Hkv * hd + (long)(h - Hq) * hd;
+        nw = kn;
+    } else {
+        if (!vs || h >= Hq + 2 * Hkv) return;
+        src = vs + (long)t * vstride + (long)(h - Hq - Hkv) * hd;
+        dst = vo + (long)t * Hkv * hd + (long)(h - Hq - Hkv) * hd;
+        nw = 0;
+        is_v = 1;
+    }
+    if (is_v) {
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = src[i];
+        return;
+    }
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) buf[i] = A::ld(src, i);
+    if (nw) {
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) ss = fmaf(buf[i], buf[i], ss);
+        ss = block_sum(ss); // synchronises: every buf[i] is read before it is rewritten below
+        float r = rsqrtf(ss / hd + eps);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            buf[i] = A::round(W::ld(nw, i) * A::round(buf[i] * r));
+    }
+    __syncthreads();
+    int half = rot / 2;
+    float p = (float)pos[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float ang = p * inv_freq[i];
+        float c = A::round(cosf(ang)), s = A::round(sinf(ang));
+        int a = layout == 0 ? i : 2 * i, b = layout == 0 ? i + half : 2 * i + 1;
+        float xa = buf[a], xb = buf[b];
+        A::st(dst, a, A::round(xa * c) - A::round(xb * s));
+        A::st(dst, b, A::round(xb * c) + A::round(xa * s));
+    }
+    for (int i = rot + threadIdx.x; i < hd; i += blockDim.x) A::st(dst, i, buf[i]);
+}
+
+#if WEFT_TA == WEFT_TW
+// ---- GEMV: y (T,N) = x (T,K) w (N,K)^T for a few rows T (decode) --------------------------
+// Bandwidth-bound: every weight byte is read once, 16 bytes per lane per load, with the load
+// marked not to allocate in L1 (streamed) and four loads in flight per lane. A block of 256
+// threads holds 8/S output rows; the S warps of a row split K between them (split-K inside the
+// block, reduced through shared memory), so short, wide matrices still fill every SM. The
+// reduction order of a row depends only on (K, S) and S only on K, never on N or T: a row of a
+// merged q|k|v or gate|up matrix gets the same bits as the row of its own matrix, and the fused
+// gate/up + SwiGLU kernel the same as the plain one.
+#define GEMV_VEC (16 / (int)sizeof(wgt))
+#define GEMV_THREADS 256
+
+__device__ __forceinline__ uint4 ld_stream(const wgt *p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ void unpack16(uint4 v, float *f) {
+    unsigned u[4] = {v.x, v.y, v.z, v.w};
+#if WEFT_TW == 1
+    for (int i = 0; i < 4; i++) f[i] = __uint_as_float(u[i]);
+#elif WEFT_TW == 3
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+#else
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = f16_to_f32((u16)(u[i] & 0xffffu));
+        f[2 * i + 1] = f16_to_f32((u16)(u[i] >> 16));
+    }
+#endif
+}
+
+// acc[r][t] += the part of row r of the NW weight rows (w[r]) against x row t that lane `lane`
+// of split `s` owns: 16-byte vectors s*32+lane, then every S*32-th, in ascending order.
+template <int TT, int NW>
+__device__ __forceinline__ void gemv_part(const act *x, const wgt *const *w, int T, int K, int S,
+                                          int s, int lane, float (*acc)[TT]) {
+    const int nv = K / GEMV_VEC, stride = S * 32;
+    int v = s * 32 + lane;
+    for (; v + 3 * stride < nv; v += 4 * stride) {
+        uint4 wv[4][NW];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int r = 0; r < NW; r++) wv[j][r] = ld_stream(w[r] + (long)(v + j * stride) * GEMV_VEC);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float wf[NW][GEMV_VEC];
+#pragma unroll
+            for (int r = 0; r < NW; r++) unpack16(wv[j][r], wf[r]);
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                if (t >= T) break;
+                float xf[GEMV_VEC];
+                unpack16(*(const uint4 *)(x + (long)t * K + (long)(v + j * stride) * GEMV_VEC), xf);
+#pragma unroll
+                for (int r = 0; r < NW; r++)
+#pragma unroll
+                    for (int e = 0; e < GEMV_VEC; e++) acc[r][t] = fmaf(xf[e], wf[r][e], acc[r][t]);
+            }
+        }
+    }
+    for (; v < nv; v += stride) {
+        float wf[NW][GEMV_VEC];
+#pragma unroll
+        for (int r = 0; r < NW; r++) unpack16(ld_stream(w[r] + (long)v * GEMV_VEC), wf[r]);
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            if (t >= T) break;
+            float xf[GEMV_VEC];
+            unpack16(*(const uint4 *)(x + (long)t * K + (long)v * GEMV_VEC), xf);
+#pragma unroll
+            for (int r = 0; r < NW; r++)
+#pragma unroll
+                for (int e = 0; e < GEMV_VEC; e++) acc[r][t] = fmaf(xf[e], wf[r][e], acc[r][t]);
+        }
+    }
+}
+
+// The dot products of output row n (NW weight rows) for every x row, reduced over the warp and
+// the S splits; valid in lanes of the row's first warp (s == 0). Returns n < N.
+template <int TT, int NW>
+__device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int T, int N, int K,
+                                         int S, int n, float (*acc)[TT]) {
+    __shared__ float red[GEMV_THREADS / 32][NW][TT];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S;
+#pragma unroll
+    for (int r = 0; r < NW; r++)
+#pragma unroll
+        for (int t = 0; t < TT; t++) acc[r][t] = 0.f;
+    if (n < N) gemv_part<TT, NW>(x, w, T, K, S, s, lane, acc);
+#pragma unroll
+    for (int r = 0; r < NW; r++)
+#pragma unroll
+        for (int t = 0; t < TT; t++) acc[r][t] = warp_sum(acc[r][t]);
+    if (S > 1) {
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < NW; r++)
+#pragma unroll
+                for (int t = 0; t < TT; t++) red[warp][r][t] = acc[r][t];
+        __syncthreads();
+        if (s == 0)
+#pragma unroll
+            for (int r = 0; r < NW; r++)
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    float tot = red[warp][r][t];
+                    for (int j = 1; j < S; j++) tot += red[warp + j][r][t];
+                    acc[r][t] = tot;
+                }
+    }
+    return n < N && s == 0;
+}
+
+// y = x w^T [+ bias]; y is f32 when out_f32 (the LM head's logits), else the activation dtype.
+template <int TT>
+__device__ __forceinline__ void gemv_plain(const act *x, const wgt *w, const wgt *bias, void *y,
+                                           int out_f32, int T, int N, int K, int S) {
+    int n = blockIdx.x * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
+    const wgt *rows[1] = {w + (long)n * K};
+    float acc[1][TT];
+    if (!gemv_row<TT, 1>(x, rows, T, N, K, S, n, acc)) return;
+    int lane = threadIdx.x & 31;
+    float b = bias ? W::ld(bias, n) : 0.f;
+#pragma unroll
+    for (int t = 0; t < TT; t++)
+        if (t < T && lane == t) {
+            float v = acc[0][t] + b;
+            if (out_f32) ((float *)y)[(long)t * N + n] = v;
+            else A::st((act *)y, (long)t * N + n, v);
+        }
+}
+
+// y = silu(x wg^T) * (x wu^T), each product rounded to the activation dtype first, as the
+// unfused linear, linear, swiglu sequence stores them.
+template <int TT>
+__device__ __forceinline__ void gemv_swiglu(const act *x, const wgt *wg, const wgt *wu, act *y,
+                                            int T, int F, int K, int S) {
+    int n = blockIdx.x * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
+    const wgt *rows[2] = {wg + (long)n * K, wu + (long)n * K};
+    float acc[2][TT];
+    if (!gemv_row<TT, 2>(x, rows, T, F, K, S, n, acc)) return;
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < TT; t++)
+        if (t < T && lane == t) {
+            float g = A::round(acc[0][t]), u = A::round(acc[1][t]);
+            float sg = A::round(g / (1.f + __expf(-g)));
+            A::st(y, (long)t * F + n, sg * u);
+        }
+}
+
+#define WEFT_GEMV(TT)                                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        weft_gemv_##TT(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32, int T,   \
+                       int N, int K, int S) {                                                      \
+        gemv_plain<TT>(x, w, bias, y, out_f32, T, N, K, S);                                        \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        weft_gemv_swiglu_##TT(const act *x, const wgt *wg, const wgt *wu, act *y, int T, int F,    \
+                              int K, int S) {                                                      \
+        gemv_swiglu<TT>(x, wg, wu, y, T, F, K, S);                                                 \
+    }
+WEFT_GEMV(1)
+WEFT_GEMV(2)
+WEFT_GEMV(4)
+WEFT_GEMV(8)
+#endif
+
 // Random fill for probes and synthetic checks: uniform in [-1, 1) from a hash of (seed, i),
 // stored in the activation dtype (bytes = 0: u8 values that are finite in fp8 e4m3).
 __device__ __forceinline__ unsigned hash_u32(unsigned long long x) {
@@ -319,3 +572,106 @@ extern "C" __global__ void weft_fill_random_fp8(unsigned char *y, long n, unsign
     }
 }
 extern "C" __global__ void weft_noop(int x) {}
+
+// Split-KV decode attention with the query heads of one KV group packed together (small T).
+// Grid (T, Hkv, S): block (t, g, s) attends rows t's G = Hq/Hkv query heads over positions
+// [s*ATS_CHUNK, (s+1)*ATS_CHUNK) of its sequence (clipped to the causal/window range), reading
+// each K and V row of the chunk from memory once into shared memory. Writes per split the
+// running max m, the sum l and the unnormalised accumulator; weft_attention_combine merges the
+// splits. S comes from max_seq (not the step's positions) so a captured graph stays valid as the
+// context grows; splits past a row's position exit at once.
+#define ATS_CHUNK 64
+#define ATS_MAXG 8
+extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
+    const act *q, const int *pos, const int *slots, const act *kc, const act *vc,
+    float *part, int T, int Hq, int Hkv, int hd, int max_seq, int window, float scale, int S) {
+    int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
+    int G = Hq / Hkv;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int p = pos[t], slot = slots[t];
+    int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
+    if (j0 < lo) j0 = lo;
+    if (j1 > p) j1 = p;
+    int n = j1 - j0 + 1;
+    long pstride = (long)hd + 2;
+    if (n <= 0) { // an empty split: mark it so the combine skips it
+        for (int h = warp; h < G; h += nw)
+            if (lane == 0) part[(((long)t * Hq + g * G + h) * S + s) * pstride + hd] = -INFINITY;
+        return;
+    }
+    extern __shared__ float smem[];
+    int kst = hd + 1; // padded row stride: lanes reading different rows hit different banks
+    float *ks = smem;                       // (ATS_CHUNK, hd+1)
+    float *vs = ks + ATS_CHUNK * kst;       // (ATS_CHUNK, hd)
+    float *qs = vs + ATS_CHUNK * hd;        // (G, hd)
+    float *ps = qs + ATS_MAXG * hd;         // (G, ATS_CHUNK)
+    long row = (long)Hkv * hd;
+    long base = ((long)slot * max_seq) * row + (long)g * hd;
+    for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
+        int j = i / hd, d = i % hd;
+        long off = base + (long)(j0 + j) * row + d;
+        ks[j * kst + d] = A::ld(kc, off);
+        vs[j * hd + d] = A::ld(vc, off);
+    }
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x)
+        qs[i] = A::ld(q, (long)t * Hq * hd + (long)(g * G) * hd + i) * scale;
+    __syncthreads();
+    for (int h = warp; h < G; h += nw) {
+        // scores: lane l takes positions l and l + 32 of the chunk
+        float sc[2], m = -INFINITY;
+        for (int k = 0; k < 2; k++) {
+            int j = lane + 32 * k;
+            float d = -INFINITY;
+            if (j < n) {
+                d = 0.f;
+                for (int e = 0; e < hd; e++) d += qs[h * hd + e] * ks[j * kst + e];
+            }
+            sc[k] = d;
+            m = fmaxf(m, d);
+        }
+        m = warp_max(m);
+        float l = 0.f;
+        for (int k = 0; k < 2; k++) {
+            int j = lane + 32 * k;
+            float w = j < n ? __expf(sc[k] - m) : 0.f;
+            if (j < ATS_CHUNK) ps[h * ATS_CHUNK + j] = w;
+            l += w;
+        }
+        l = warp_sum(l);
+        __syncwarp();
+        long o = (((long)t * Hq + g * G + h) * S + s) * pstride;
+        for (int d = lane; d < hd; d += 32) {
+            float acc = 0.f;
+            for (int j = 0; j < n; j++) acc += ps[h * ATS_CHUNK + j] * vs[j * hd + d];
+            part[o + d] = acc;
+        }
+        if (lane == 0) {
+            part[o + hd] = m;
+            part[o + hd + 1] = l;
+        }
+    }
+}
+
+// Merges the S splits of weft_attention_split: o = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+extern "C" __global__ void weft_attention_combine(const float *part, act *o, int T, int Hq,
+                                                  int hd, int S) {
+    int t = blockIdx.x, h = blockIdx.y;
+    long pstride = (long)hd + 2;
+    const float *pp = part + ((long)t * Hq + h) * S * pstride;
+    float M = -INFINITY;
+    for (int s = 0; s < S; s++) M = fmaxf(M, pp[s * pstride + hd]);
+    float L = 0.f;
+    for (int s = 0; s < S; s++) {
+        float ms = pp[s * pstride + hd];
+        if (ms != -INFINITY) L += pp[s * pstride + hd + 1] * __expf(ms - M);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0.f;
+        for (int s = 0; s < S; s++) {
+            float ms = pp[s * pstride + hd];
+            if (ms != -INFINITY) v += pp[s * pstride + d] * __expf(ms - M);
+        }
+        A::st(o, (long)t * Hq * hd + (long)h * hd + d, L > 0.f ? v / L : 0.f);
+    }
+}

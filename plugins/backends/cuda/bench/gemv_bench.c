@@ -1,0 +1,180 @@
+/* cuda_gemv_bench: the linear product at decode shapes, cuBLASLt against the backend's GEMV
+ * kernel (each split-K setting), timed with CUDA events; prints microseconds per call and the
+ * effective bandwidth (weight + x + y bytes over time) beside the device-to-device copy rate.
+ * Weights rotate through a pool several times the L2 size so every call reads from HBM, as a
+ * decode step does. Also checks each GEMV result against cuBLASLt's (max relative difference).
+ *   cuda_gemv_bench [copy_GBps] [shapes: NxK,... | llama | qwen | all]
+ * Built with the backend's own sources (internal API), not through the plugin ABI. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cuda_internal.h"
+
+extern weft_status weft_plugin_negotiate(uint32_t, uint32_t, uint32_t *,
+                                         const weft_plugin_descriptor **, weft_error *);
+
+#define CKB(x)                                                                                     \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            fprintf(stderr, "%s failed: %d (line %d)\n", #x, (int)r_, __LINE__);                   \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define TRYB(x)                                                                                    \
+    do {                                                                                           \
+        weft_status s_ = (x);                                                                      \
+        if (s_) {                                                                                  \
+            fprintf(stderr, "%s failed: %s\n", #x, err.message);                                   \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+typedef struct shape {
+    const char *name;
+    int N, K;
+    int f32_out;
+} shape;
+
+static const shape shapes[] = {
+    {"llama1b.q/o", 2048, 2048, 0},      {"llama1b.k/v", 512, 2048, 0},
+    {"llama1b.gate/up", 8192, 2048, 0},  {"llama1b.down", 2048, 8192, 0},
+    {"llama1b.head", 128256, 2048, 1},   {"llama1b.qkv", 3072, 2048, 0},
+    {"llama1b.gate|up", 16384, 2048, 0}, {"qwen06b.q", 2048, 1024, 0},
+    {"qwen06b.k/v", 1024, 1024, 0},      {"qwen06b.o", 1024, 2048, 0},
+    {"qwen06b.gate/up", 3072, 1024, 0},  {"qwen06b.down", 1024, 3072, 0},
+    {"qwen06b.head", 151936, 1024, 1},   {"qwen06b.qkv", 4096, 1024, 0},
+    {"qwen06b.gate|up", 6144, 1024, 0},
+};
+
+static weft_error err = {.size = sizeof(weft_error)};
+
+static void fill(cuda_backend *b, CUdeviceptr p, long n, unsigned long long seed) {
+    CUfunction f;
+    TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_fill_random", &f, &err));
+    void *args[] = {&p, &n, &seed};
+    TRYB(cuda_launch(b, f, "fill", 1024, 1, 256, args, &err));
+}
+
+static float bf(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* method: 0 = cuBLASLt, 1..4 = GEMV with split 1, 2, 4, 8; -1 = GEMV with the default split */
+static void call(cuda_backend *b, int method, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y,
+                 const shape *s, int T) {
+    uint32_t ty = s->f32_out ? WEFT_DTYPE_F32 : WEFT_DTYPE_BF16;
+    if (method == 0)
+        TRYB(cuda_gemm(b, x, WEFT_DTYPE_BF16, w, WEFT_DTYPE_BF16, 0, y, ty, T, s->N, s->K, &err));
+    else
+        TRYB(cuda_gemv(b, x, w, 0, y, s->f32_out, WEFT_DTYPE_BF16, T, s->N, s->K,
+                       method < 0 ? 0 : 1 << (method - 1), &err));
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    double copy_gbps = argc > 1 ? atof(argv[1]) : 4251.0;
+    const char *sel = argc > 2 ? argv[2] : "all";
+    const weft_plugin_descriptor *d;
+    uint32_t chosen;
+    TRYB(weft_plugin_negotiate(1, 1, &chosen, &d, &err));
+    void *st;
+    TRYB(d->create(NULL, NULL, &st, &err));
+    cuda_backend *b = st;
+    CKB(cuCtxSetCurrent(b->ctx));
+    const uint64_t pool_bytes = 2ull << 30; /* 2 GiB of weights: ~40x the L2 */
+    CUdeviceptr pool, x, y, y2;
+    CKB(cuMemAlloc(&pool, pool_bytes));
+    CKB(cuMemAlloc(&x, 8 * 8192 * 2));
+    CKB(cuMemAlloc(&y, 8ull * 151936 * 4));
+    CKB(cuMemAlloc(&y2, 8ull * 151936 * 4));
+    fill(b, pool, (long)(pool_bytes / 2), 1);
+    fill(b, x, 8 * 8192, 2);
+    CUevent e0, e1;
+    CKB(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    printf("device %s, copy rate %.0f GB/s (reads + writes)\n", b->name, copy_gbps);
+    printf("%-17s %6s %5s %2s | %9s %9s %9s %9s %9s | %7s %6s %5s | %8s\n", "shape", "N", "K", "T",
+           "cublasLt", "gemv s1", "gemv s2", "gemv s4", "gemv s8", "best", "GB/s", "frac",
+           "max rel");
+    const int Ts[4] = {1, 2, 4, 8};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const shape *s = &shapes[si];
+        if (strcmp(sel, "all") && !strstr(s->name, sel)) continue;
+        uint64_t wbytes = (uint64_t)s->N * s->K * 2;
+        int copies = (int)(pool_bytes / wbytes);
+        if (copies < 1) continue;
+        for (int ti = 0; ti < 4; ti++) {
+            int T = Ts[ti];
+            double us[5];
+            /* correctness of every gemv split against cuBLASLt (first weight copy) */
+            double maxrel = 0;
+            size_t ny = (size_t)T * s->N, es = s->f32_out ? 4 : 2;
+            void *h1 = malloc(ny * es), *h2 = malloc(ny * es);
+            call(b, 0, x, pool, y, s, T);
+            CKB(cuStreamSynchronize(b->stream));
+            CKB(cuMemcpyDtoH(h1, y, ny * es));
+            for (int m = 1; m <= 4; m++) {
+                CKB(cuMemsetD8(y2, 0xff, ny * es));
+                call(b, m, x, pool, y2, s, T);
+                CKB(cuStreamSynchronize(b->stream));
+                CKB(cuMemcpyDtoH(h2, y2, ny * es));
+                double mref = 1e-30, md = 0;
+                for (size_t i = 0; i < ny; i++) {
+                    double a = s->f32_out ? ((float *)h1)[i] : bf(((uint16_t *)h1)[i]);
+                    double c = s->f32_out ? ((float *)h2)[i] : bf(((uint16_t *)h2)[i]);
+                    if (isnan(c)) md = INFINITY;
+                    if (fabs(a) > mref) mref = fabs(a);
+                    if (fabs(a - c) > md) md = fabs(a - c);
+                }
+                if (md / mref > maxrel) maxrel = md / mref;
+            }
+            free(h1);
+            free(h2);
+            for (int m = 0; m <= 4; m++) {
+                int reps = 64;
+                double trial[5];
+                for (int w = 0; w < 3; w++)
+                    call(b, m, x, pool + (uint64_t)(w % copies) * wbytes, y, s, T);
+                for (int tr = 0; tr < 5; tr++) {
+                    CKB(cuEventRecord(e0, b->stream));
+                    for (int r = 0; r < reps; r++)
+                        call(b, m, x, pool + (uint64_t)((r + tr) % copies) * wbytes, y, s, T);
+                    CKB(cuEventRecord(e1, b->stream));
+                    CKB(cuEventSynchronize(e1));
+                    float ms;
+                    CKB(cuEventElapsedTime(&ms, e0, e1));
+                    trial[tr] = ms * 1e3 / reps;
+                }
+                qsort(trial, 5, sizeof(double), cmp_double);
+                us[m] = trial[2];
+            }
+            int best = 0;
+            for (int m = 1; m <= 4; m++)
+                if (us[m] < us[best]) best = m;
+            double bytes = (double)wbytes + (double)T * s->K * 2 + (double)T * s->N * es;
+            double gbps = bytes / (us[best] * 1e-6) / 1e9;
+            printf("%-17s %6d %5d %2d | %9.2f %9.2f %9.2f %9.2f %9.2f | %7s %6.0f %5.2f | %8.1e"
+                   "  (default split %d)\n",
+                   s->name, s->N, s->K, T, us[0], us[1], us[2], us[3], us[4],
+                   best == 0   ? "cublas"
+                   : best == 1 ? "s1"
+                   : best == 2 ? "s2"
+                   : best == 3 ? "s4"
+                               : "s8",
+                   gbps, gbps / copy_gbps, maxrel, cuda_gemv_split(s->K));
+            fflush(stdout);
+        }
+    }
+    d->destroy(st);
+    return 0;
+}

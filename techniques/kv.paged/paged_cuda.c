@@ -1,0 +1,342 @@
+/* ATTENTION over the "paged" kv layout on the cuda backend: kernels/paged.cu (embedded at build
+ * time) compiled by NVRTC for the device's architecture, once per cache dtype, when a graph
+ * first asks for that dtype (accepts, a setup-class call), then launched on the engine's stream
+ * with the driver API. It reaches the backend's CUDA context through the device service
+ * (`native`), so it shares the backend's context and stream and never synchronises. Rows find
+ * their kv slot in the step input in.kv_slots (the llama plugin emits it with
+ * `device_inputs: true`); a graph without it is declined at build time with a logged reason.
+ *
+ * The bundle also runs on the cpu backend, on machines without a CUDA driver, so it does not
+ * link the driver or NVRTC: the functions it needs are looked up when cuda ops are first
+ * registered, from the libraries the cuda backend has already loaded into the process. */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "paged_ops.h"
+#include "weft/sdk.h"
+
+#ifndef KV_PAGED_NVRTC_SONAME
+#define KV_PAGED_NVRTC_SONAME "libnvrtc.so"
+#endif
+
+extern const char kv_paged_cuda_source[]; /* kernels/paged.cu */
+
+/* The driver and NVRTC functions used here, resolved with dlsym. */
+typedef struct kvp_api {
+    void *cuda, *nvrtc; /* dlopen handles */
+    CUresult (*GetErrorName)(CUresult, const char **);
+    CUresult (*GetErrorString)(CUresult, const char **);
+    CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*CtxGetDevice)(CUdevice *);
+    CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*ModuleUnload)(CUmodule);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
+    nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int,
+                                 const char *const *, const char *const *);
+    nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+    nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
+    nvrtcResult (*DestroyProgram)(nvrtcProgram *);
+    const char *(*GetErrorStringRtc)(nvrtcResult);
+} kvp_api;
+
+/* Object pointers and function pointers differ in ISO C; copy the bits. */
+#define KVP_SYM(handle, field, name)                                                               \
+    do {                                                                                           \
+        void *sym_ = dlsym(handle, name);                                                          \
+        if (!sym_) return name;                                                                    \
+        memcpy(&api->field, &sym_, sizeof(sym_));                                                  \
+    } while (0)
+
+/* NULL, or the name of what is missing. */
+static const char *api_load(kvp_api *api) {
+    api->cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!api->cuda) return "libcuda.so.1";
+    api->nvrtc = dlopen(KV_PAGED_NVRTC_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!api->nvrtc) api->nvrtc = dlopen("libnvrtc.so", RTLD_NOW | RTLD_LOCAL);
+    if (!api->nvrtc) return KV_PAGED_NVRTC_SONAME;
+    KVP_SYM(api->cuda, GetErrorName, "cuGetErrorName");
+    KVP_SYM(api->cuda, GetErrorString, "cuGetErrorString");
+    KVP_SYM(api->cuda, CtxSetCurrent, "cuCtxSetCurrent");
+    KVP_SYM(api->cuda, CtxGetDevice, "cuCtxGetDevice");
+    KVP_SYM(api->cuda, DeviceGetAttribute, "cuDeviceGetAttribute");
+    KVP_SYM(api->cuda, ModuleLoadData, "cuModuleLoadData");
+    KVP_SYM(api->cuda, ModuleGetFunction, "cuModuleGetFunction");
+    KVP_SYM(api->cuda, ModuleUnload, "cuModuleUnload");
+    KVP_SYM(api->cuda, LaunchKernel, "cuLaunchKernel");
+    KVP_SYM(api->nvrtc, CreateProgram, "nvrtcCreateProgram");
+    KVP_SYM(api->nvrtc, CompileProgram, "nvrtcCompileProgram");
+    KVP_SYM(api->nvrtc, GetProgramLogSize, "nvrtcGetProgramLogSize");
+    KVP_SYM(api->nvrtc, GetProgramLog, "nvrtcGetProgramLog");
+    KVP_SYM(api->nvrtc, GetCUBINSize, "nvrtcGetCUBINSize");
+    KVP_SYM(api->nvrtc, GetCUBIN, "nvrtcGetCUBIN");
+    KVP_SYM(api->nvrtc, DestroyProgram, "nvrtcDestroyProgram");
+    KVP_SYM(api->nvrtc, GetErrorStringRtc, "nvrtcGetErrorString");
+    return NULL;
+}
+
+static void api_close(kvp_api *api) {
+    if (api->nvrtc) dlclose(api->nvrtc);
+    if (api->cuda) dlclose(api->cuda);
+    api->nvrtc = api->cuda = NULL;
+}
+
+typedef struct kvp_cuda {
+    kvp_api api;
+    const weft_host_services *host;
+    const weft_device_service *dev;
+    CUcontext ctx;
+    char arch[32];
+    CUmodule mod[4]; /* by dtype: 1 f32, 2 f16, 3 bf16 */
+    CUfunction store[4], attn[4];
+    int failed[4]; /* compilation failed once: do not retry every node */
+} kvp_cuda;
+
+static int dtype_index(uint32_t dt) {
+    return dt == WEFT_DTYPE_F32 ? 1 : dt == WEFT_DTYPE_F16 ? 2 : dt == WEFT_DTYPE_BF16 ? 3 : 0;
+}
+
+static weft_status cu_error(const kvp_cuda *c, weft_error *err, CUresult r, const char *what) {
+    const char *name = NULL, *text = NULL;
+    c->api.GetErrorName(r, &name);
+    c->api.GetErrorString(r, &text);
+    return weft_sdk_error(err, WEFT_ERR_DEVICE, KV_PAGED_NAME, "%s: %s (%s)", what,
+                          name ? name : "CUDA error", text ? text : "no description");
+}
+
+/* setup: NVRTC for this dtype, then the two kernels. */
+static weft_status compile(kvp_cuda *c, int t, weft_error *err) {
+    if (c->mod[t]) return WEFT_OK;
+    char arch[64], def[32];
+    snprintf(arch, sizeof(arch), "--gpu-architecture=%s", c->arch);
+    snprintf(def, sizeof(def), "-DKVP_T=%d", t);
+    const char *opts[] = {arch, def, "-std=c++17", "-default-device"};
+    nvrtcProgram prog;
+    if (c->api.CreateProgram(&prog, kv_paged_cuda_source, "paged.cu", 0, NULL, NULL) !=
+        NVRTC_SUCCESS)
+        return weft_sdk_error(err, WEFT_ERR_DEVICE, KV_PAGED_NAME, "nvrtcCreateProgram failed");
+    nvrtcResult rc = c->api.CompileProgram(prog, 4, opts);
+    if (rc != NVRTC_SUCCESS) {
+        size_t n = 0;
+        c->api.GetProgramLogSize(prog, &n);
+        char *log = malloc(n + 1);
+        if (log) {
+            c->api.GetProgramLog(prog, log);
+            log[n] = 0;
+        }
+        weft_sdk_error(err, WEFT_ERR_DEVICE, KV_PAGED_NAME,
+                       "NVRTC failed to compile paged.cu for %s (%s): %.300s", c->arch,
+                       c->api.GetErrorStringRtc(rc), log ? log : "");
+        free(log);
+        c->api.DestroyProgram(&prog);
+        return WEFT_ERR_DEVICE;
+    }
+    size_t n = 0;
+    c->api.GetCUBINSize(prog, &n);
+    void *cubin = malloc(n ? n : 1);
+    if (!cubin) {
+        c->api.DestroyProgram(&prog);
+        return weft_sdk_error(err, WEFT_ERR_NOMEM, KV_PAGED_NAME, "out of memory");
+    }
+    c->api.GetCUBIN(prog, cubin);
+    c->api.DestroyProgram(&prog);
+    CUresult r = c->api.CtxSetCurrent(c->ctx);
+    if (r == CUDA_SUCCESS) r = c->api.ModuleLoadData(&c->mod[t], cubin);
+    free(cubin);
+    if (r != CUDA_SUCCESS) {
+        c->mod[t] = NULL;
+        return cu_error(c, err, r, "loading the compiled paged.cu");
+    }
+    if ((r = c->api.ModuleGetFunction(&c->store[t], c->mod[t], "kvp_store")) != CUDA_SUCCESS ||
+        (r = c->api.ModuleGetFunction(&c->attn[t], c->mod[t], "kvp_attention")) != CUDA_SUCCESS)
+        return cu_error(c, err, r, "looking up the paged.cu kernels");
+    return WEFT_OK;
+}
+
+/* The node: q, k, v, positions, kv_slots in one 16- or 32-bit float dtype, head_dim <= 256. */
+static int node_ok(const weft_graph *g, const weft_node *n, const char **why) {
+    if (n->n_in < 5 || n->in[4] == WEFT_TENSOR_NONE || n->n_out != 1) {
+        *why = "needs the in.kv_slots input (llama option device_inputs: true)";
+        return 0;
+    }
+    for (uint32_t i = 0; i < 5; i++)
+        if (n->in[i] >= g->n_tensors) {
+            *why = "has an input id out of range";
+            return 0;
+        }
+    if (n->out[0] >= g->n_tensors) {
+        *why = "has an output id out of range";
+        return 0;
+    }
+    uint32_t dt = g->tensors[n->in[0]].dtype;
+    int64_t Hq = n->p.i[1], Hkv = n->p.i[2], hd = n->p.i[3];
+    if (!dtype_index(dt) || g->tensors[n->in[1]].dtype != dt || g->tensors[n->in[2]].dtype != dt ||
+        g->tensors[n->out[0]].dtype != dt || g->tensors[n->in[3]].dtype != WEFT_DTYPE_I32 ||
+        g->tensors[n->in[4]].dtype != WEFT_DTYPE_I32) {
+        *why = "needs q, k, v and o in one f32, f16 or bf16 dtype and i32 positions and slots";
+        return 0;
+    }
+    if (Hq <= 0 || Hkv <= 0 || Hq % Hkv || hd <= 0 || hd > 256 || n->p.i[0] < 0 || n->p.i[4] < 0 ||
+        n->p.i[5] != 0) {
+        *why = "needs heads a multiple of kv heads, head_dim 1..256, causal mask";
+        return 0;
+    }
+    return 1;
+}
+
+static int32_t accepts(void *st, const weft_graph *g, const weft_node *n) {
+    kvp_cuda *c = st;
+    const char *why = NULL;
+    if (!g || !n) return 0;
+    if (!node_ok(g, n, &why)) {
+        if (c->host->log)
+            c->host->log(WEFT_LOG_INFO, KV_PAGED_NAME, "attention node %s: declined: it %s",
+                         n->name, why);
+        return 0;
+    }
+    int t = dtype_index(g->tensors[n->in[0]].dtype);
+    if (c->failed[t]) return 0;
+    weft_error err;
+    memset(&err, 0, sizeof(err));
+    err.size = sizeof(err);
+    if (compile(c, t, &err) != WEFT_OK) {
+        c->failed[t] = 1;
+        if (c->host->log) c->host->log(WEFT_LOG_ERROR, KV_PAGED_NAME, "%s", err.message);
+        return 0;
+    }
+    return 1;
+}
+
+static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, weft_error *err) {
+    kvp_cuda *c = st;
+    if (!x || !x->graph || !x->data || !n)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, KV_PAGED_NAME, "attention: missing context");
+    const char *why = NULL;
+    if (!node_ok(x->graph, n, &why))
+        return weft_sdk_error(err, WEFT_ERR_INVALID, KV_PAGED_NAME, "attention node %s %s", n->name,
+                              why);
+    const weft_kv_view *kv = x->kv;
+    if (!kv || !kv->desc || strncmp(kv->layout, WEFT_KV_PAGED_LAYOUT, sizeof(kv->layout)))
+        return weft_sdk_error(err, WEFT_ERR_INVALID, KV_PAGED_NAME,
+                              "attention node %s: expected the \"paged\" kv layout", n->name);
+    const weft_kv_paged *d = kv->desc;
+    uint32_t dt = x->graph->tensors[n->in[0]].dtype;
+    int t = dtype_index(dt);
+    int layer = (int)n->p.i[0];
+    if (d->size < sizeof(*d) || (uint32_t)layer >= d->n_layers || d->dtype != dt ||
+        (int64_t)d->n_kv_heads != n->p.i[2] || (int64_t)d->head_dim != n->p.i[3] || !d->k ||
+        !d->v || !d->tables.ptr || !c->attn[t])
+        return weft_sdk_error(err, WEFT_ERR_INVALID, KV_PAGED_NAME,
+                              "attention node %s: the paged cache (%u layers, dtype %u, %u kv "
+                              "heads of %u) does not fit layer %d in dtype %u",
+                              n->name, d->n_layers, d->dtype, d->n_kv_heads, d->head_dim, layer,
+                              dt);
+    int T = (int)x->n_tokens, Hq = (int)n->p.i[1], Hkv = (int)n->p.i[2], hd = (int)n->p.i[3];
+    int P = (int)d->page_size, mb = (int)d->max_blocks, ns = (int)d->n_slots;
+    int np = (int)d->n_pages, window = (int)n->p.i[4];
+    float scale = n->p.f[0] > 0.f ? n->p.f[0] : 1.0f / sqrtf((float)hd);
+    if (T == 0) return WEFT_OK;
+    CUdeviceptr qp = (CUdeviceptr)(uintptr_t)x->data[n->in[0]].ptr;
+    CUdeviceptr kp = (CUdeviceptr)(uintptr_t)x->data[n->in[1]].ptr;
+    CUdeviceptr vp = (CUdeviceptr)(uintptr_t)x->data[n->in[2]].ptr;
+    CUdeviceptr pp = (CUdeviceptr)(uintptr_t)x->data[n->in[3]].ptr;
+    CUdeviceptr sp = (CUdeviceptr)(uintptr_t)x->data[n->in[4]].ptr;
+    CUdeviceptr op = (CUdeviceptr)(uintptr_t)x->data[n->out[0]].ptr;
+    CUdeviceptr tb = (CUdeviceptr)(uintptr_t)d->tables.ptr;
+    CUdeviceptr kc = (CUdeviceptr)(uintptr_t)d->k[layer].ptr;
+    CUdeviceptr vc = (CUdeviceptr)(uintptr_t)d->v[layer].ptr;
+    CUstream stream = (CUstream)x->stream;
+    CUresult r = c->api.CtxSetCurrent(c->ctx);
+    if (r != CUDA_SUCCESS) return cu_error(c, err, r, "making the context current");
+    void *sargs[] = {&kp, &vp, &pp, &sp, &tb, &kc, &vc, &T, &Hkv, &hd, &P, &mb, &ns, &np};
+    r = c->api.LaunchKernel(c->store[t], (unsigned)T, 1, 1, 128, 1, 1, 0, stream, sargs, NULL);
+    if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_store");
+    void *aargs[] = {&qp,  &pp, &sp, &tb, &kc, &vc, &op,     &T,    &Hq,
+                     &Hkv, &hd, &P,  &mb, &ns, &np, &window, &scale};
+    r = c->api.LaunchKernel(c->attn[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0, stream, aargs,
+                            NULL);
+    if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention");
+    return WEFT_OK;
+}
+
+void kv_paged_cuda_free(void *st) {
+    kvp_cuda *c = st;
+    if (!c) return;
+    if (c->ctx && c->api.CtxSetCurrent && c->api.CtxSetCurrent(c->ctx) == CUDA_SUCCESS)
+        for (int t = 0; t < 4; t++)
+            if (c->mod[t]) c->api.ModuleUnload(c->mod[t]);
+    api_close(&c->api);
+    free(c);
+}
+
+weft_status kv_paged_register_cuda(const weft_host_services *host, const weft_ops_service *ops,
+                                   void **out, weft_error *err) {
+    const weft_device_service *dev =
+        host->get_service ? host->get_service(host, WEFT_SERVICE_DEVICE, 1) : NULL;
+    if (!dev || !dev->native || strcmp(dev->backend, "cuda"))
+        return weft_sdk_error(err, WEFT_ERR_UNSUPPORTED, KV_PAGED_NAME,
+                              "register_ops: expected the cuda backend's device service, got %s",
+                              dev ? dev->backend : "none");
+    CUcontext ctx = (CUcontext)dev->native(dev->self);
+    if (!ctx)
+        return weft_sdk_error(err, WEFT_ERR_DEVICE, KV_PAGED_NAME,
+                              "register_ops: the cuda backend gave no CUDA context");
+    kvp_cuda *c = calloc(1, sizeof(*c));
+    if (!c) return weft_sdk_error(err, WEFT_ERR_NOMEM, KV_PAGED_NAME, "out of memory");
+    c->host = host;
+    c->dev = dev;
+    c->ctx = ctx;
+    const char *missing = api_load(&c->api);
+    if (missing) {
+        const char *why = dlerror();
+        weft_sdk_error(err, WEFT_ERR_UNSUPPORTED, KV_PAGED_NAME,
+                       "register_ops: cannot use CUDA here: %s is missing (%s)", missing,
+                       why ? why : "no detail");
+        kv_paged_cuda_free(c);
+        return WEFT_ERR_UNSUPPORTED;
+    }
+    CUdevice d;
+    int major = 0, minor = 0;
+    CUresult r = c->api.CtxSetCurrent(ctx);
+    if (r == CUDA_SUCCESS) r = c->api.CtxGetDevice(&d);
+    if (r == CUDA_SUCCESS)
+        r = c->api.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+    if (r == CUDA_SUCCESS)
+        r = c->api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+    if (r != CUDA_SUCCESS) {
+        cu_error(c, err, r, "reading the device's compute capability");
+        kv_paged_cuda_free(c);
+        return WEFT_ERR_DEVICE;
+    }
+    snprintf(c->arch, sizeof(c->arch), "sm_%d%d", major, minor);
+    static const uint32_t dtypes[] = {WEFT_DTYPE_F32, WEFT_DTYPE_F16, WEFT_DTYPE_BF16};
+    for (size_t i = 0; i < 3; i++) {
+        weft_op_impl impl;
+        memset(&impl, 0, sizeof(impl));
+        impl.size = sizeof(impl);
+        impl.op = WEFT_OP_ATTENTION;
+        snprintf(impl.backend, sizeof(impl.backend), "cuda");
+        impl.dtype = dtypes[i];
+        snprintf(impl.layout, sizeof(impl.layout), "%s", WEFT_KV_PAGED_LAYOUT);
+        impl.run = run;
+        impl.state = c;
+        impl.accepts = accepts;
+        weft_status s = ops->add(ops->self, &impl, err);
+        if (s) {
+            kv_paged_cuda_free(c);
+            return s;
+        }
+    }
+    *out = c;
+    return WEFT_OK;
+}

@@ -1,0 +1,369 @@
+/* The execution techniques on the GPU (exec.cuda-graph, exec.device-sampling; docs/perf/exec.md):
+ *   - greedy tokens of every shipped fast-cuda* candidate equal the cuda baseline's over 256
+ *     steps (EOS ignored), on stories260K and on every model directory in WEFT_EXEC_MODELS
+ *     (colon-separated; the GPU run passes synthetic Llama-3.2-1B and Qwen3-0.6B bf16), and the
+ *     device sampler's log-probability of the greedy token is the host's within 1e-4;
+ *   - seeded sampled decoding on the device gives the host sampler's tokens for the same seeds
+ *     (the host path is forced in the same engine by a zero logit bias, so both read the same
+ *     logits) for temperature, top-k, top-p, min-p and their combination;
+ *   - first-token draws over 3,000 seeds fit the host sampler's distribution (chi-square at the
+ *     0.999 quantile), and the same test rejects draws compared with a 20% hotter distribution;
+ *   - rows the device declines (top alternatives) fall back to the host and still agree.
+ * Needs the cuda backend and a GPU: without them (a CI machine) every test is skipped. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "engine/sampling.h"
+#include "files/llama2c.h"
+#include "util/error.h"
+
+#define MAX_IDS 1024
+
+static char stories_dir[64];
+static int have_gpu = -1;
+
+static const char *shared_dir(void) {
+    const char *d = getenv("WEFT_SHARED_DIR");
+    return d && d[0] ? d : WEFT_SHARED_DIR;
+}
+
+static const char *manifest_dir(void) {
+    const char *d = getenv("WEFT_EXEC_MANIFESTS"); /* the GPU bundle carries its own copy */
+    return d && d[0] ? d : WEFT_SOURCE_DIR "/manifests";
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    snprintf(stories_dir, sizeof(stories_dir), "/tmp/weft-exec-XXXXXX");
+    if (!mkdtemp(stories_dir)) return -1;
+    char model[1024], tok[1024];
+    snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.bin", shared_dir());
+    snprintf(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", shared_dir());
+    weft_error err;
+    weft_error_clear(&err);
+    if (weft_llama2c_convert(model, tok, stories_dir, &err) != WEFT_OK) {
+        fprintf(stderr, "convert: %s\n", err.message);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    static const char *const files[] = {"config.json", "generation_config.json",
+                                        "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    char p[1200];
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", stories_dir, files[i]);
+        unlink(p);
+    }
+    rmdir(stories_dir);
+    return 0;
+}
+
+/* NULL when the candidate cannot open for want of a GPU (then the caller skips). */
+static weft_engine *open_candidate(const char *candidate, const char *model) {
+    weft_engine_options o;
+    weft_engine_options_default(&o);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/%s.yaml", manifest_dir(), candidate);
+    o.manifest_path = path;
+    o.model_dir = model;
+    o.max_model_len = 512;
+    weft_error err;
+    weft_error_clear(&err);
+    weft_engine *e = NULL;
+    weft_status s = weft_engine_open(&o, &e, &err);
+    if (s == WEFT_OK) {
+        have_gpu = 1;
+        return e;
+    }
+    if (have_gpu != 1 && (s == WEFT_ERR_DEVICE || strstr(err.message, "libcuda") ||
+                          strstr(err.message, "cuInit") || strstr(err.message, "no plugin named") ||
+                          strstr(err.message, "cuda"))) {
+        have_gpu = 0;
+        fprintf(stderr, "(skipping: %s: %s)\n", err.source, err.message);
+        return NULL;
+    }
+    fail_msg("open %s on %s: %s: %s", candidate, model, err.source, err.message);
+    return NULL;
+}
+
+typedef struct result {
+    int32_t ids[MAX_IDS];
+    float logprobs[MAX_IDS];
+    uint32_t n_top[MAX_IDS];
+    weft_token_logprob top[MAX_IDS][4];
+    size_t n;
+    uint32_t finish;
+} result;
+
+static void on_event(void *user, const weft_token_event *ev) {
+    result *r = user;
+    if (ev->token >= 0 && r->n < MAX_IDS) {
+        r->logprobs[r->n] = ev->logprob;
+        r->n_top[r->n] = ev->n_top;
+        for (uint32_t k = 0; k < ev->n_top && k < 4; k++) r->top[r->n][k] = ev->top[k];
+        r->ids[r->n++] = ev->token;
+    }
+    if (ev->finish) r->finish = ev->finish;
+}
+
+static void generate(weft_engine *e, const int32_t *prompt, size_t n_prompt,
+                     const weft_sampler_params *sp, uint32_t max_tokens, result *out) {
+    memset(out, 0, sizeof(*out));
+    weft_request_params rp;
+    weft_request_params_default(&rp);
+    rp.sampling = *sp;
+    rp.max_tokens = max_tokens;
+    rp.ignore_eos = 1;
+    rp.detokenize = 0;
+    rp.callback = on_event;
+    rp.user = out;
+    weft_error err;
+    weft_error_clear(&err);
+    assert_int_equal(weft_request_submit(e, prompt, n_prompt, &rp, NULL, &err), WEFT_OK);
+    while (weft_engine_active(e)) {
+        weft_status s = weft_engine_step(e, &err);
+        if (s < 0) fail_msg("step: %s: %s", err.source, err.message);
+    }
+    assert_int_equal(out->finish, WEFT_FINISH_LENGTH);
+    assert_int_equal(out->n, max_tokens);
+}
+
+/* The bench's prompt: BOS, then ids spread over the vocabulary. */
+static size_t make_prompt(const weft_engine *e, int32_t *p, size_t n) {
+    const weft_model_config *cfg = weft_engine_config(e);
+    for (size_t i = 0; i < n; i++) p[i] = (int32_t)((7919u * (i + 1)) % cfg->vocab_size);
+    if (cfg->bos_token_id >= 0) p[0] = cfg->bos_token_id;
+    return n;
+}
+
+static const char *const fast_candidates[] = {"fast-cuda-graph", "fast-cuda-sampling",
+                                              "fast-cuda"};
+
+static void greedy_on(const char *model) {
+    static result base, got;
+    weft_engine *e = open_candidate("baseline-cuda", model);
+    if (!e) skip();
+    int32_t prompt[16];
+    size_t n = make_prompt(e, prompt, 16);
+    weft_sampler_params sp;
+    weft_sampler_params_default(&sp);
+    sp.temperature = 0.0f;
+    generate(e, prompt, n, &sp, 256, &base);
+    weft_engine_close(e);
+    for (size_t c = 0; c < sizeof(fast_candidates) / sizeof(fast_candidates[0]); c++) {
+        e = open_candidate(fast_candidates[c], model);
+        assert_non_null(e);
+        /* twice: the first run warms and captures, the second replays every decode step */
+        for (int rep = 0; rep < 2; rep++) {
+            generate(e, prompt, n, &sp, 256, &got);
+            for (size_t i = 0; i < 256; i++) {
+                if (got.ids[i] != base.ids[i])
+                    fail_msg("%s on %s, run %d: token %zu is %d, the baseline's %d",
+                             fast_candidates[c], model, rep, i, got.ids[i], base.ids[i]);
+                if (fabsf(got.logprobs[i] - base.logprobs[i]) > 1e-4f)
+                    fail_msg("%s on %s: logprob of token %zu is %.7g, the host's %.7g",
+                             fast_candidates[c], model, i, (double)got.logprobs[i],
+                             (double)base.logprobs[i]);
+            }
+        }
+        fprintf(stderr, "  %s on %s: 2 x 256 greedy tokens equal the baseline's\n",
+                fast_candidates[c], model);
+        weft_engine_close(e);
+    }
+}
+
+static void test_greedy_stories(void **state) {
+    (void)state;
+    greedy_on(stories_dir);
+}
+
+static void test_greedy_models(void **state) {
+    (void)state;
+    const char *list = getenv("WEFT_EXEC_MODELS");
+    if (!list || !list[0]) skip();
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *m = strtok_r(buf, ":", &save); m; m = strtok_r(NULL, ":", &save))
+        greedy_on(m);
+}
+
+/* Device vs host sampling in one engine: a zero logit bias sends a request to the host sampler
+ * (weft_sampling carries no bias) without changing its logits. */
+static void test_sampled_matches_host(void **state) {
+    (void)state;
+    weft_engine *e = open_candidate("fast-cuda", stories_dir);
+    if (!e) skip();
+    int32_t prompt[8];
+    size_t n = make_prompt(e, prompt, 8);
+    static const struct {
+        float t, p, minp;
+        int32_t k;
+    } sets[] = {{0.8f, 1.0f, 0.0f, 0},  {1.0f, 1.0f, 0.0f, 40},   {0.7f, 0.9f, 0.0f, 0},
+                {1.2f, 1.0f, 0.05f, 0}, {0.9f, 0.8f, 0.02f, 50}, {1.5f, 0.95f, 0.0f, 5},
+                {1.0f, 0.5f, 0.0f, 1}};
+    static result dev, host;
+    int32_t zero_id = 0;
+    float zero = 0.0f;
+    for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++)
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            weft_sampler_params sp;
+            weft_sampler_params_default(&sp);
+            sp.temperature = sets[i].t;
+            sp.top_p = sets[i].p;
+            sp.min_p = sets[i].minp;
+            sp.top_k = sets[i].k;
+            sp.seed = seed * 7919u + i;
+            generate(e, prompt, n, &sp, 64, &dev);
+            sp.n_bias = 1;
+            sp.bias_ids = &zero_id;
+            sp.bias_values = &zero;
+            generate(e, prompt, n, &sp, 64, &host);
+            for (size_t j = 0; j < 64; j++) {
+                if (dev.ids[j] != host.ids[j])
+                    fail_msg("set %zu seed %llu: token %zu device %d host %d", i,
+                             (unsigned long long)sp.seed, j, dev.ids[j], host.ids[j]);
+                assert_true(fabsf(dev.logprobs[j] - host.logprobs[j]) <= 1e-4f);
+            }
+        }
+    weft_engine_close(e);
+}
+
+/* Top alternatives are declined by the device sampler: the host serves the row. */
+static void test_declined_rows(void **state) {
+    (void)state;
+    weft_engine *e = open_candidate("fast-cuda", stories_dir);
+    if (!e) skip();
+    int32_t prompt[8];
+    size_t n = make_prompt(e, prompt, 8);
+    weft_sampler_params sp;
+    weft_sampler_params_default(&sp);
+    sp.temperature = 0.0f;
+    static result a, b;
+    generate(e, prompt, n, &sp, 32, &a);
+    sp.n_logprobs = 3;
+    generate(e, prompt, n, &sp, 32, &b);
+    for (size_t j = 0; j < 32; j++) {
+        assert_int_equal(a.ids[j], b.ids[j]);
+        assert_int_equal(a.n_top[j], 0);
+        assert_int_equal(b.n_top[j], 3);
+        assert_int_equal(b.top[j][0].id, b.ids[j]); /* greedy: the best alternative */
+    }
+    weft_engine_close(e);
+}
+
+/* Wilson-Hilferty: the 0.999 quantile of chi-square with k degrees of freedom. */
+static double chi2_999(double k) {
+    double z = 3.090232, a = 2.0 / (9.0 * k);
+    double c = 1.0 - a + z * sqrt(a);
+    return k * c * c * c;
+}
+
+static double chi2_stat(const uint32_t *counts, const double *probs, uint32_t V, uint32_t n,
+                        double *df) {
+    double stat = 0.0, rest_p = 0.0, rest_c = 0.0;
+    uint32_t bins = 0;
+    for (uint32_t t = 0; t < V; t++) {
+        double ex = probs[t] * n;
+        if (ex >= 5.0) {
+            stat += (counts[t] - ex) * (counts[t] - ex) / ex;
+            bins++;
+        } else {
+            rest_p += ex;
+            rest_c += counts[t];
+        }
+    }
+    if (rest_p >= 5.0) {
+        stat += (rest_c - rest_p) * (rest_c - rest_p) / rest_p;
+        bins++;
+    }
+    *df = bins > 1 ? bins - 1 : 1;
+    return stat;
+}
+
+static void test_sampled_distribution(void **state) {
+    (void)state;
+    weft_engine *e = open_candidate("fast-cuda", stories_dir);
+    if (!e) skip();
+    const weft_model_config *cfg = weft_engine_config(e);
+    uint32_t V = cfg->vocab_size;
+    int32_t prompt[8];
+    size_t n = make_prompt(e, prompt, 8);
+    float *logits = malloc(sizeof(float) * 8 * V);
+    double *probs = calloc(V, sizeof(double)), *hot = calloc(V, sizeof(double));
+    int32_t *ids = malloc(sizeof(int32_t) * V);
+    double *pr = malloc(sizeof(double) * V);
+    uint32_t *counts = calloc(V, sizeof(uint32_t));
+    void *scratch = malloc(weft_sample_scratch_bytes(V));
+    assert_true(logits && probs && hot && ids && pr && counts && scratch);
+    weft_error err;
+    weft_error_clear(&err);
+    assert_int_equal(weft_engine_score(e, prompt, n, logits, &err), WEFT_OK);
+    const float *row = logits + (n - 1) * V;
+    weft_sampler_params sp;
+    weft_sampler_params_default(&sp);
+    sp.temperature = 1.0f;
+    sp.top_p = 0.95f;
+    sp.top_k = 100;
+    uint32_t m = 0;
+    assert_int_equal(weft_sample_distribution(row, V, &sp, NULL, 0, NULL, 0, scratch, ids, pr, &m,
+                                              &err),
+                     WEFT_OK);
+    for (uint32_t i = 0; i < m; i++) probs[ids[i]] = pr[i];
+    weft_sampler_params sh = sp;
+    sh.temperature = 1.2f;
+    assert_int_equal(weft_sample_distribution(row, V, &sh, NULL, 0, NULL, 0, scratch, ids, pr, &m,
+                                              &err),
+                     WEFT_OK);
+    for (uint32_t i = 0; i < m; i++) hot[ids[i]] = pr[i];
+    const uint32_t draws = 3000;
+    static result one;
+    for (uint32_t d = 0; d < draws; d++) {
+        sp.seed = 1000003ull * (d + 1);
+        generate(e, prompt, n, &sp, 1, &one);
+        assert_true(one.ids[0] >= 0 && (uint32_t)one.ids[0] < V);
+        assert_true(probs[one.ids[0]] > 0.0); /* never outside the host's survivors */
+        counts[one.ids[0]]++;
+    }
+    double df, stat = chi2_stat(counts, probs, V, draws, &df);
+    fprintf(stderr, "  chi-square %.1f on %.0f df (0.999 quantile %.1f)\n", stat, df,
+            chi2_999(df));
+    assert_true(stat < chi2_999(df));
+    double df_h, stat_h = chi2_stat(counts, hot, V, draws, &df_h);
+    fprintf(stderr, "  against T=1.2: chi-square %.1f on %.0f df (rejects above %.1f)\n", stat_h,
+            df_h, chi2_999(df_h));
+    assert_true(stat_h > chi2_999(df_h));
+    free(logits);
+    free(probs);
+    free(hot);
+    free(ids);
+    free(pr);
+    free(counts);
+    free(scratch);
+    weft_engine_close(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_stories),
+        cmocka_unit_test(test_greedy_models),
+        cmocka_unit_test(test_sampled_matches_host),
+        cmocka_unit_test(test_declined_rows),
+        cmocka_unit_test(test_sampled_distribution),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
