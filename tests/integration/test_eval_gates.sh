@@ -38,7 +38,7 @@ serving:
   max_concurrency: $3
   threads: 1
 YAML
-    WEFT_PLUGIN_PATH="$build/tests/fakes" "$weft" candidate freeze "$tmp/$1.yaml" \
+    WEFT_PLUGIN_PATH="$build/tests/eval-fakes" "$weft" candidate freeze "$tmp/$1.yaml" \
         -o "$tmp/$1.lock" > /dev/null
 }
 manifest base "" 1
@@ -49,7 +49,7 @@ run() { # name, extra args...; prints the exit status
     local name=$1
     shift
     set +e
-    WEFT_PLUGIN_PATH="$build/tests/fakes" "$weft" eval run --lock "$tmp/$name.lock" \
+    WEFT_PLUGIN_PATH="$build/tests/eval-fakes" "$weft" eval run --lock "$tmp/$name.lock" \
         --probe "$tmp/probe.json" --reference "$ref" --quick -o "$tmp/$name.json" "$@" \
         2> "$tmp/$name.err"
     echo $?
