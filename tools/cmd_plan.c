@@ -14,20 +14,19 @@
 #include "util/error.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: weft plan [--result RESULT.json] [--profile FILE] [--json] [PLAN.yaml]\n"
-            "       weft plan check PLAN.yaml --before RESULT.json --after RESULT.json\n"
-            "                       [-o CHECK.json] [--json]\n"
-            "  Without a plan: the ranking of decode and prefill by their distance to their "
-            "limits.\n"
-            "  With a plan: accepted (exit 0) or refused (exit 1), with every reason.\n"
-            "  --result    the result the plan answers (default: the newest\n"
-            "              runs/*/*/result.json here)\n"
-            "  --profile   time per op class (`weft bench decode --profile` output or\n"
-            "              {\"classes\": {...}}) for the Amdahl gate on kernel levers\n"
-            "  check       records each lever as built, pruned or deferred and sets its "
-            "forecast\n"
-            "              beside the measured speed-up (docs/PLAN.md)\n");
+    fprintf(f, "usage: weft plan [--result RESULT.json] [--profile FILE] [--json] [PLAN.yaml]\n"
+               "       weft plan check PLAN.yaml --before RESULT.json --after RESULT.json\n"
+               "                       [-o CHECK.json] [--json]\n"
+               "  Without a plan: the ranking of decode and prefill by their distance to their "
+               "limits.\n"
+               "  With a plan: accepted (exit 0) or refused (exit 1), with every reason.\n"
+               "  --result    the result the plan answers (default: the newest\n"
+               "              runs/*/*/result.json here)\n"
+               "  --profile   time per op class (`weft bench decode --profile` output or\n"
+               "              {\"classes\": {...}}) for the Amdahl gate on kernel levers\n"
+               "  check       records each lever as built, pruned or deferred and sets its "
+               "forecast\n"
+               "              beside the measured speed-up (docs/PLAN.md)\n");
 }
 
 /* The newest runs/<name>/<candidate>/result.json. */
@@ -80,23 +79,33 @@ static json_t *load_result(const char *path, weft_error *err) {
 }
 
 static int plan_check_main(int argc, char **argv) {
-    static const struct option opts[] = {{"before", required_argument, 0, 'b'},
-                                         {"after", required_argument, 0, 'a'},
-                                         {"output", required_argument, 0, 'o'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"before", required_argument, 0, 'b'}, {"after", required_argument, 0, 'a'},
+        {"output", required_argument, 0, 'o'}, {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     const char *before = NULL, *after = NULL, *out = NULL;
     int json = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "b:a:o:jh", opts, NULL)) != -1) {
         switch (c) {
-        case 'b': before = optarg; break;
-        case 'a': after = optarg; break;
-        case 'o': out = optarg; break;
-        case 'j': json = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'b':
+            before = optarg;
+            break;
+        case 'a':
+            after = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind + 1 != argc || !before || !after) {
@@ -146,11 +155,21 @@ int weft_cmd_plan(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "r:p:jh", opts, NULL)) != -1) {
         switch (c) {
-        case 'r': result = optarg; break;
-        case 'p': profile = optarg; break;
-        case 'j': json = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'r':
+            result = optarg;
+            break;
+        case 'p':
+            profile = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (argc - optind > 1) {
@@ -173,8 +192,7 @@ int weft_cmd_plan(int argc, char **argv) {
     int rc = 1;
     weft_plan_profile prof;
     weft_plan_kpi k[WEFT_PLAN_NKPI];
-    if (weft_plan_rank(r, k, &err) ||
-        (profile && weft_plan_profile_load(profile, &prof, &err)) ||
+    if (weft_plan_rank(r, k, &err) || (profile && weft_plan_profile_load(profile, &prof, &err)) ||
         (plan_path && weft_plan_yaml_load(plan_path, &plan, &err)) ||
         (plan && weft_plan_review(r, plan, profile ? &prof : NULL, &rev, &err))) {
         rc = weft_cli_fail("plan", &err);

@@ -131,7 +131,8 @@ static int runs_add(const char *root, const char *name, const char *lock_path, c
     if (weft_lock_load(lock_path, &l, &err)) return weft_cli_fail("runs add", &err);
     size_t n = 0;
     char **fs = list_folders(dir, &n);
-    for (size_t i = 0; i < n; i++) free(fs[i]);
+    for (size_t i = 0; i < n; i++)
+        free(fs[i]);
     free(fs);
     char sub[2300];
     snprintf(sub, sizeof(sub), "%s/%02zu-%s", dir, n + 1, l->candidate);
@@ -142,8 +143,10 @@ static int runs_add(const char *root, const char *name, const char *lock_path, c
     }
     struct {
         const char *from, *to;
-    } files[] = {{lock_path, "candidate.lock"}, {l->source.path, "manifest.yaml"},
-                 {result, "result.json"},       {plan, "plan.yaml"},
+    } files[] = {{lock_path, "candidate.lock"},
+                 {l->source.path, "manifest.yaml"},
+                 {result, "result.json"},
+                 {plan, "plan.yaml"},
                  {check, "check.json"}};
     int rc = 0;
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -217,7 +220,8 @@ static int runs_show(const char *root, const char *name, int as_json) {
         json_t *plugins = plugins_of(sub, res);
         char changed[512] = "", forecast[512] = "", measured[512] = "", gates[512] = "";
         /* changed: plugins added (+) and removed (-) against the previous candidate */
-        if (!prev_plugins) snprintf(changed, sizeof(changed), "(first)");
+        if (!prev_plugins)
+            snprintf(changed, sizeof(changed), "(first)");
         else {
             size_t k;
             json_t *e;
@@ -252,8 +256,8 @@ static int runs_show(const char *root, const char *name, int as_json) {
             else
                 snprintf(one, sizeof(one), "%s - ", hk[q]);
             cat(measured, sizeof(measured), "%s", one);
-            json_t *s = json_object_get(json_object_get(json_object_get(chk, "kpis"), hk[q]),
-                                        "speedup");
+            json_t *s =
+                json_object_get(json_object_get(json_object_get(chk, "kpis"), hk[q]), "speedup");
             if (json_is_number(s)) {
                 snprintf(one, sizeof(one), "(x%.3f) ", json_number_value(s));
                 cat(measured, sizeof(measured), "%s", one);
@@ -267,18 +271,17 @@ static int runs_show(const char *root, const char *name, int as_json) {
             else {
                 snprintf(gates, sizeof(gates), "FAIL: ");
                 json_t *e;
-                json_array_foreach(failed, k, e) cat(gates, sizeof(gates), "%s ",
-                                                      json_string_value(e));
+                json_array_foreach(failed, k, e)
+                    cat(gates, sizeof(gates), "%s ", json_string_value(e));
             }
         } else {
             snprintf(gates, sizeof(gates), "-");
         }
-        const char *cid = json_string_value(json_object_get(json_object_get(res, "candidate"),
-                                                            "id"));
+        const char *cid =
+            json_string_value(json_object_get(json_object_get(res, "candidate"), "id"));
         json_array_append_new(rows, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "folder", fs[i],
-                                              "id", cid ? cid : "", "changed", changed,
-                                              "forecast", forecast, "measured", measured,
-                                              "gates", gates));
+                                              "id", cid ? cid : "", "changed", changed, "forecast",
+                                              forecast, "measured", measured, "gates", gates));
         json_decref(prev_plugins);
         prev_plugins = plugins;
         json_decref(prev_plan);
@@ -308,8 +311,7 @@ static int runs_show(const char *root, const char *name, int as_json) {
         size_t i;
         json_t *r;
         json_array_foreach(rows, i, r)
-            printf("%-24s %-28s %-30s %-40s %s\n",
-                   json_string_value(json_object_get(r, "folder")),
+            printf("%-24s %-28s %-30s %-40s %s\n", json_string_value(json_object_get(r, "folder")),
                    json_string_value(json_object_get(r, "changed")),
                    json_string_value(json_object_get(r, "forecast")),
                    json_string_value(json_object_get(r, "measured")),
@@ -326,23 +328,39 @@ int weft_cmd_runs(int argc, char **argv) {
     }
     const char *sub = argv[1];
     static const struct option opts[] = {
-        {"dir", required_argument, 0, 'd'},   {"lock", required_argument, 0, 'l'},
+        {"dir", required_argument, 0, 'd'},    {"lock", required_argument, 0, 'l'},
         {"result", required_argument, 0, 'r'}, {"plan", required_argument, 0, 'p'},
-        {"check", required_argument, 0, 'c'}, {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+        {"check", required_argument, 0, 'c'},  {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     const char *root = "runs", *lock = NULL, *result = NULL, *plan = NULL, *check = NULL;
     int json = 0, c;
     optind = 1;
     while ((c = getopt_long(argc - 1, argv + 1, "d:l:r:p:c:jh", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': root = optarg; break;
-        case 'l': lock = optarg; break;
-        case 'r': result = optarg; break;
-        case 'p': plan = optarg; break;
-        case 'c': check = optarg; break;
-        case 'j': json = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'd':
+            root = optarg;
+            break;
+        case 'l':
+            lock = optarg;
+            break;
+        case 'r':
+            result = optarg;
+            break;
+        case 'p':
+            plan = optarg;
+            break;
+        case 'c':
+            check = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     const char *name = optind < argc - 1 ? argv[1 + optind] : NULL;

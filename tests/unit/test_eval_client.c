@@ -138,8 +138,9 @@ static void *conn_main(void *arg) {
         const char *body = "{\"error\":{\"message\":\"max_tokens too large\",\"type\":"
                            "\"invalid_request_error\"}}";
         char hdr[256];
-        snprintf(hdr, sizeof(hdr), "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
-                                   "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+        snprintf(hdr, sizeof(hdr),
+                 "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                  strlen(body));
         send_all(fd, hdr, strlen(hdr));
         send_all(fd, body, strlen(body));
@@ -152,8 +153,9 @@ static void *conn_main(void *arg) {
                  "\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1},\"got\":%s}",
                  b && b[4] ? b + 4 : "null");
         char hdr[256];
-        snprintf(hdr, sizeof(hdr), "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                   "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+        snprintf(hdr, sizeof(hdr),
+                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                  strlen(body));
         send_all(fd, hdr, strlen(hdr));
         send_all(fd, body, strlen(body));

@@ -17,9 +17,8 @@ static void test_chi2_table(void **state) {
     /* upper-tail critical values: P(X >= x) = alpha */
     struct {
         double df, x, alpha;
-    } t[] = {{1, 3.841, 0.05},  {2, 13.816, 0.001}, {5, 15.086, 0.01},
-             {10, 18.307, 0.05}, {30, 43.773, 0.05}, {100, 124.342, 0.05},
-             {3, 0.352, 0.95},  {20, 10.851, 0.95}};
+    } t[] = {{1, 3.841, 0.05},   {2, 13.816, 0.001},   {5, 15.086, 0.01}, {10, 18.307, 0.05},
+             {30, 43.773, 0.05}, {100, 124.342, 0.05}, {3, 0.352, 0.95},  {20, 10.851, 0.95}};
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
         double p = weft_eval_chi2_sf(t[i].x, t[i].df);
         assert_true(fabs(p - t[i].alpha) < 2e-4 * (t[i].alpha < 0.01 ? 1 : 10));
@@ -45,7 +44,8 @@ static void test_chi2_test_scipy_example(void **state) {
     /* scipy.stats.chisquare([16, 18, 16, 14, 12, 12]): statistic 2.0, p 0.84914503608460956 */
     uint64_t obs[] = {16, 18, 16, 14, 12, 12};
     double prob[6];
-    for (int i = 0; i < 6; i++) prob[i] = 1.0 / 6;
+    for (int i = 0; i < 6; i++)
+        prob[i] = 1.0 / 6;
     double stat, df;
     double p = weft_eval_chi2_test(obs, prob, 6, 0, &stat, &df);
     assert_true(fabs(stat - 2.0) < 1e-9);
@@ -120,7 +120,8 @@ static void test_kl(void **state) {
     /* coarse-graining is a lower bound of the full KL */
     double q4[4] = {log(0.1), log(0.2), log(0.3), log(0.4)};
     double full = 0;
-    for (int v = 0; v < 4; v++) full += exp(r4[v]) * (r4[v] - q4[v]);
+    for (int v = 0; v < 4; v++)
+        full += exp(r4[v]) * (r4[v] - q4[v]);
     int32_t all[4] = {0, 1, 2, 3};
     assert_true(fabs(weft_eval_kl_partition(r4, 4, all, q4, 4) - full) < 1e-12);
     int32_t two[2] = {3, 2};
@@ -131,9 +132,12 @@ static void test_kl(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chi2_table),         cmocka_unit_test(test_gamma_q_closed_forms),
-        cmocka_unit_test(test_chi2_test_scipy_example), cmocka_unit_test(test_chi2_merges_small_bins),
-        cmocka_unit_test(test_quantiles),          cmocka_unit_test(test_kl),
+        cmocka_unit_test(test_chi2_table),
+        cmocka_unit_test(test_gamma_q_closed_forms),
+        cmocka_unit_test(test_chi2_test_scipy_example),
+        cmocka_unit_test(test_chi2_merges_small_bins),
+        cmocka_unit_test(test_quantiles),
+        cmocka_unit_test(test_kl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

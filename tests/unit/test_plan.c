@@ -20,22 +20,22 @@ static json_t *result(double dec, double dnoise, double pre, double pnoise, doub
                       const char *plugin) {
     json_t *k = json_object();
     if (dec > 0)
-        json_object_set_new(k, "decode", json_pack("{s:f, s:f, s:f, s:f}", "fraction", dec,
-                                                   "noise", dnoise, "value", 1000 * dec, "limit",
-                                                   1000.0));
+        json_object_set_new(k, "decode",
+                            json_pack("{s:f, s:f, s:f, s:f}", "fraction", dec, "noise", dnoise,
+                                      "value", 1000 * dec, "limit", 1000.0));
     if (pre > 0)
-        json_object_set_new(k, "prefill", json_pack("{s:f, s:f, s:f, s:f}", "fraction", pre,
-                                                    "noise", pnoise, "value", 50000 * pre,
-                                                    "limit", 50000.0));
+        json_object_set_new(k, "prefill",
+                            json_pack("{s:f, s:f, s:f, s:f}", "fraction", pre, "noise", pnoise,
+                                      "value", 50000 * pre, "limit", 50000.0));
     if (ttft > 0)
-        json_object_set_new(k, "ttft", json_pack("{s:f, s:f, s:f, s:f}", "fraction", ttft,
-                                                 "noise", 0.01, "value", 0.002 / ttft, "limit",
-                                                 0.002));
+        json_object_set_new(k, "ttft",
+                            json_pack("{s:f, s:f, s:f, s:f}", "fraction", ttft, "noise", 0.01,
+                                      "value", 0.002 / ttft, "limit", 0.002));
     json_t *plugins = json_array();
     if (plugin) json_array_append_new(plugins, json_pack("{s:s}", "name", plugin));
-    return json_pack("{s:s, s:{s:s, s:o}, s:{s:o, s:b}}", "format", "weft-eval-result",
-                     "candidate", "id", plugin ? plugin : "base", "plugins", plugins, "summary",
-                     "kpis", k, "counts", 1);
+    return json_pack("{s:s, s:{s:s, s:o}, s:{s:o, s:b}}", "format", "weft-eval-result", "candidate",
+                     "id", plugin ? plugin : "base", "plugins", plugins, "summary", "kpis", k,
+                     "counts", 1);
 }
 
 static json_t *yaml(const char *text) {
@@ -48,8 +48,8 @@ static json_t *yaml(const char *text) {
 }
 
 /* Reviews and returns the review; *refused_rules gets "rule,rule," of refusing findings. */
-static json_t *review(json_t *r, const char *plan_text, const weft_plan_profile *prof,
-                      char *rules, size_t cap) {
+static json_t *review(json_t *r, const char *plan_text, const weft_plan_profile *prof, char *rules,
+                      size_t cap) {
     json_t *plan = yaml(plan_text), *rev = NULL;
     weft_error err;
     weft_error_clear(&err);
@@ -418,8 +418,7 @@ static void test_plan_check(void **state) {
         assert_string_equal(json_string_value(json_object_get(json_array_get(lv, i), "status")),
                             want[i]);
     json_t *m0 = json_object_get(json_object_get(json_array_get(lv, 0), "measured"), "decode");
-    assert_string_equal(json_string_value(json_object_get(m0, "verdict")),
-                        "within the forecast");
+    assert_string_equal(json_string_value(json_object_get(m0, "verdict")), "within the forecast");
     assert_non_null(json_object_get(m0, "shared")); /* "hand" is built on decode too */
     json_t *m3 = json_object_get(json_object_get(json_array_get(lv, 3), "measured"), "decode");
     assert_string_equal(json_string_value(json_object_get(m3, "verdict")), "below the forecast");
@@ -433,12 +432,12 @@ static void test_plan_check(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ranking),          cmocka_unit_test(test_amdahl_arithmetic),
-        cmocka_unit_test(test_profile_parse),    cmocka_unit_test(test_good_plan_accepted),
-        cmocka_unit_test(test_refuse_stop),      cmocka_unit_test(test_refuse_unanswered),
-        cmocka_unit_test(test_refuse_noise),     cmocka_unit_test(test_refuse_ttft_alone),
+        cmocka_unit_test(test_ranking),           cmocka_unit_test(test_amdahl_arithmetic),
+        cmocka_unit_test(test_profile_parse),     cmocka_unit_test(test_good_plan_accepted),
+        cmocka_unit_test(test_refuse_stop),       cmocka_unit_test(test_refuse_unanswered),
+        cmocka_unit_test(test_refuse_noise),      cmocka_unit_test(test_refuse_ttft_alone),
         cmocka_unit_test(test_refuse_past_limit), cmocka_unit_test(test_amdahl_gate),
-        cmocka_unit_test(test_malformed_plans),  cmocka_unit_test(test_plan_check),
+        cmocka_unit_test(test_malformed_plans),   cmocka_unit_test(test_plan_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,7 +32,8 @@ weft_status weft_client_init(weft_client *c, const char *url, const char *api_ke
         return weft_error_set(err, WEFT_ERR_INVALID, "--url",
                               "expected http://HOST:PORT, found '%s'", url ? url : "(null)");
     size_t n = strlen(url);
-    while (n > 0 && url[n - 1] == '/') n--;
+    while (n > 0 && url[n - 1] == '/')
+        n--;
     if (n >= sizeof(c->base))
         return weft_error_set(err, WEFT_ERR_INVALID, "--url", "longer than %zu bytes",
                               sizeof(c->base) - 1);
@@ -40,7 +41,8 @@ weft_status weft_client_init(weft_client *c, const char *url, const char *api_ke
     c->base[n] = 0;
     /* a client pointed at ".../v1" still gets paths like "/v1/completions" right */
     if (n >= 3 && !strcmp(c->base + n - 3, "/v1")) c->base[n - 3] = 0;
-    if (api_key && *api_key) snprintf(c->auth, sizeof(c->auth), "Authorization: Bearer %s", api_key);
+    if (api_key && *api_key)
+        snprintf(c->auth, sizeof(c->auth), "Authorization: Bearer %s", api_key);
     c->timeout_s = 600;
     pthread_once(&curl_once, curl_init_once);
     return WEFT_OK;
@@ -50,7 +52,8 @@ weft_status weft_client_init(weft_client *c, const char *url, const char *api_ke
 static int buf_add(char **buf, size_t *len, size_t *cap, const char *data, size_t n) {
     if (*len + n + 1 > *cap) {
         size_t nc = *cap ? *cap : 256;
-        while (nc < *len + n + 1) nc *= 2;
+        while (nc < *len + n + 1)
+            nc *= 2;
         char *p = realloc(*buf, nc);
         if (!p) return -1;
         *buf = p;
@@ -213,7 +216,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
         curl_easy_getinfo((CURL *)j->easy, CURLINFO_RESPONSE_CODE, &code);
         j->http = code;
     }
-    if (j->stream && j->http == 200) weft_sse_feed(j, data, n, t);
+    if (j->stream && j->http == 200)
+        weft_sse_feed(j, data, n, t);
     else if (buf_add(&j->buf, &j->buf_len, &j->buf_cap, data, n))
         job_fail(j, "out of memory%s", NULL);
     return n;

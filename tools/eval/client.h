@@ -20,13 +20,12 @@
 #include "weft/plugin.h"
 
 typedef struct weft_client {
-    char base[512];     /* "http://127.0.0.1:8000", no trailing slash */
-    char auth[320];     /* "Authorization: Bearer KEY" or "" */
-    double timeout_s;   /* whole-request limit (0 = none) */
+    char base[512];   /* "http://127.0.0.1:8000", no trailing slash */
+    char auth[320];   /* "Authorization: Bearer KEY" or "" */
+    double timeout_s; /* whole-request limit (0 = none) */
 } weft_client;
 
-weft_status weft_client_init(weft_client *c, const char *url, const char *api_key,
-                             weft_error *err);
+weft_status weft_client_init(weft_client *c, const char *url, const char *api_key, weft_error *err);
 double weft_client_now(void);
 
 /* GET path; *body is the raw answer (malloc'ed, NUL-terminated; may be NULL). */
@@ -51,8 +50,8 @@ typedef struct weft_http_job {
     char *text; /* generated text of choice 0 (stream: concatenated deltas), NUL-terminated */
     size_t text_len;
     char finish_reason[24];
-    json_t *response;  /* non-stream: the parsed body */
-    char error[512];   /* "" when it succeeded (HTTP 200, well-formed stream ending in [DONE]) */
+    json_t *response; /* non-stream: the parsed body */
+    char error[512];  /* "" when it succeeded (HTTP 200, well-formed stream ending in [DONE]) */
     /* private: parser state */
     char *buf;
     size_t buf_len, buf_cap;

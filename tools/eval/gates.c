@@ -26,8 +26,8 @@
 
 /* State carried from the first half to the second. */
 static struct {
-    json_t *serial;   /* array of {text, finish} */
-    char *cold;       /* prompt cache: the cold answer */
+    json_t *serial; /* array of {text, finish} */
+    char *cold;     /* prompt cache: the cold answer */
     int cold_ok;
 } g_state;
 
@@ -85,8 +85,8 @@ static int set_errors(json_t *set, char *first, size_t cap) {
 }
 
 /* Compares two greedy sets; 0 when equal, else fills why and detail. */
-static int compare_sets(json_t *a, json_t *b, const char *an, const char *bn, char *why,
-                        size_t cap, json_t **detail) {
+static int compare_sets(json_t *a, json_t *b, const char *an, const char *bn, char *why, size_t cap,
+                        json_t **detail) {
     size_t n = json_array_size(a);
     if (n != json_array_size(b)) {
         snprintf(why, cap, "%s has %zu outputs, %s %zu", an, n, bn, json_array_size(b));
@@ -104,8 +104,9 @@ static int compare_sets(json_t *a, json_t *b, const char *an, const char *bn, ch
     if (!diff) return 0;
     const char *ta = json_string_value(json_object_get(json_array_get(a, first), "text"));
     const char *tb = json_string_value(json_object_get(json_array_get(b, first), "text"));
-    snprintf(why, cap, "%zu of %zu greedy outputs differ; first at prompt %zu: %s \"%.80s\" vs "
-                       "%s \"%.80s\"",
+    snprintf(why, cap,
+             "%zu of %zu greedy outputs differ; first at prompt %zu: %s \"%.80s\" vs "
+             "%s \"%.80s\"",
              diff, n, first, an, ta ? ta : "", bn, tb ? tb : "");
     *detail = json_pack("{s:i, s:i, s:i, s:s, s:s}", "differ", (int)diff, "of", (int)n, "first",
                         (int)first, an, ta ? ta : "", bn, tb ? tb : "");
@@ -122,8 +123,8 @@ static void conversation(char *p1, char *p2, size_t cap) {
     snprintf(p2, cap, "%s %s %s", a, b, c);
 }
 
-static char *one_completion(weft_eval_ctx *x, const char *prompt, uint32_t max_tokens,
-                            char *why, size_t cap) {
+static char *one_completion(weft_eval_ctx *x, const char *prompt, uint32_t max_tokens, char *why,
+                            size_t cap) {
     json_t *b = weft_eval_completion(x, NULL, 0, prompt, max_tokens, 0.0, -1, 0);
     weft_http_job j;
     memset(&j, 0, sizeof(j));
@@ -132,9 +133,12 @@ static char *one_completion(weft_eval_ctx *x, const char *prompt, uint32_t max_t
     weft_error e;
     weft_error_clear(&e);
     char *out = NULL;
-    if (weft_client_run_many(&x->client, &j, 1, 1, &e)) snprintf(why, cap, "%s", e.message);
-    else if (j.error[0]) snprintf(why, cap, "%s", j.error);
-    else out = xstrdup(j.text ? j.text : "");
+    if (weft_client_run_many(&x->client, &j, 1, 1, &e))
+        snprintf(why, cap, "%s", e.message);
+    else if (j.error[0])
+        snprintf(why, cap, "%s", j.error);
+    else
+        out = xstrdup(j.text ? j.text : "");
     json_decref(b);
     weft_http_job_free(&j);
     return out;
@@ -167,7 +171,8 @@ static void sampling_gate(weft_eval_ctx *x) {
         }
         /* the distribution after the prompt: score prompt + one more token, last position */
         json_t *tk = json_array();
-        for (size_t i = 0; i < n; i++) json_array_append_new(tk, json_integer(ids[i]));
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(tk, json_integer(ids[i]));
         json_array_append_new(tk, json_integer(ids[0]));
         json_t *body = json_pack("{s:s, s:o, s:i}", "model", x->model_name, "tokens", tk,
                                  "top_logprobs", SCORE_TOP);
@@ -195,7 +200,8 @@ static void sampling_gate(weft_eval_ctx *x) {
             double lp = json_number_value(json_object_get(t, "logprob"));
             if (!s) s = "";
             size_t k = 0;
-            while (k < nb && strcmp(bins[k].text, s)) k++;
+            while (k < nb && strcmp(bins[k].text, s))
+                k++;
             if (k == nb) {
                 if (nb == SCORE_TOP) continue;
                 snprintf(bins[nb].text, sizeof(bins[nb].text), "%s", s);
@@ -223,21 +229,23 @@ static void sampling_gate(weft_eval_ctx *x) {
         uint64_t other = 0, failed = 0;
         char ferr[512] = "";
         for (uint32_t d = 0; d < draws; d++) {
-            json_t *lp = json_object_get(json_array_get(json_object_get(jobs[d].response,
-                                                                        "choices"), 0),
-                                         "logprobs");
+            json_t *lp = json_object_get(
+                json_array_get(json_object_get(jobs[d].response, "choices"), 0), "logprobs");
             const char *s = json_string_value(json_array_get(json_object_get(lp, "tokens"), 0));
             if (jobs[d].error[0] || !s) {
                 if (!failed)
-                    snprintf(ferr, sizeof(ferr), "%s", jobs[d].error[0]
-                                                           ? jobs[d].error
-                                                           : "no logprobs.tokens[0] in the answer");
+                    snprintf(ferr, sizeof(ferr), "%s",
+                             jobs[d].error[0] ? jobs[d].error
+                                              : "no logprobs.tokens[0] in the answer");
                 failed++;
             } else {
                 size_t k = 0;
-                while (k < nb && strcmp(bins[k].text, s)) k++;
-                if (k < nb) bins[k].seen++;
-                else other++;
+                while (k < nb && strcmp(bins[k].text, s))
+                    k++;
+                if (k < nb)
+                    bins[k].seen++;
+                else
+                    other++;
             }
             json_decref(jobs[d].body);
             weft_http_job_free(&jobs[d]);
@@ -261,10 +269,10 @@ static void sampling_gate(weft_eval_ctx *x) {
         for (size_t k = 0; k < nb; k++)
             json_array_append_new(b, json_pack("{s:s, s:f, s:I}", "text", bins[k].text, "p",
                                                bins[k].p, "seen", (json_int_t)bins[k].seen));
-        json_array_append_new(detail, json_pack("{s:s, s:i, s:f, s:f, s:f, s:I, s:o}", "prompt",
-                                                text, "draws", (int)draws, "chi2", stat, "df",
-                                                df, "p_value", pv, "other", (json_int_t)other,
-                                                "bins", b));
+        json_array_append_new(detail,
+                              json_pack("{s:s, s:i, s:f, s:f, s:f, s:I, s:o}", "prompt", text,
+                                        "draws", (int)draws, "chi2", stat, "df", df, "p_value", pv,
+                                        "other", (json_int_t)other, "bins", b));
         if (pv < worst_p) {
             worst_p = pv;
             snprintf(worst, sizeof(worst), "prompt %d: chi-square %.2f on %.0f degrees of freedom",
@@ -303,8 +311,7 @@ weft_status weft_eval_gate_quality(weft_eval_ctx *x, weft_error *err) {
     const weft_st_tensor *ti = weft_safetensors_find(st, "input_ids");
     const weft_st_tensor *tl = weft_safetensors_find(st, "logits");
     if (!ti || !tl || ti->dtype != WEFT_DTYPE_I32 || ti->rank != 1 || tl->dtype != WEFT_DTYPE_F32 ||
-        tl->rank != 2 || tl->shape[0] != ti->shape[0] || tl->shape[1] <= 0 ||
-        ti->shape[0] < 2) {
+        tl->rank != 2 || tl->shape[0] != ti->shape[0] || tl->shape[1] <= 0 || ti->shape[0] < 2) {
         weft_eval_gate_add(x, "quality", "fail", NULL,
                            "%s: expected input_ids I32 [T] and logits F32 [T, V] with T >= 2",
                            x->reference_path);
@@ -325,7 +332,8 @@ weft_status weft_eval_gate_quality(weft_eval_ctx *x, weft_error *err) {
         return WEFT_OK;
     }
     json_t *tk = json_array();
-    for (size_t i = 0; i < T; i++) json_array_append_new(tk, json_integer(ids[i]));
+    for (size_t i = 0; i < T; i++)
+        json_array_append_new(tk, json_integer(ids[i]));
     json_t *body = json_pack("{s:s, s:o, s:i}", "model", x->model_name, "tokens", tk,
                              "top_logprobs", SCORE_TOP);
     json_t *r = NULL;
@@ -387,12 +395,12 @@ weft_status weft_eval_gate_quality(weft_eval_ctx *x, weft_error *err) {
     double mean = weft_eval_mean(kls, n), p99 = weft_eval_quantile(kls, n, 0.99);
     double ratio = exp((nll_c - nll_r) / (double)n);
     int exact = kmax >= V;
-    json_t *d = json_pack("{s:s, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:{s:f, s:f, s:f}}",
-                          "reference", x->reference_path, "positions", (int)n, "top_k",
-                          (int)kmax, "exact", exact, "mean_kl", mean, "p99_kl", p99, "ppl_ratio",
-                          ratio, "ppl_candidate", exp(nll_c / (double)n), "ppl_reference",
-                          exp(nll_r / (double)n), "thresholds", "mean_kl", x->mean_kl, "p99_kl",
-                          x->p99_kl, "ppl_ratio", x->ppl_ratio);
+    json_t *d =
+        json_pack("{s:s, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:{s:f, s:f, s:f}}", "reference",
+                  x->reference_path, "positions", (int)n, "top_k", (int)kmax, "exact", exact,
+                  "mean_kl", mean, "p99_kl", p99, "ppl_ratio", ratio, "ppl_candidate",
+                  exp(nll_c / (double)n), "ppl_reference", exp(nll_r / (double)n), "thresholds",
+                  "mean_kl", x->mean_kl, "p99_kl", x->p99_kl, "ppl_ratio", x->ppl_ratio);
     free(lp);
     free(kls);
     char why[512];
@@ -402,7 +410,8 @@ weft_status weft_eval_gate_quality(weft_eval_ctx *x, weft_error *err) {
     struct {
         const char *name;
         double v, lim;
-    } c[] = {{"mean KL", mean, x->mean_kl}, {"p99 KL", p99, x->p99_kl},
+    } c[] = {{"mean KL", mean, x->mean_kl},
+             {"p99 KL", p99, x->p99_kl},
              {"perplexity ratio", ratio, x->ppl_ratio}};
     for (int i = 0; i < 3; i++) {
         int over = !(c[i].v <= c[i].lim);
@@ -421,7 +430,8 @@ static const char *const fact_values[] = {"seven", "blue", "a shell"};
 
 static uint64_t fnv(const char *s) {
     uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
 
@@ -436,16 +446,20 @@ static char *retrieval_prompt(size_t f, int place, size_t words) {
     }
     weft_eval_corpus_piece(f * 13 + 3, words, filler, cap);
     char fact[256], q[256];
-    snprintf(fact, sizeof(fact), "Remember this: the favourite thing of %s is %s.",
-             fact_names[f], fact_values[f]);
-    snprintf(q, sizeof(q), "Question: what is the favourite thing of %s? Answer: the favourite "
-                           "thing of %s is",
+    snprintf(fact, sizeof(fact), "Remember this: the favourite thing of %s is %s.", fact_names[f],
+             fact_values[f]);
+    snprintf(q, sizeof(q),
+             "Question: what is the favourite thing of %s? Answer: the favourite "
+             "thing of %s is",
              fact_names[f], fact_names[f]);
-    if (place == 0) snprintf(out, cap + 512, "%s %s %s", fact, filler, q);
-    else if (place == 2) snprintf(out, cap + 512, "%s %s %s", filler, fact, q);
+    if (place == 0)
+        snprintf(out, cap + 512, "%s %s %s", fact, filler, q);
+    else if (place == 2)
+        snprintf(out, cap + 512, "%s %s %s", filler, fact, q);
     else {
         size_t half = strlen(filler) / 2;
-        while (filler[half] && filler[half] != ' ') half++;
+        while (filler[half] && filler[half] != ' ')
+            half++;
         snprintf(out, cap + 512, "%.*s %s%s %s", (int)half, filler, fact, filler + half, q);
     }
     free(filler);
@@ -492,8 +506,8 @@ static void retrieval_gate(weft_eval_ctx *x) {
     for (int i = 0; i < 9; i++) {
         prompts[i] = retrieval_prompt((size_t)i / 3, i % 3, words);
         jobs[i].path = "/v1/completions";
-        jobs[i].body = weft_eval_completion(x, NULL, 0, prompts[i] ? prompts[i] : "", 8, 0.0, -1,
-                                            0);
+        jobs[i].body =
+            weft_eval_completion(x, NULL, 0, prompts[i] ? prompts[i] : "", 8, 0.0, -1, 0);
     }
     weft_error e;
     weft_error_clear(&e);
@@ -504,12 +518,12 @@ static void retrieval_gate(weft_eval_ctx *x) {
         snprintf(h, sizeof(h), "%016llx", (unsigned long long)fnv(prompts[i] ? prompts[i] : ""));
         if (jobs[i].error[0] && !failed++)
             snprintf(why, sizeof(why), "prompt %d: %s", i, jobs[i].error);
-        json_array_append_new(answers, json_pack("{s:s, s:s, s:i, s:s}", "prompt_hash", h,
-                                                 "place", i % 3 == 0   ? "start"
-                                                          : i % 3 == 1 ? "middle"
-                                                                       : "end",
-                                                 "fact", i / 3, "answer",
-                                                 jobs[i].text ? jobs[i].text : ""));
+        json_array_append_new(answers,
+                              json_pack("{s:s, s:s, s:i, s:s}", "prompt_hash", h, "place",
+                                        i % 3 == 0   ? "start"
+                                        : i % 3 == 1 ? "middle"
+                                                     : "end",
+                                        "fact", i / 3, "answer", jobs[i].text ? jobs[i].text : ""));
         json_decref(jobs[i].body);
         weft_http_job_free(&jobs[i]);
         free(prompts[i]);
@@ -552,8 +566,7 @@ static void retrieval_gate(weft_eval_ctx *x) {
         weft_eval_gate_add(x, "retrieval", "fail", answers,
                            "%zu of %zu answers differ from the reference candidate's; first: "
                            "fact %zu at the %s: \"%s\"",
-                           diff, cmp, first / 3,
-                           json_string_value(json_object_get(a, "place")),
+                           diff, cmp, first / 3, json_string_value(json_object_get(a, "place")),
                            json_string_value(json_object_get(a, "answer")));
     } else {
         weft_eval_gate_add(x, "retrieval", "pass", answers,
@@ -584,10 +597,8 @@ weft_status weft_eval_gates_before(weft_eval_ctx *x, weft_error *err) {
     json_t *detail = NULL;
     if (set_errors(g_state.serial, first, sizeof(first)) ||
         set_errors(batched, first, sizeof(first)))
-        weft_eval_gate_add(x, "batched_equals_serial", "fail", NULL, "requests failed: %s",
-                           first);
-    else if (compare_sets(g_state.serial, batched, "serial", "batched", why, sizeof(why),
-                          &detail))
+        weft_eval_gate_add(x, "batched_equals_serial", "fail", NULL, "requests failed: %s", first);
+    else if (compare_sets(g_state.serial, batched, "serial", "batched", why, sizeof(why), &detail))
         weft_eval_gate_add(x, "batched_equals_serial", "fail", detail, "%s", why);
     else
         weft_eval_gate_add(x, "batched_equals_serial", "pass", NULL,

@@ -27,14 +27,16 @@ double weft_eval_quantile(double *v, size_t n, double q) {
 double weft_eval_mean(const double *v, size_t n) {
     if (n == 0) return NAN;
     double s = 0;
-    for (size_t i = 0; i < n; i++) s += v[i];
+    for (size_t i = 0; i < n; i++)
+        s += v[i];
     return s / (double)n;
 }
 
 double weft_eval_stdev(const double *v, size_t n) {
     if (n < 2) return 0;
     double m = weft_eval_mean(v, n), s = 0;
-    for (size_t i = 0; i < n; i++) s += (v[i] - m) * (v[i] - m);
+    for (size_t i = 0; i < n; i++)
+        s += (v[i] - m) * (v[i] - m);
     return sqrt(s / (double)(n - 1));
 }
 
@@ -151,9 +153,11 @@ void weft_eval_log_softmax(const float *logits, uint32_t V, double *out) {
     for (uint32_t i = 0; i < V; i++)
         if (logits[i] > mx) mx = logits[i];
     double s = 0;
-    for (uint32_t i = 0; i < V; i++) s += exp((double)logits[i] - mx);
+    for (uint32_t i = 0; i < V; i++)
+        s += exp((double)logits[i] - mx);
     double lse = mx + log(s);
-    for (uint32_t i = 0; i < V; i++) out[i] = (double)logits[i] - lse;
+    for (uint32_t i = 0; i < V; i++)
+        out[i] = (double)logits[i] - lse;
 }
 
 double weft_eval_kl_partition(const double *ref_lp, uint32_t V, const int32_t *ids,

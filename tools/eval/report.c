@@ -22,12 +22,23 @@ static const char *const palette[] = {"#4269d0", "#efb118", "#ff725c", "#6cc5b0"
 static void esc(FILE *f, const char *s) {
     for (; s && *s; s++) {
         switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        case '\'': fputs("&#39;", f); break;
-        default: fputc(*s, f);
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        case '\'':
+            fputs("&#39;", f);
+            break;
+        default:
+            fputc(*s, f);
         }
     }
 }
@@ -46,16 +57,16 @@ static const char *str(json_t *o, const char *k) {
 /* Grouped bars: ncat groups of nser bars, values in [0, ymax], error bars of +-err (absolute). A
  * dashed line marks 1.0 (the limit). */
 static void svg_bars(FILE *f, const char *title, const char *const *cats, size_t ncat,
-                     const char *const *series, size_t nser, const double *val,
-                     const double *err) {
+                     const char *const *series, size_t nser, const double *val, const double *err) {
     const double W = 760, H = 300, L = 50, R = 10, T = 30, B = 60;
     double ymax = 1.0;
     for (size_t i = 0; i < ncat * nser; i++)
         if (isfinite(val[i]) && val[i] + (isfinite(err[i]) ? err[i] : 0) > ymax)
             ymax = val[i] + err[i];
     ymax = ceil(ymax * 5 - 1e-9) / 5; /* a multiple of 0.2, so the ticks below are round */
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
-               "viewBox='0 0 %.0f %.0f' role='img'><title>",
+    fprintf(f,
+            "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
+            "viewBox='0 0 %.0f %.0f' role='img'><title>",
             W, H + 12 + 20 * ((nser + 3) / 4), W, H + 12 + 20 * ((nser + 3) / 4));
     esc(f, title);
     fprintf(f, "</title><text x='%.0f' y='18' font-size='13' font-weight='600'>", L);
@@ -65,29 +76,32 @@ static void svg_bars(FILE *f, const char *title, const char *const *cats, size_t
     int nticks = (int)lround(ymax / 0.2);
     for (int g = 0; g <= nticks; g++) {
         double v = 0.2 * g, y = T + ph * (1 - v / ymax);
-        fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#e3e3e3'/>"
-                   "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end'>%.1f</text>",
+        fprintf(f,
+                "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#e3e3e3'/>"
+                "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end'>%.1f</text>",
                 L, L + pw, y, y, L - 4, y + 4, v);
     }
     double y1 = T + ph * (1 - 1.0 / ymax);
-    fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#b00020' stroke-dasharray='4 3'/>"
-               "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end'>limit</text>",
-            L, L + pw, y1, y1, L + pw, y1 - 3);
+    fprintf(
+        f,
+        "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#b00020' stroke-dasharray='4 3'/>"
+        "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end'>limit</text>",
+        L, L + pw, y1, y1, L + pw, y1 - 3);
     double gw = pw / (double)(ncat ? ncat : 1), bw = gw * 0.8 / (double)(nser ? nser : 1);
     for (size_t c = 0; c < ncat; c++) {
         for (size_t s = 0; s < nser; s++) {
             double v = val[c * nser + s], e = err[c * nser + s];
             double x = L + gw * (double)c + gw * 0.1 + bw * (double)s;
             if (!isfinite(v)) {
-                fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' fill='#444'>n/a</text>", x, T + ph - 2);
+                fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' fill='#444'>n/a</text>", x,
+                        T + ph - 2);
                 continue;
             }
             double h = ph * v / ymax;
-            fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='%s'><title>",
-                    x, T + ph - h, bw * 0.95, h, palette[s % NPAL]);
+            fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='%s'><title>", x,
+                    T + ph - h, bw * 0.95, h, palette[s % NPAL]);
             esc(f, series[s]);
-            fprintf(f, " %s: %.3f (noise +-%.3f)</title></rect>", cats[c], v,
-                    isfinite(e) ? e : 0);
+            fprintf(f, " %s: %.3f (noise +-%.3f)</title></rect>", cats[c], v, isfinite(e) ? e : 0);
             if (isfinite(e) && e > 0) {
                 double xm = x + bw * 0.475, ya = T + ph * (1 - (v + e) / ymax);
                 double yb = T + ph * (1 - fmax(v - e, 0) / ymax);
@@ -95,16 +109,18 @@ static void svg_bars(FILE *f, const char *title, const char *const *cats, size_t
                         ya, yb);
             }
         }
-        fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end' "
-                   "transform='rotate(-20 %.1f %.1f)'>",
+        fprintf(f,
+                "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end' "
+                "transform='rotate(-20 %.1f %.1f)'>",
                 L + gw * ((double)c + 0.5), T + ph + 14, L + gw * ((double)c + 0.5), T + ph + 14);
         esc(f, cats[c]);
         fprintf(f, "</text>");
     }
     for (size_t s = 0; s < nser; s++) {
         double x = L + 180 * (double)(s % 4), y = H + 8 + 20 * (double)(s / 4);
-        fprintf(f, "<rect x='%.0f' y='%.0f' width='10' height='10' fill='%s'/>"
-                   "<text x='%.0f' y='%.0f' font-size='11' fill='#444'>",
+        fprintf(f,
+                "<rect x='%.0f' y='%.0f' width='10' height='10' fill='%s'/>"
+                "<text x='%.0f' y='%.0f' font-size='11' fill='#444'>",
                 x, y - 10, palette[s % NPAL], x + 14, y);
         esc(f, series[s]);
         fprintf(f, "</text>");
@@ -130,8 +146,9 @@ static void svg_ecdf(FILE *f, const char *title, const char *const *series, size
     if (!(xmax > 0)) xmax = 1e-3;
     xmax *= 1.05;
     double ph = H - T - B, pw = W - L - R;
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
-               "viewBox='0 0 %.0f %.0f' role='img'><title>",
+    fprintf(f,
+            "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
+            "viewBox='0 0 %.0f %.0f' role='img'><title>",
             W, H + 12 + 20 * ((nser + 3) / 4), W, H + 12 + 20 * ((nser + 3) / 4));
     esc(f, title);
     fprintf(f, "</title><text x='%.0f' y='18' font-size='13' font-weight='600'>", L);
@@ -139,9 +156,11 @@ static void svg_ecdf(FILE *f, const char *title, const char *const *series, size
     fprintf(f, " (x axis to the largest p99)</text>");
     for (int g = 0; g <= 4; g++) {
         double y = T + ph * (1 - g / 4.0), x = L + pw * g / 4.0;
-        fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#e3e3e3'/>"
-                   "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end'>%.2f</text>"
-                   "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='middle'>%.3g ms</text>",
+        fprintf(f,
+                "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#e3e3e3'/>"
+                "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='end'>%.2f</text>"
+                "<text x='%.1f' y='%.1f' font-size='11' fill='#444' text-anchor='middle'>%.3g "
+                "ms</text>",
                 L, L + pw, y, y, L - 4, y + 4, g / 4.0, x, T + ph + 16, xmax * 1e3 * g / 4.0);
     }
     for (size_t s = 0; s < nser; s++) {
@@ -163,8 +182,9 @@ static void svg_ecdf(FILE *f, const char *title, const char *const *series, size
         fprintf(f, "</title></polyline>");
         free(c);
         double x = L + 180 * (double)(s % 4), y = H + 8 + 20 * (double)(s / 4);
-        fprintf(f, "<rect x='%.0f' y='%.0f' width='10' height='10' fill='%s'/>"
-                   "<text x='%.0f' y='%.0f' font-size='11' fill='#444'>",
+        fprintf(f,
+                "<rect x='%.0f' y='%.0f' width='10' height='10' fill='%s'/>"
+                "<text x='%.0f' y='%.0f' font-size='11' fill='#444'>",
                 x, y - 10, palette[s % NPAL], x + 14, y);
         esc(f, series[s]);
         fprintf(f, "</text>");
@@ -173,11 +193,11 @@ static void svg_ecdf(FILE *f, const char *title, const char *const *series, size
 }
 
 /* ---- sections ------------------------------------------------------------------------------ */
-static const char *const kpis[] = {"ttft_s", "itl_s", "e2e_s", "decode_tps_stream",
+static const char *const kpis[] = {"ttft_s",           "itl_s",      "e2e_s", "decode_tps_stream",
                                    "decode_tps_total", "prefill_tps"};
 #define NKPI 6
-static const char *const kpi_labels[] = {"TTFT", "ITL", "E2E", "decode/stream", "decode/all",
-                                         "prefill"};
+static const char *const kpi_labels[] = {"TTFT",          "ITL",        "E2E",
+                                         "decode/stream", "decode/all", "prefill"};
 
 static void section(FILE *f, const char *path, json_t *r, size_t idx) {
     json_t *c = json_object_get(r, "candidate"), *m = json_object_get(r, "model");
@@ -228,8 +248,10 @@ static void section(FILE *f, const char *path, json_t *r, size_t idx) {
         const char *st = str(e, "status");
         fprintf(f, "<tr><td>");
         esc(f, str(e, "name"));
-        fprintf(f, "</td><td class='%s'>", !strcmp(st, "fail") ? "bad" : !strcmp(st, "pass") ? "ok"
-                                                                                                : "");
+        fprintf(f, "</td><td class='%s'>",
+                !strcmp(st, "fail")   ? "bad"
+                : !strcmp(st, "pass") ? "ok"
+                                      : "");
         esc(f, st);
         fprintf(f, "</td><td>");
         esc(f, str(e, "reason"));
@@ -251,8 +273,9 @@ static void section(FILE *f, const char *path, json_t *r, size_t idx) {
         fprintf(f, "<tr><td>");
         esc(f, str(e, "name"));
         if (json_is_true(json_object_get(e, "adapted"))) fprintf(f, " (adapted)");
-        fprintf(f, "</td><td>%.0f</td><td>%.2f / %.2f / %.2f</td><td>%.3f / %.3f / %.3f</td>"
-                   "<td>%.3f</td><td>%.1f</td><td>%.1f</td><td>%.0f</td><td>%.0f</td></tr>",
+        fprintf(f,
+                "</td><td>%.0f</td><td>%.2f / %.2f / %.2f</td><td>%.3f / %.3f / %.3f</td>"
+                "<td>%.3f</td><td>%.1f</td><td>%.1f</td><td>%.0f</td><td>%.0f</td></tr>",
                 num(e, "repeats"), 1e3 * num(t, "p50"), 1e3 * num(t, "p90"), 1e3 * num(t, "p99"),
                 1e3 * num(it, "p50"), 1e3 * num(it, "p90"), 1e3 * num(it, "p99"),
                 num(json_object_get(k, "e2e_s"), "p50"),
@@ -312,7 +335,7 @@ static void comparison(FILE *f, json_t **rs, const char *const *paths, size_t n)
     fprintf(f, "<section><h2>Candidates side by side</h2>\n");
     static const char *const hk[] = {"decode", "prefill", "ttft"};
     const char **names = calloc(n, sizeof(char *));
-    char (*labels)[96] = calloc(n, sizeof(*labels));
+    char(*labels)[96] = calloc(n, sizeof(*labels));
     double *val = calloc(n * 3, sizeof(double)), *err = calloc(n * 3, sizeof(double));
     if (!names || !labels || !val || !err) goto out;
     for (size_t i = 0; i < n; i++) {
@@ -321,9 +344,8 @@ static void comparison(FILE *f, json_t **rs, const char *const *paths, size_t n)
                  str(c, "id"));
         names[i] = labels[i];
         for (int q = 0; q < 3; q++) {
-            json_t *v = json_object_get(json_object_get(json_object_get(rs[i], "summary"),
-                                                        "kpis"),
-                                        hk[q]);
+            json_t *v =
+                json_object_get(json_object_get(json_object_get(rs[i], "summary"), "kpis"), hk[q]);
             val[q * n + i] = num(v, "fraction");
             err[q * n + i] = num(v, "fraction") * num(v, "noise");
         }
@@ -353,12 +375,15 @@ static void comparison(FILE *f, json_t **rs, const char *const *paths, size_t n)
                 json_array_foreach(json_object_get(rs[i], "cases"), k, ck) {
                     if (!strcmp(str(ck, "name"), str(c0, "name"))) match = ck;
                 }
-                double v = match ? num(json_object_get(json_object_get(match, "kpis"), kpis[q]),
-                                       "value")
-                                 : NAN;
-                if (!isfinite(v)) fprintf(f, "<td>-</td>");
-                else if (i == 0 || !(base > 0)) fprintf(f, "<td>%.4g</td>", v);
-                else fprintf(f, "<td>%.4g (x%.3f)</td>", v, v / base);
+                double v =
+                    match ? num(json_object_get(json_object_get(match, "kpis"), kpis[q]), "value")
+                          : NAN;
+                if (!isfinite(v))
+                    fprintf(f, "<td>-</td>");
+                else if (i == 0 || !(base > 0))
+                    fprintf(f, "<td>%.4g</td>", v);
+                else
+                    fprintf(f, "<td>%.4g (x%.3f)</td>", v, v / base);
             }
             fprintf(f, "</tr>");
         }
@@ -408,14 +433,16 @@ int weft_eval_report_main(int argc, char **argv) {
         if (!rs[i] || !fmt || strcmp(fmt, "weft-eval-result")) {
             fprintf(stderr, "weft eval report: %s: not a weft eval result (%s)\n", paths[i],
                     rs[i] ? "no \"format\": \"weft-eval-result\"" : je.text);
-            for (size_t j = 0; j <= i; j++) json_decref(rs[j]);
+            for (size_t j = 0; j <= i; j++)
+                json_decref(rs[j]);
             return 2;
         }
     }
     FILE *f = fopen(out, "w");
     if (!f) {
         fprintf(stderr, "weft eval report: %s: cannot write\n", out);
-        for (size_t j = 0; j < n; j++) json_decref(rs[j]);
+        for (size_t j = 0; j < n; j++)
+            json_decref(rs[j]);
         return 1;
     }
     char now[40];
@@ -423,31 +450,35 @@ int weft_eval_report_main(int argc, char **argv) {
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(now, sizeof(now), "%Y-%m-%d %H:%M UTC", &tm);
-    fprintf(f, "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-               "<title>weft eval report</title><style>\n"
-               "body{font:14px/1.4 system-ui,sans-serif;margin:24px;max-width:1100px;color:#222}\n"
-               "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;"
-               "padding:3px 6px;text-align:left;vertical-align:top}th{background:#f4f4f4}\n"
-               ".ok{color:#176f2c;font-weight:600}.bad{color:#b00020;font-weight:600}\n"
-               "svg{display:block;margin:8px 0}svg .t{font-size:13px;font-weight:600}"
-               "svg .ax{font-size:11px;fill:#444}svg .grid{stroke:#e3e3e3}"
-               "svg .lim{stroke:#b00020;stroke-dasharray:4 3}svg .eb{stroke:#222}\n"
-               ".notes{color:#555}section{margin-bottom:32px}\n"
-               "</style></head><body>\n<h1>weft eval report</h1>\n<p>%zu result%s, written "
-               "%s by <code>weft eval report</code>. Fractions are of the limits computed by "
-               "<code>weft eval limits</code> from the model and the probe; 1 is the floor no "
-               "implementation can beat.</p>\n",
+    fprintf(f,
+            "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            "<title>weft eval report</title><style>\n"
+            "body{font:14px/1.4 system-ui,sans-serif;margin:24px;max-width:1100px;color:#222}\n"
+            "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;"
+            "padding:3px 6px;text-align:left;vertical-align:top}th{background:#f4f4f4}\n"
+            ".ok{color:#176f2c;font-weight:600}.bad{color:#b00020;font-weight:600}\n"
+            "svg{display:block;margin:8px 0}svg .t{font-size:13px;font-weight:600}"
+            "svg .ax{font-size:11px;fill:#444}svg .grid{stroke:#e3e3e3}"
+            "svg .lim{stroke:#b00020;stroke-dasharray:4 3}svg .eb{stroke:#222}\n"
+            ".notes{color:#555}section{margin-bottom:32px}\n"
+            "</style></head><body>\n<h1>weft eval report</h1>\n<p>%zu result%s, written "
+            "%s by <code>weft eval report</code>. Fractions are of the limits computed by "
+            "<code>weft eval limits</code> from the model and the probe; 1 is the floor no "
+            "implementation can beat.</p>\n",
             n, n == 1 ? "" : "s", now);
-    for (size_t i = 0; i < n; i++) section(f, paths[i], rs[i], i);
+    for (size_t i = 0; i < n; i++)
+        section(f, paths[i], rs[i], i);
     if (n >= 2) comparison(f, rs, paths, n);
     fprintf(f, "</body></html>\n");
     int bad = ferror(f);
     if (fclose(f) || bad) {
         fprintf(stderr, "weft eval report: %s: write failed\n", out);
-        for (size_t j = 0; j < n; j++) json_decref(rs[j]);
+        for (size_t j = 0; j < n; j++)
+            json_decref(rs[j]);
         return 1;
     }
-    for (size_t j = 0; j < n; j++) json_decref(rs[j]);
+    for (size_t j = 0; j < n; j++)
+        json_decref(rs[j]);
     fprintf(stderr, "weft eval report: wrote %s\n", out);
     return 0;
 }

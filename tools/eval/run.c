@@ -100,20 +100,24 @@ void weft_eval_corpus_piece(size_t i, size_t words, char *buf, size_t cap) {
     /* count words, start at word (i * 7) mod total, copy `words` words, wrapping */
     size_t total = 0;
     for (const char *p = corpus_text; *p;) {
-        while (*p == ' ') p++;
+        while (*p == ' ')
+            p++;
         if (!*p) break;
         total++;
-        while (*p && *p != ' ') p++;
+        while (*p && *p != ' ')
+            p++;
     }
     size_t start = total ? (i * 7) % total : 0, w = 0, len = 0, idx = 0;
     if (cap) buf[0] = 0;
     while (w < words && total) {
         const char *p = corpus_text;
         for (; *p && w < words;) {
-            while (*p == ' ') p++;
+            while (*p == ' ')
+                p++;
             if (!*p) break;
             const char *e = p;
-            while (*e && *e != ' ') e++;
+            while (*e && *e != ' ')
+                e++;
             if (idx >= start) {
                 size_t n = (size_t)(e - p);
                 if (len + n + 2 < cap) {
@@ -133,7 +137,8 @@ void weft_eval_corpus_piece(size_t i, size_t words, char *buf, size_t cap) {
 }
 
 void weft_eval_corpus_ids(const weft_eval_ctx *x, size_t offset, size_t n, int32_t *out) {
-    for (size_t i = 0; i < n; i++) out[i] = x->corpus[(offset + i) % x->n_corpus];
+    for (size_t i = 0; i < n; i++)
+        out[i] = x->corpus[(offset + i) % x->n_corpus];
 }
 
 json_t *weft_eval_completion(const weft_eval_ctx *x, const int32_t *ids, size_t n_ids,
@@ -143,7 +148,8 @@ json_t *weft_eval_completion(const weft_eval_ctx *x, const int32_t *ids, size_t 
     json_object_set_new(b, "model", json_string(x->model_name));
     if (ids) {
         json_t *a = json_array();
-        for (size_t i = 0; i < n_ids; i++) json_array_append_new(a, json_integer(ids[i]));
+        for (size_t i = 0; i < n_ids; i++)
+            json_array_append_new(a, json_integer(ids[i]));
         json_object_set_new(b, "prompt", a);
     } else {
         json_object_set_new(b, "prompt", json_string(text));
@@ -183,7 +189,8 @@ weft_status weft_eval_tokenize(weft_eval_ctx *x, const char *text, int32_t **ids
         json_decref(r);
         return weft_error_set(err, WEFT_ERR_NOMEM, "/tokenize", "out of memory");
     }
-    for (size_t i = 0; i < k; i++) (*ids)[i] = (int32_t)json_integer_value(json_array_get(t, i));
+    for (size_t i = 0; i < k; i++)
+        (*ids)[i] = (int32_t)json_integer_value(json_array_get(t, i));
     *n = k;
     json_decref(r);
     return WEFT_OK;
@@ -234,7 +241,8 @@ static weft_status serve_start(const char *weft, const char *lock, char **extra,
         argv[k++] = "127.0.0.1";
         argv[k++] = "--port";
         argv[k++] = port;
-        for (int i = 0; i < n_extra; i++) argv[k++] = extra[i];
+        for (int i = 0; i < n_extra; i++)
+            argv[k++] = extra[i];
         argv[k] = NULL;
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd < 0) {
@@ -398,14 +406,14 @@ static json_t *summary(weft_eval_ctx *x, json_t *cases) {
     struct {
         const char *name, *kpi;
         json_t *cs;
-    } h[] = {{"decode", "decode_tps_stream", dec}, {"prefill", "prefill_tps", pre},
+    } h[] = {{"decode", "decode_tps_stream", dec},
+             {"prefill", "prefill_tps", pre},
              {"ttft", "ttft_s", pre}};
     for (int j = 0; j < 3; j++) {
         json_t *v = h[j].cs ? kpi_of(h[j].cs, h[j].kpi) : NULL;
         if (!v) continue;
-        json_t *o = json_pack("{s:s, s:s}", "case", json_string_value(json_object_get(h[j].cs,
-                                                                                     "name")),
-                              "kpi", h[j].kpi);
+        json_t *o = json_pack("{s:s, s:s}", "case",
+                              json_string_value(json_object_get(h[j].cs, "name")), "kpi", h[j].kpi);
         const char *keys[] = {"value", "limit", "fraction", "noise", "unit"};
         for (int q = 0; q < 5; q++) {
             json_t *e = json_object_get(v, keys[q]);
@@ -426,45 +434,53 @@ static json_t *summary(weft_eval_ctx *x, json_t *cases) {
 
 /* ---- main ---------------------------------------------------------------------------------- */
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: weft eval run (--url URL | --lock LOCK) [--model DIR] -o RESULT.json\n"
-            "       [--probe FILE] [--reference FILE] [--baseline RESULT.json] [--quick]\n"
-            "       [--no-speed] [--no-gates] [--api-key K] [--served-model-name N] [--seed N]\n"
-            "       [--serve-arg ARG]... [--startup-timeout S] [--weft PATH] [-v]\n"
-            "  --url URL          a running OpenAI-compatible server\n"
-            "  --lock LOCK        start `weft serve LOCK` on a free loopback port for the run\n"
-            "  --model DIR        the model directory (config.json for limits; default: the "
-            "lock's)\n"
-            "  --probe FILE       `weft eval probe` output (default: the cached probe of the "
-            "backend)\n"
-            "  --reference FILE   reference logits for the quality gate (safetensors with "
-            "input_ids\n"
-            "                     and logits; default: DIR/reference.safetensors)\n"
-            "  --baseline RESULT  a result of the reference candidate (retrieval and "
-            "speculative\n"
-            "                     gates compare against its recorded answers)\n"
-            "  --quick            the short profile tests use (fewer cases, tokens, repeats)\n"
-            "  --no-speed         gates only;  --no-gates: speed cases only (the result does "
-            "not count)\n"
-            "  --serve-arg ARG    passed to weft serve (repeat for each word)\n"
-            "  --case P,G,C       run only this speed case (repeatable; for cross-checks)\n"
-            "  --requests N       requests per repeat of each case\n"
-            "Exit status: 0 the result counts, 1 a gate failed or the run failed, 2 usage.\n");
+    fprintf(f, "usage: weft eval run (--url URL | --lock LOCK) [--model DIR] -o RESULT.json\n"
+               "       [--probe FILE] [--reference FILE] [--baseline RESULT.json] [--quick]\n"
+               "       [--no-speed] [--no-gates] [--api-key K] [--served-model-name N] [--seed N]\n"
+               "       [--serve-arg ARG]... [--startup-timeout S] [--weft PATH] [-v]\n"
+               "  --url URL          a running OpenAI-compatible server\n"
+               "  --lock LOCK        start `weft serve LOCK` on a free loopback port for the run\n"
+               "  --model DIR        the model directory (config.json for limits; default: the "
+               "lock's)\n"
+               "  --probe FILE       `weft eval probe` output (default: the cached probe of the "
+               "backend)\n"
+               "  --reference FILE   reference logits for the quality gate (safetensors with "
+               "input_ids\n"
+               "                     and logits; default: DIR/reference.safetensors)\n"
+               "  --baseline RESULT  a result of the reference candidate (retrieval and "
+               "speculative\n"
+               "                     gates compare against its recorded answers)\n"
+               "  --quick            the short profile tests use (fewer cases, tokens, repeats)\n"
+               "  --no-speed         gates only;  --no-gates: speed cases only (the result does "
+               "not count)\n"
+               "  --serve-arg ARG    passed to weft serve (repeat for each word)\n"
+               "  --case P,G,C       run only this speed case (repeatable; for cross-checks)\n"
+               "  --requests N       requests per repeat of each case\n"
+               "Exit status: 0 the result counts, 1 a gate failed or the run failed, 2 usage.\n");
 }
 
 int weft_eval_run_main(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"url", required_argument, 0, 'u'},          {"lock", required_argument, 0, 'l'},
-        {"model", required_argument, 0, 'm'},        {"probe", required_argument, 0, 'p'},
-        {"reference", required_argument, 0, 'r'},    {"baseline", required_argument, 0, 'b'},
-        {"quick", no_argument, 0, 'q'},              {"no-speed", no_argument, 0, 'S'},
-        {"no-gates", no_argument, 0, 'G'},           {"api-key", required_argument, 0, 'k'},
-        {"served-model-name", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
-        {"serve-arg", required_argument, 0, 'a'},    {"startup-timeout", required_argument, 0, 't'},
-        {"weft", required_argument, 0, 'w'},         {"output", required_argument, 0, 'o'},
-        {"verbose", no_argument, 0, 'v'},            {"help", no_argument, 0, 'h'},
-        {"case", required_argument, 0, 'C'},         {"requests", required_argument, 0, 'R'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"url", required_argument, 0, 'u'},
+                                         {"lock", required_argument, 0, 'l'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"probe", required_argument, 0, 'p'},
+                                         {"reference", required_argument, 0, 'r'},
+                                         {"baseline", required_argument, 0, 'b'},
+                                         {"quick", no_argument, 0, 'q'},
+                                         {"no-speed", no_argument, 0, 'S'},
+                                         {"no-gates", no_argument, 0, 'G'},
+                                         {"api-key", required_argument, 0, 'k'},
+                                         {"served-model-name", required_argument, 0, 'n'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"serve-arg", required_argument, 0, 'a'},
+                                         {"startup-timeout", required_argument, 0, 't'},
+                                         {"weft", required_argument, 0, 'w'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"verbose", no_argument, 0, 'v'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"case", required_argument, 0, 'C'},
+                                         {"requests", required_argument, 0, 'R'},
+                                         {0, 0, 0, 0}};
     const char *url = NULL, *lock_path = NULL, *model = NULL, *probe = NULL, *ref = NULL;
     const char *baseline = NULL, *api_key = NULL, *served = NULL, *out = NULL, *weft = NULL;
     int quick = 0, no_speed = 0, no_gates = 0, verbose = 0, c;
@@ -476,21 +492,50 @@ int weft_eval_run_main(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "u:l:m:p:r:b:qSGk:n:s:a:t:w:o:vhC:R:", opts, NULL)) != -1) {
         switch (c) {
-        case 'u': url = optarg; break;
-        case 'l': lock_path = optarg; break;
-        case 'm': model = optarg; break;
-        case 'p': probe = optarg; break;
-        case 'r': ref = optarg; break;
-        case 'b': baseline = optarg; break;
-        case 'q': quick = 1; break;
-        case 'S': no_speed = 1; break;
-        case 'G': no_gates = 1; break;
-        case 'k': api_key = optarg; break;
-        case 'n': served = optarg; break;
-        case 'w': weft = optarg; break;
-        case 'o': out = optarg; break;
-        case 'v': verbose = 1; break;
-        case 's': case 't': {
+        case 'u':
+            url = optarg;
+            break;
+        case 'l':
+            lock_path = optarg;
+            break;
+        case 'm':
+            model = optarg;
+            break;
+        case 'p':
+            probe = optarg;
+            break;
+        case 'r':
+            ref = optarg;
+            break;
+        case 'b':
+            baseline = optarg;
+            break;
+        case 'q':
+            quick = 1;
+            break;
+        case 'S':
+            no_speed = 1;
+            break;
+        case 'G':
+            no_gates = 1;
+            break;
+        case 'k':
+            api_key = optarg;
+            break;
+        case 'n':
+            served = optarg;
+            break;
+        case 'w':
+            weft = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'v':
+            verbose = 1;
+            break;
+        case 's':
+        case 't': {
             char *end = NULL;
             double v = strtod(optarg, &end);
             if (!end || *end || v < 0 || v > 4e9) {
@@ -498,8 +543,10 @@ int weft_eval_run_main(int argc, char **argv) {
                         c == 's' ? "seed" : "startup-timeout", optarg);
                 return 2;
             }
-            if (c == 's') seed = (long)v;
-            else startup = v;
+            if (c == 's')
+                seed = (long)v;
+            else
+                startup = v;
             break;
         }
         case 'a':
@@ -512,10 +559,12 @@ int weft_eval_run_main(int argc, char **argv) {
         case 'C': {
             unsigned a = 0, b = 0, k = 0;
             char tail = 0;
-            if (n_custom == 8 || sscanf(optarg, "%u,%u,%u%c", &a, &b, &k, &tail) != 3 || !a ||
-                !b || !k || a > (1u << 20) || b > (1u << 20) || k > 1024) {
-                fprintf(stderr, "weft eval run: --case: expected PROMPT,GEN,CONCURRENCY (at most "
-                                "8 cases), got '%s'\n", optarg);
+            if (n_custom == 8 || sscanf(optarg, "%u,%u,%u%c", &a, &b, &k, &tail) != 3 || !a || !b ||
+                !k || a > (1u << 20) || b > (1u << 20) || k > 1024) {
+                fprintf(stderr,
+                        "weft eval run: --case: expected PROMPT,GEN,CONCURRENCY (at most "
+                        "8 cases), got '%s'\n",
+                        optarg);
                 return 2;
             }
             custom[n_custom][0] = a, custom[n_custom][1] = b, custom[n_custom][2] = k;
@@ -533,8 +582,12 @@ int weft_eval_run_main(int argc, char **argv) {
             requests = (uint32_t)v;
             break;
         }
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -598,10 +651,12 @@ int weft_eval_run_main(int argc, char **argv) {
         const char *nm[] = {"mean_kl", "p99_kl", "ppl_ratio"};
         for (int i = 0; i < 3; i++) {
             if (!has[i]) continue;
-            if (ov[i] <= *th[i]) *th[i] = ov[i];
+            if (ov[i] <= *th[i])
+                *th[i] = ov[i];
             else
-                weft_eval_note(&x, "the candidate's quality.%s %g is above the default %g and "
-                                   "was ignored: a candidate may only lower a quality gate",
+                weft_eval_note(&x,
+                               "the candidate's quality.%s %g is above the default %g and "
+                               "was ignored: a candidate may only lower a quality gate",
                                nm[i], ov[i], *th[i]);
         }
     }
@@ -634,8 +689,10 @@ int weft_eval_run_main(int argc, char **argv) {
     } else {
         snprintf(x.probe_path, sizeof(x.probe_path), "%s", probe);
     }
-    if (weft_probe_load(probe, &x.probe, &err) == WEFT_OK) x.have_probe = 1;
-    else weft_eval_note(&x, "no probe, so no limits: %s: %s", err.source, err.message);
+    if (weft_probe_load(probe, &x.probe, &err) == WEFT_OK)
+        x.have_probe = 1;
+    else
+        weft_eval_note(&x, "no probe, so no limits: %s: %s", err.source, err.message);
     weft_error_clear(&err);
     if (!ref && model) {
         snprintf(refbuf, sizeof(refbuf), "%s/reference.safetensors", model);
@@ -657,13 +714,12 @@ int weft_eval_run_main(int argc, char **argv) {
         snprintf(log, sizeof(log), "%s.serve.log", out);
         unlink(log);
         fprintf(stderr, "weft eval run: starting %s serve %s (log %s)\n", weft, lock_path, log);
-        if (serve_start(weft, lock_path, extra, n_extra, log, startup, &child, &x.client,
-                        &err)) {
+        if (serve_start(weft, lock_path, extra, n_extra, log, startup, &child, &x.client, &err)) {
             rc = weft_cli_fail("eval run", &err);
             goto done;
         }
-        if (api_key) snprintf(x.client.auth, sizeof(x.client.auth), "Authorization: Bearer %s",
-                              api_key);
+        if (api_key)
+            snprintf(x.client.auth, sizeof(x.client.auth), "Authorization: Bearer %s", api_key);
     } else if (weft_client_init(&x.client, url, api_key, &err)) {
         rc = weft_cli_fail("eval run", &err);
         goto done;
@@ -685,8 +741,8 @@ int weft_eval_run_main(int argc, char **argv) {
     }
     if (lock && lock->max_model_len && lock->max_model_len < x.max_model_len)
         x.max_model_len = lock->max_model_len;
-    x.vocab = x.have_config ? x.cfg.vocab_size
-                            : json_u32(json_object_get(info, "weft"), "vocab_size");
+    x.vocab =
+        x.have_config ? x.cfg.vocab_size : json_u32(json_object_get(info, "weft"), "vocab_size");
 
     if (weft_eval_tokenize(&x, corpus_text, &x.corpus, &x.n_corpus, &err) == WEFT_OK &&
         x.n_corpus > 16) {
@@ -745,12 +801,11 @@ int weft_eval_run_main(int argc, char **argv) {
     json_object_set_new(cand, "drafts", json_boolean(drafts));
     json_t *plugins = json_array();
     for (uint32_t i = 0; lock && i < lock->n_plugins; i++)
-        json_array_append_new(plugins,
-                              json_pack("{s:s, s:s, s:s}", "name", lock->plugins[i].name,
-                                        "version", lock->plugins[i].version, "role",
-                                        weft_lock_role_name(lock->plugins[i].role)
-                                            ? weft_lock_role_name(lock->plugins[i].role)
-                                            : ""));
+        json_array_append_new(plugins, json_pack("{s:s, s:s, s:s}", "name", lock->plugins[i].name,
+                                                 "version", lock->plugins[i].version, "role",
+                                                 weft_lock_role_name(lock->plugins[i].role)
+                                                     ? weft_lock_role_name(lock->plugins[i].role)
+                                                     : ""));
     json_object_set_new(cand, "plugins", plugins);
     if (!lock) {
         /* weft serve says which candidate it serves (/v1/models data[0].weft) */
@@ -760,18 +815,17 @@ int weft_eval_run_main(int argc, char **argv) {
         v = json_string_value(json_object_get(w, "backend"));
         if (v) json_object_set_new(cand, "backend", json_string(v));
     }
-    json_t *mdl = json_pack("{s:s, s:s, s:i, s:i}", "dir", model ? model : "", "served_name",
-                            x.model_name, "max_model_len", (int)x.max_model_len, "vocab",
-                            (int)x.vocab);
+    json_t *mdl =
+        json_pack("{s:s, s:s, s:i, s:i}", "dir", model ? model : "", "served_name", x.model_name,
+                  "max_model_len", (int)x.max_model_len, "vocab", (int)x.vocab);
     json_t *probe_j = json_null();
     if (x.have_probe) {
-        probe_j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:f, s:f, s:f}", "path", x.probe_path,
-                            "device", x.probe.device, "arch", x.probe.arch, "backend",
-                            x.probe.backend, "date", x.probe.date, "copy_bytes_per_s",
-                            x.probe.r.copy_bytes_per_s, "gemm_bf16_flops",
-                            x.probe.r.gemm_bf16_flops, "gemm_f32_flops",
-                            x.probe.r.gemm_f32_flops, "host_roundtrip_s",
-                            x.probe.r.host_roundtrip_s);
+        probe_j =
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:f, s:f, s:f}", "path", x.probe_path,
+                      "device", x.probe.device, "arch", x.probe.arch, "backend", x.probe.backend,
+                      "date", x.probe.date, "copy_bytes_per_s", x.probe.r.copy_bytes_per_s,
+                      "gemm_bf16_flops", x.probe.r.gemm_bf16_flops, "gemm_f32_flops",
+                      x.probe.r.gemm_f32_flops, "host_roundtrip_s", x.probe.r.host_roundtrip_s);
     }
     json_t *quality_th = json_pack("{s:f, s:f, s:f}", "mean_kl", x.mean_kl, "p99_kl", x.p99_kl,
                                    "ppl_ratio", x.ppl_ratio);
@@ -787,8 +841,8 @@ int weft_eval_run_main(int argc, char **argv) {
     json_object_set_new(result, "quality_thresholds", quality_th);
     json_object_set_new(result, "versions",
                         json_pack("{s:s, s:s, s:s, s:s, s:s}", "weft", WEFT_VERSION_STRING, "abi",
-                                  abi, "libcurl", cv ? cv->version : "", "jansson",
-                                  JANSSON_VERSION, "host", host));
+                                  abi, "libcurl", cv ? cv->version : "", "jansson", JANSSON_VERSION,
+                                  "host", host));
     json_object_set_new(result, "notes", json_incref(x.notes));
     json_object_set_new(result, "cases", json_incref(cases));
     json_object_set_new(result, "gates", json_incref(x.gates));
@@ -808,8 +862,10 @@ done:
     if (child.pid) {
         int st = serve_stop(&child);
         if (st != 0) {
-            fprintf(stderr, "weft eval run: weft serve exited with status %d on SIGTERM (see "
-                            "%s)\n", st, child.log);
+            fprintf(stderr,
+                    "weft eval run: weft serve exited with status %d on SIGTERM (see "
+                    "%s)\n",
+                    st, child.log);
             if (rc == 0) rc = 1;
         }
     }

@@ -42,14 +42,14 @@ typedef struct weft_eval_ctx {
     double weight_bytes; /* on disk, 0 = from the config */
     uint32_t dtype_bytes;
     /* the run */
-    const weft_lock *lock;       /* NULL with --url */
-    json_t *baseline;            /* --baseline result or NULL */
-    const char *reference_path;  /* quality reference logits */
+    const weft_lock *lock;             /* NULL with --url */
+    json_t *baseline;                  /* --baseline result or NULL */
+    const char *reference_path;        /* quality reference logits */
     double mean_kl, p99_kl, ppl_ratio; /* thresholds in force */
     uint32_t seed;
-    json_t *notes;               /* array of strings */
-    json_t *gates;               /* array of gate objects */
-    json_t *greedy;              /* recorded greedy outputs, for other candidates to compare */
+    json_t *notes;  /* array of strings */
+    json_t *gates;  /* array of gate objects */
+    json_t *greedy; /* recorded greedy outputs, for other candidates to compare */
     int verbose;
 } weft_eval_ctx;
 

@@ -53,7 +53,8 @@ static json_t *jnum(double v) {
 
 static json_t *jarray(const dvec *d) {
     json_t *a = json_array();
-    for (size_t i = 0; i < d->n; i++) json_array_append_new(a, jnum(d->v[i]));
+    for (size_t i = 0; i < d->n; i++)
+        json_array_append_new(a, jnum(d->v[i]));
     return a;
 }
 
@@ -112,7 +113,8 @@ static void make_cases(weft_eval_ctx *x, speed_case *cs, size_t *n) {
     for (size_t i = 0; i < np; i++) {
         uint32_t p = P[i], g = G[i];
         if (p + g > room) {
-            if (g <= room / 2) p = room - g;
+            if (g <= room / 2)
+                p = room - g;
             else {
                 g = room / 4 ? room / 4 : 1;
                 p = room - g;
@@ -123,8 +125,9 @@ static void make_cases(weft_eval_ctx *x, speed_case *cs, size_t *n) {
         for (size_t k = 0; k < *n; k++)
             if (cs[k].prompt == p && cs[k].gen == g) dup = 1;
         if (p != P[i] || g != G[i])
-            weft_eval_note(x, "speed case prompt %u / generate %u does not fit the %u-token "
-                              "context: %s prompt %u / generate %u",
+            weft_eval_note(x,
+                           "speed case prompt %u / generate %u does not fit the %u-token "
+                           "context: %s prompt %u / generate %u",
                            P[i], G[i], room, dup ? "dropped as a duplicate of" : "ran as", p, g);
         if (dup) continue;
         for (size_t k = 0; k < nc; k++)
@@ -226,7 +229,8 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
                 dv_push(&q_itl, it);
                 dv_push(&q_dec, 1.0 / it);
             }
-            for (uint32_t k = 1; k < j->n_chunks; k++) dv_push(&gap, j->chunk_t[k] - j->chunk_t[k - 1]);
+            for (uint32_t k = 1; k < j->n_chunks; k++)
+                dv_push(&gap, j->chunk_t[k] - j->chunk_t[k - 1]);
             if (j->t_start < t0) t0 = j->t_start;
             if (j->t_end > t1) t1 = j->t_end;
             tokens += ntok;
@@ -282,13 +286,11 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
         json_object_set_new(k, "ttft_s", kpi(&r_ttft, &ttft, have ? L.ttft_s : 0, 1, "s"));
         json_object_set_new(k, "itl_s", kpi(&r_itl, &itl, have ? L.decode_s : 0, 1, "s"));
         json_object_set_new(
-            k, "e2e_s",
-            kpi(&r_e2e, &e2e, have ? L.ttft_s + (c->gen - 1) * L.decode_s : 0, 1, "s"));
+            k, "e2e_s", kpi(&r_e2e, &e2e, have ? L.ttft_s + (c->gen - 1) * L.decode_s : 0, 1, "s"));
         json_object_set_new(k, "decode_tps_stream",
                             kpi(&r_dstream, NULL, have ? 1.0 / L.decode_s : 0, 0, "tokens/s"));
         json_object_set_new(k, "decode_tps_total",
-                            kpi(&r_dtotal, NULL, have ? LC.decode_tokens_per_s : 0, 0,
-                                "tokens/s"));
+                            kpi(&r_dtotal, NULL, have ? LC.decode_tokens_per_s : 0, 0, "tokens/s"));
         json_object_set_new(k, "prefill_tps",
                             kpi(&r_pre, NULL, have ? L.prefill_tokens_per_s : 0, 0, "tokens/s"));
         json_t *g = json_object();
@@ -303,11 +305,11 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
         json_object_set_new(o, "prompt_tokens", json_integer(c->prompt));
         json_object_set_new(o, "gen_tokens", json_integer(c->gen));
         json_object_set_new(o, "concurrency", json_integer(c->conc));
-        json_object_set_new(o, "asked", json_pack("{s:i, s:i}", "prompt_tokens",
-                                                  (int)c->asked_prompt, "gen_tokens",
-                                                  (int)c->asked_gen));
-        json_object_set_new(o, "adapted", json_boolean(c->prompt != c->asked_prompt ||
-                                                       c->gen != c->asked_gen));
+        json_object_set_new(o, "asked",
+                            json_pack("{s:i, s:i}", "prompt_tokens", (int)c->asked_prompt,
+                                      "gen_tokens", (int)c->asked_gen));
+        json_object_set_new(o, "adapted",
+                            json_boolean(c->prompt != c->asked_prompt || c->gen != c->asked_gen));
         json_object_set_new(o, "repeats", json_integer(rep));
         json_object_set_new(o, "stopped", json_string(stopped));
         json_object_set_new(o, "requests_per_repeat", json_integer(n_req));
@@ -320,9 +322,9 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
                             jnum(all_events > 0 ? all_tokens / all_events : NAN));
         json_object_set_new(o, "kpis", k);
         json_object_set_new(o, "token_gap_s", g);
-        json_object_set_new(o, "samples", json_pack("{s:o, s:o, s:o}", "ttft_s", jarray(&ttft),
-                                                    "itl_s", jarray(&itl), "e2e_s",
-                                                    jarray(&e2e)));
+        json_object_set_new(o, "samples",
+                            json_pack("{s:o, s:o, s:o}", "ttft_s", jarray(&ttft), "itl_s",
+                                      jarray(&itl), "e2e_s", jarray(&e2e)));
         if (have)
             json_object_set_new(o, "limits",
                                 json_pack("{s:f, s:f, s:f, s:f, s:i, s:i, s:i}", "decode_s",
@@ -332,18 +334,19 @@ static weft_status run_case(weft_eval_ctx *x, const speed_case *c, size_t ci, js
                                           (int)L.context, "prompt", (int)L.prompt, "batch",
                                           (int)LC.batch));
         json_array_append_new(out, o);
-        fprintf(stderr, "weft eval run: case %-16s %u x %u requests: ttft p50 %.4f s, itl p50 "
-                        "%.5f s, %u errors\n",
+        fprintf(stderr,
+                "weft eval run: case %-16s %u x %u requests: ttft p50 %.4f s, itl p50 "
+                "%.5f s, %u errors\n",
                 name, rep, n_req, median_of(&r_ttft), median_of(&r_itl), errors);
         if (errors)
-            weft_eval_note(x, "case %s: %u requests failed (first: %s)", name, errors,
-                           first_error);
+            weft_eval_note(x, "case %s: %u requests failed (first: %s)", name, errors, first_error);
         if (short_out)
             weft_eval_note(x, "case %s: %u requests generated other than %u tokens", name,
                            short_out, c->gen);
     }
     dvec *all[] = {&ttft, &itl, &e2e, &gap, &r_ttft, &r_itl, &r_e2e, &r_dstream, &r_dtotal, &r_pre};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]->v);
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        free(all[i]->v);
     free(ids);
     return st;
 }

@@ -21,8 +21,10 @@ static const char *str(json_t *o, const char *k) {
 }
 
 static void cell(char *buf, size_t cap, double v, double scale, const char *fmt) {
-    if (isfinite(v)) snprintf(buf, cap, fmt, v * scale);
-    else snprintf(buf, cap, "-");
+    if (isfinite(v))
+        snprintf(buf, cap, fmt, v * scale);
+    else
+        snprintf(buf, cap, "-");
 }
 
 static void print_result(const char *path, json_t *r) {
@@ -41,14 +43,13 @@ static void print_result(const char *path, json_t *r) {
         printf("probe      none: no limits\n");
     size_t i;
     json_t *e;
-    json_array_foreach(json_object_get(r, "notes"), i, e) printf("note       %s\n",
-                                                                 json_string_value(e));
+    json_array_foreach(json_object_get(r, "notes"), i, e)
+        printf("note       %s\n", json_string_value(e));
 
     json_t *cases = json_object_get(r, "cases");
     if (json_array_size(cases)) {
-        printf("\n%-18s %4s %17s %17s %9s %10s %10s %10s %4s\n", "case", "reps",
-               "ttft p50/p99 ms", "itl p50/p99 ms", "e2e p50 s", "tok/s/strm", "tok/s all",
-               "prefill/s", "err");
+        printf("\n%-18s %4s %17s %17s %9s %10s %10s %10s %4s\n", "case", "reps", "ttft p50/p99 ms",
+               "itl p50/p99 ms", "e2e p50 s", "tok/s/strm", "tok/s all", "prefill/s", "err");
         json_array_foreach(cases, i, e) {
             json_t *k = json_object_get(e, "kpis");
             json_t *t = json_object_get(k, "ttft_s"), *it = json_object_get(k, "itl_s");
@@ -69,10 +70,11 @@ static void print_result(const char *path, json_t *r) {
                    num(e, "repeats"), tt, ii, g, h, q, pf, num(e, "errors"),
                    json_is_true(json_object_get(e, "adapted")) ? "  (adapted)" : "");
         }
-        static const char *const kp[] = {"ttft_s", "itl_s", "e2e_s", "decode_tps_stream",
-                                         "decode_tps_total", "prefill_tps"};
+        static const char *const kp[] = {
+            "ttft_s", "itl_s", "e2e_s", "decode_tps_stream", "decode_tps_total", "prefill_tps"};
         printf("\nfraction of limit (noise)\n%-18s", "case");
-        for (int j = 0; j < 6; j++) printf(" %17s", kp[j]);
+        for (int j = 0; j < 6; j++)
+            printf(" %17s", kp[j]);
         printf("\n");
         json_array_foreach(cases, i, e) {
             printf("%-18s", str(e, "name"));

@@ -179,13 +179,14 @@ static weft_status parse_lever(json_t *lj, size_t i, plan_lever *l, weft_error *
     snprintf(where, sizeof(where), "levers[%zu]", i);
     if (!json_is_object(lj))
         return weft_error_set(err, WEFT_ERR_FORMAT, "plan", "%s: expected a mapping", where);
-    static const char *const known[] = {"name", "technique", "change", "kpis", "forecast",
-                                        "kernel", "outcome", "notes", NULL};
+    static const char *const known[] = {"name",   "technique", "change", "kpis", "forecast",
+                                        "kernel", "outcome",   "notes",  NULL};
     const char *key;
     json_t *v;
     json_object_foreach(lj, key, v) {
         int ok = 0;
-        for (int k = 0; known[k]; k++) ok |= !strcmp(key, known[k]);
+        for (int k = 0; known[k]; k++)
+            ok |= !strcmp(key, known[k]);
         if (!ok)
             return weft_error_set(err, WEFT_ERR_FORMAT, "plan",
                                   "%s.%s: unknown field (known: name, technique, change, kpis, "
@@ -274,11 +275,10 @@ static json_t *ranking_json(const weft_plan_kpi k[WEFT_PLAN_NKPI]) {
     for (int i = 0; i < WEFT_PLAN_NKPI; i++) {
         if (!k[i].present) continue;
         json_array_append_new(a, json_pack("{s:s, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:b, s:f}",
-                                           "kpi", k[i].name, "rank", k[i].rank, "leads",
-                                           k[i].leads, "fraction", k[i].fraction, "gap", k[i].gap,
-                                           "noise", k[i].noise, "margin", k[i].margin, "value",
-                                           k[i].value, "above_noise", k[i].above_noise, "limit",
-                                           k[i].limit));
+                                           "kpi", k[i].name, "rank", k[i].rank, "leads", k[i].leads,
+                                           "fraction", k[i].fraction, "gap", k[i].gap, "noise",
+                                           k[i].noise, "margin", k[i].margin, "value", k[i].value,
+                                           "above_noise", k[i].above_noise, "limit", k[i].limit));
     }
     return a;
 }
@@ -306,16 +306,18 @@ weft_status weft_plan_review(json_t *result, json_t *plan, const weft_plan_profi
     if (!L) return weft_error_set(err, WEFT_ERR_NOMEM, "plan", "out of memory");
     for (size_t i = 0; i < n; i++) {
         if ((st = parse_lever(json_array_get(lv, i), i, &L[i], err))) {
-            for (size_t j = 0; j < i; j++) json_decref(L[j].hotspot);
+            for (size_t j = 0; j < i; j++)
+                json_decref(L[j].hotspot);
             free(L);
             return st;
         }
         for (size_t j = 0; j < i; j++)
             if (!strcmp(L[j].name, L[i].name)) {
                 st = weft_error_set(err, WEFT_ERR_FORMAT, "plan",
-                                    "levers[%zu].name: '%s' is already levers[%zu]'s", i,
-                                    L[i].name, j);
-                for (size_t q = 0; q <= i; q++) json_decref(L[q].hotspot);
+                                    "levers[%zu].name: '%s' is already levers[%zu]'s", i, L[i].name,
+                                    j);
+                for (size_t q = 0; q <= i; q++)
+                    json_decref(L[q].hotspot);
                 free(L);
                 return st;
             }
@@ -341,7 +343,8 @@ weft_status weft_plan_review(json_t *result, json_t *plan, const weft_plan_profi
         weft_plan_kpi *q = &k[gapped[g]];
         if (!q->present || !q->above_noise) continue;
         int answered = 0;
-        for (size_t i = 0; i < n; i++) answered |= L[i].moves[gapped[g]];
+        for (size_t i = 0; i < n; i++)
+            answered |= L[i].moves[gapped[g]];
         if (!answered)
             finding(fs, "unanswered", NULL, 1,
                     "%s is at %.3f of its limit (gap %.3f, above the noise margin %.3f) and no "
@@ -376,9 +379,9 @@ weft_status weft_plan_review(json_t *result, json_t *plan, const weft_plan_profi
     int any_beyond = 0;
     for (size_t i = 0; i < n; i++) {
         plan_lever *l = &L[i];
-        json_t *lj = json_pack("{s:s, s:s?, s:s?, s:{s:f, s:f, s:f}}", "name", l->name,
-                               "technique", l->technique, "change", l->change, "forecast", "low",
-                               l->low, "expected", l->expected, "high", l->high);
+        json_t *lj = json_pack("{s:s, s:s?, s:s?, s:{s:f, s:f, s:f}}", "name", l->name, "technique",
+                               l->technique, "change", l->change, "forecast", "low", l->low,
+                               "expected", l->expected, "high", l->high);
         json_t *moves = json_array();
         int beyond = 0;
         for (int q = 0; q < WEFT_PLAN_NKPI; q++) {
@@ -393,7 +396,8 @@ weft_status weft_plan_review(json_t *result, json_t *plan, const weft_plan_profi
                         l->high, kpi_names[q], k[q].fraction, l->high, k[q].fraction * l->high);
         }
         json_object_set_new(lj, "kpis", moves);
-        if (beyond) any_beyond = 1;
+        if (beyond)
+            any_beyond = 1;
         else
             finding(fs, "noise", l->name, 0,
                     "the expected gain %.1f%% is within the noise margin of what it moves: the "
@@ -421,11 +425,11 @@ weft_status weft_plan_review(json_t *result, json_t *plan, const weft_plan_profi
                         char have[1024] = "";
                         size_t w = 0;
                         for (uint32_t c = 0; c < profile->n && w < sizeof(have); c++)
-                            w += (size_t)snprintf(have + w, sizeof(have) - w, "%s%s",
-                                                  c ? ", " : "", profile->names[c]);
+                            w += (size_t)snprintf(have + w, sizeof(have) - w, "%s%s", c ? ", " : "",
+                                                  profile->names[c]);
                         finding(fs, "amdahl", l->name, 1,
-                                "hotspot '%s' is not an op class of the profile (it has: %s)",
-                                hn, have);
+                                "hotspot '%s' is not an op class of the profile (it has: %s)", hn,
+                                have);
                         missing = 1;
                     }
                 }
@@ -468,9 +472,10 @@ weft_status weft_plan_review(json_t *result, json_t *plan, const weft_plan_profi
     size_t i;
     json_t *e;
     json_array_foreach(fs, i, e) if (json_is_true(json_object_get(e, "refuse"))) accepted = 0;
-    *review = json_pack("{s:b, s:b, s:o, s:o, s:o}", "accepted", accepted, "stop", stop,
-                        "ranking", ranking_json(k), "findings", fs, "levers", levers);
-    for (size_t j = 0; j < n; j++) json_decref(L[j].hotspot);
+    *review = json_pack("{s:b, s:b, s:o, s:o, s:o}", "accepted", accepted, "stop", stop, "ranking",
+                        ranking_json(k), "findings", fs, "levers", levers);
+    for (size_t j = 0; j < n; j++)
+        json_decref(L[j].hotspot);
     free(L);
     return WEFT_OK;
 }
@@ -485,9 +490,9 @@ void weft_plan_print_ranking(FILE *f, const weft_plan_kpi k[WEFT_PLAN_NKPI]) {
             continue;
         }
         const char *why = i == WEFT_PLAN_TTFT ? "follows prefill; never leads alone"
-                          : k[i].leads        ? (k[i].above_noise ? "leads" : "leads (within noise)")
-                          : k[i].above_noise  ? "gap above noise"
-                                              : "within noise";
+                          : k[i].leads       ? (k[i].above_noise ? "leads" : "leads (within noise)")
+                          : k[i].above_noise ? "gap above noise"
+                                             : "within noise";
         fprintf(f, "%-8s %-4d %12.4g %12.4g %9.3f %7.3f %7.3f %7.3f  %s\n", k[i].name, k[i].rank,
                 k[i].value, k[i].limit, k[i].fraction, k[i].gap, k[i].noise, k[i].margin, why);
     }

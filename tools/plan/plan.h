@@ -24,14 +24,14 @@
 enum { WEFT_PLAN_DECODE = 0, WEFT_PLAN_PREFILL = 1, WEFT_PLAN_TTFT = 2, WEFT_PLAN_NKPI = 3 };
 
 typedef struct weft_plan_kpi {
-    const char *name;  /* "decode", "prefill", "ttft" */
-    int present;       /* the result has it with a limit */
+    const char *name; /* "decode", "prefill", "ttft" */
+    int present;      /* the result has it with a limit */
     double value, limit, fraction, noise;
-    double gap;        /* 1 - fraction (0 when at or past the limit) */
-    double margin;     /* max(2 x noise, 1%) */
-    int above_noise;   /* gap > margin */
-    int leads;         /* ranked first (decode and prefill may both lead when within noise) */
-    int rank;          /* 1-based order among present KPIs */
+    double gap;      /* 1 - fraction (0 when at or past the limit) */
+    double margin;   /* max(2 x noise, 1%) */
+    int above_noise; /* gap > margin */
+    int leads;       /* ranked first (decode and prefill may both lead when within noise) */
+    int rank;        /* 1-based order among present KPIs */
 } weft_plan_kpi;
 
 /* Reads summary.kpis of a result into k[WEFT_PLAN_NKPI] and ranks them. Time to first token is

@@ -39,7 +39,8 @@ weft_status weft_plan_check(json_t *plan, json_t *before, json_t *after, json_t 
     weft_error ignored;
     weft_error_clear(&ignored);
     if (weft_plan_rank(after, ka, &ignored))
-        for (int q = 0; q < WEFT_PLAN_NKPI; q++) ka[q].present = 0;
+        for (int q = 0; q < WEFT_PLAN_NKPI; q++)
+            ka[q].present = 0;
     /* validate the plan's shape with the review (against the old result) */
     json_t *rev = NULL;
     if ((st = weft_plan_review(before, plan, NULL, &rev, err))) return st;
@@ -74,10 +75,14 @@ weft_status weft_plan_check(json_t *plan, json_t *before, json_t *after, json_t 
         json_t *l = json_array_get(lv, i);
         const char *tech = json_string_value(json_object_get(l, "technique"));
         const char *out = json_string_value(json_object_get(l, "outcome"));
-        if (out) status[i] = out;
-        else if (tech && has_plugin(after, tech)) status[i] = "built";
-        else if (tech && has_plugin(before, tech)) status[i] = "pruned";
-        else status[i] = "deferred";
+        if (out)
+            status[i] = out;
+        else if (tech && has_plugin(after, tech))
+            status[i] = "built";
+        else if (tech && has_plugin(before, tech))
+            status[i] = "pruned";
+        else
+            status[i] = "deferred";
         if (!strcmp(status[i], "built")) {
             json_t *kp = json_object_get(l, "kpis");
             for (int q = 0; q < WEFT_PLAN_NKPI; q++) {
@@ -101,8 +106,9 @@ weft_status weft_plan_check(json_t *plan, json_t *before, json_t *after, json_t 
                               "forecast", "low", lo, "expected", ex, "high", hi);
         if (tech) json_object_set_new(o, "technique", json_string(tech));
         if (!json_object_get(l, "outcome") && !tech)
-            json_object_set_new(o, "note", json_string("a change, not a plugin: state its "
-                                                       "outcome in the plan to record it built"));
+            json_object_set_new(o, "note",
+                                json_string("a change, not a plugin: state its "
+                                            "outcome in the plan to record it built"));
         json_t *meas = json_object();
         json_t *kp = json_object_get(l, "kpis");
         for (int q = 0; q < WEFT_PLAN_NKPI; q++) {
@@ -112,18 +118,22 @@ weft_status weft_plan_check(json_t *plan, json_t *before, json_t *after, json_t 
             json_array_foreach(kp, j, e) m |= !strcmp(json_string_value(e), check_kpi_names[q]);
             if (!m) continue;
             if (!have[q]) {
-                json_object_set_new(meas, check_kpi_names[q], json_pack("{s:s}", "verdict",
-                                                                  "not measured in both results"));
+                json_object_set_new(meas, check_kpi_names[q],
+                                    json_pack("{s:s}", "verdict", "not measured in both results"));
                 continue;
             }
             const char *verdict;
             double s = speedup[q];
-            if (strcmp(status[i], "built")) verdict = "not built: the change is not this lever's";
-            else if (s < lo - margin[q]) verdict = "below the forecast";
-            else if (s > hi + margin[q]) verdict = "above the forecast";
-            else verdict = "within the forecast";
-            json_t *mo = json_pack("{s:f, s:f, s:s}", "measured", s, "margin", margin[q],
-                                   "verdict", verdict);
+            if (strcmp(status[i], "built"))
+                verdict = "not built: the change is not this lever's";
+            else if (s < lo - margin[q])
+                verdict = "below the forecast";
+            else if (s > hi + margin[q])
+                verdict = "above the forecast";
+            else
+                verdict = "within the forecast";
+            json_t *mo = json_pack("{s:f, s:f, s:s}", "measured", s, "margin", margin[q], "verdict",
+                                   verdict);
             if (!strcmp(status[i], "built") && built_on[q] > 1)
                 json_object_set_new(mo, "shared",
                                     json_sprintf("measured together with %d other built levers "
@@ -135,8 +145,8 @@ weft_status weft_plan_check(json_t *plan, json_t *before, json_t *after, json_t 
         json_array_append_new(levers, o);
     }
     free(status);
-    *check = json_pack("{s:s, s:s, s:o, s:o}", "before", cand_id(before), "after",
-                       cand_id(after), "kpis", kpis, "levers", levers);
+    *check = json_pack("{s:s, s:s, s:o, s:o}", "before", cand_id(before), "after", cand_id(after),
+                       "kpis", kpis, "levers", levers);
     return WEFT_OK;
 }
 
@@ -152,8 +162,8 @@ void weft_plan_print_check(FILE *f, json_t *check) {
                 json_number_value(json_object_get(v, "speedup")),
                 json_number_value(json_object_get(v, "margin")));
     }
-    fprintf(f, "%-24s %-9s %-8s %-22s %9s  %s\n", "lever", "status", "kpi", "forecast",
-            "measured", "verdict");
+    fprintf(f, "%-24s %-9s %-8s %-22s %9s  %s\n", "lever", "status", "kpi", "forecast", "measured",
+            "verdict");
     size_t i;
     json_t *l;
     json_array_foreach(json_object_get(check, "levers"), i, l) {

@@ -50,8 +50,8 @@ static json_t *convert(yaml_document_t *doc, yaml_node_t *n, int depth, const ch
     if (n->type == YAML_SCALAR_NODE) return scalar(n);
     if (n->type == YAML_SEQUENCE_NODE) {
         json_t *a = json_array();
-        for (yaml_node_item_t *it = n->data.sequence.items.start;
-             it < n->data.sequence.items.top; it++) {
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+             it++) {
             json_t *v = convert(doc, yaml_document_get_node(doc, *it), depth + 1, name, seen, err);
             if (!v) {
                 json_decref(a);
@@ -79,7 +79,8 @@ static json_t *convert(yaml_document_t *doc, yaml_node_t *n, int depth, const ch
                 json_decref(o);
                 return NULL;
             }
-            json_t *v = convert(doc, yaml_document_get_node(doc, p->value), depth + 1, name, seen, err);
+            json_t *v =
+                convert(doc, yaml_document_get_node(doc, p->value), depth + 1, name, seen, err);
             if (!v) {
                 json_decref(o);
                 return NULL;
@@ -112,8 +113,10 @@ weft_status weft_plan_yaml_parse(const char *text, size_t len, const char *name,
     size_t nn = (size_t)(doc.nodes.top - doc.nodes.start);
     unsigned char *seen = calloc(nn ? nn : 1, 1);
     weft_status st = WEFT_OK;
-    if (!seen) st = weft_error_set(err, WEFT_ERR_NOMEM, name, "out of memory");
-    else if (!root) st = weft_error_set(err, WEFT_ERR_FORMAT, name, "the file is empty");
+    if (!seen)
+        st = weft_error_set(err, WEFT_ERR_NOMEM, name, "out of memory");
+    else if (!root)
+        st = weft_error_set(err, WEFT_ERR_FORMAT, name, "the file is empty");
     else if (!(*out = convert(&doc, root, 0, name, seen, err)))
         st = err ? err->code : WEFT_ERR_FORMAT;
     free(seen);

@@ -56,7 +56,8 @@ static weft_status dv_schedule(void *st, const weft_sched_request *reqs, uint32_
                 int running = reqs[i].state == 1 || reqs[i].state == 2;
                 if (pass == 0 ? !running : reqs[i].state != 0) continue;
                 int taken = 0;
-                for (uint32_t k = 0; k < *n_items; k++) taken |= items[k].index == i;
+                for (uint32_t k = 0; k < *n_items; k++)
+                    taken |= items[k].index == i;
                 if (taken) continue;
                 if (pick < 0 || earlier(&reqs[i], &reqs[pick])) pick = (int32_t)i;
             }
@@ -89,7 +90,8 @@ static weft_status dv_pass_run(void *st, const weft_model_config *cfg, const wef
     (void)cfg;
     if (!gs || !g) return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "no graph or service");
     uint32_t at = 0;
-    while (at < g->n_nodes && g->nodes[at].op != WEFT_OP_LM_HEAD) at++;
+    while (at < g->n_nodes && g->nodes[at].op != WEFT_OP_LM_HEAD)
+        at++;
     if (at == g->n_nodes || g->nodes[at].n_in < 1 || g->nodes[at].in[0] >= g->n_tensors)
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "no lm_head node with an input");
     uint32_t h = g->nodes[at].in[0];
@@ -99,7 +101,8 @@ static weft_status dv_pass_run(void *st, const weft_model_config *cfg, const wef
     if (y == WEFT_TENSOR_NONE) return err ? err->code : WEFT_ERR_INTERNAL;
     weft_node n;
     memset(&n, 0, sizeof(n));
-    for (int i = 0; i < WEFT_NODE_MAX_IN; i++) n.in[i] = WEFT_TENSOR_NONE;
+    for (int i = 0; i < WEFT_NODE_MAX_IN; i++)
+        n.in[i] = WEFT_TENSOR_NONE;
     n.op = WEFT_OP_SCALE;
     n.layer = -1;
     n.n_in = 1;
@@ -138,7 +141,8 @@ static weft_status dv_scale(void *state, const weft_exec_ctx *ctx, const weft_no
     if (x->dtype != WEFT_DTYPE_F32 || x->rank < 1 || x->rank > WEFT_MAX_DIMS)
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "expected an f32 tensor");
     uint64_t cols = 1;
-    for (uint32_t d = 1; d < x->rank; d++) cols *= (uint64_t)x->shape[d];
+    for (uint32_t d = 1; d < x->rank; d++)
+        cols *= (uint64_t)x->shape[d];
     uint64_t rows = x->rank > 1 ? ctx->n_tokens : (uint64_t)x->shape[0];
     uint64_t n = rows * cols;
     if (ctx->data[xi].bytes < n * 4 || ctx->data[yi].bytes < n * 4)
@@ -147,7 +151,8 @@ static weft_status dv_scale(void *state, const weft_exec_ctx *ctx, const weft_no
     const float *xp = ctx->data[xi].ptr;
     float *yp = ctx->data[yi].ptr;
     float f = (ctx->batch && ctx->batch->n_seqs > 1) ? -node->p.f[0] : node->p.f[0];
-    for (uint64_t i = 0; i < n; i++) yp[i] = xp[i] * f;
+    for (uint64_t i = 0; i < n; i++)
+        yp[i] = xp[i] * f;
     return WEFT_OK;
 }
 

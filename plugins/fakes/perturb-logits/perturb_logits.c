@@ -29,13 +29,14 @@ static void perturb_destroy(void *st) {
 }
 
 /* setup: runs once per graph (bucket). */
-static weft_status perturb_run(void *st, const weft_model_config *cfg,
-                               const weft_graph_service *gs, weft_graph *g, weft_error *err) {
+static weft_status perturb_run(void *st, const weft_model_config *cfg, const weft_graph_service *gs,
+                               weft_graph *g, weft_error *err) {
     (void)cfg;
     const perturb *p = st;
     if (!gs || !g) return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "no graph or service");
     uint32_t at = 0;
-    while (at < g->n_nodes && g->nodes[at].op != WEFT_OP_LM_HEAD) at++;
+    while (at < g->n_nodes && g->nodes[at].op != WEFT_OP_LM_HEAD)
+        at++;
     if (at == g->n_nodes)
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "the graph has no lm_head node");
     const weft_node *head = &g->nodes[at];
@@ -50,7 +51,8 @@ static weft_status perturb_run(void *st, const weft_model_config *cfg,
     if (y == WEFT_TENSOR_NONE) return err ? err->code : WEFT_ERR_INTERNAL;
     weft_node n;
     memset(&n, 0, sizeof(n));
-    for (int i = 0; i < WEFT_NODE_MAX_IN; i++) n.in[i] = WEFT_TENSOR_NONE;
+    for (int i = 0; i < WEFT_NODE_MAX_IN; i++)
+        n.in[i] = WEFT_TENSOR_NONE;
     n.op = WEFT_OP_SCALE;
     n.layer = -1;
     n.n_in = 1;
