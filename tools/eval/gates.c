@@ -31,6 +31,12 @@ static struct {
     int cold_ok;
 } g_state;
 
+void weft_eval_gates_free(void) {
+    json_decref(g_state.serial);
+    free(g_state.cold);
+    memset(&g_state, 0, sizeof(g_state));
+}
+
 /* ---- helpers ------------------------------------------------------------------------------- */
 static char *xstrdup(const char *s) {
     size_t n = strlen(s) + 1;
@@ -578,7 +584,7 @@ static void retrieval_gate(weft_eval_ctx *x) {
 
 /* ---- the two halves ------------------------------------------------------------------------ */
 weft_status weft_eval_gates_before(weft_eval_ctx *x, weft_error *err) {
-    memset(&g_state, 0, sizeof(g_state));
+    weft_eval_gates_free();
     /* the cold turn goes first, before anything could be cached */
     char p1[1200], p2[1200], why[600] = "";
     conversation(p1, p2, sizeof(p1));
@@ -675,8 +681,6 @@ weft_status weft_eval_gates_after(weft_eval_ctx *x, weft_error *err) {
                                "%d greedy outputs equal plain greedy decoding's (baseline)",
                                GREEDY_PROMPTS);
     }
-    json_decref(g_state.serial);
-    free(g_state.cold);
-    memset(&g_state, 0, sizeof(g_state));
+    weft_eval_gates_free();
     return WEFT_OK;
 }

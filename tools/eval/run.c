@@ -859,6 +859,7 @@ int weft_eval_run_main(int argc, char **argv) {
     rc = counts ? 0 : 1;
 
 done:
+    weft_eval_gates_free();
     if (child.pid) {
         int st = serve_stop(&child);
         if (st != 0) {

@@ -80,6 +80,8 @@ weft_status weft_eval_speed(weft_eval_ctx *x, json_t *cases, weft_error *err);
  * speed cases) run between a gate's first and second half. */
 weft_status weft_eval_gates_before(weft_eval_ctx *x, weft_error *err);
 weft_status weft_eval_gates_after(weft_eval_ctx *x, weft_error *err);
+/* Frees what the first half keeps for the second (also after a run that stopped between). */
+void weft_eval_gates_free(void);
 /* The quality gate alone (also used by tests through the CLI). */
 weft_status weft_eval_gate_quality(weft_eval_ctx *x, weft_error *err);
 
