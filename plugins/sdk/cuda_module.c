@@ -15,9 +15,12 @@
 
 static void cache_dir(char *out, size_t n) {
     const char *w = getenv("WEFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    if (w && *w) snprintf(out, n, "%s/kernels", w);
-    else if (x && *x) snprintf(out, n, "%s/weft/kernels", x);
-    else snprintf(out, n, "%s/.cache/weft/kernels", h ? h : "/tmp");
+    if (w && *w)
+        snprintf(out, n, "%s/kernels", w);
+    else if (x && *x)
+        snprintf(out, n, "%s/weft/kernels", x);
+    else
+        snprintf(out, n, "%s/.cache/weft/kernels", h ? h : "/tmp");
 }
 
 static void mkdirs(const char *path) {
@@ -58,8 +61,10 @@ static void write_all(const char *path, const void *data, size_t n) {
     if (!f) return;
     int ok = fwrite(data, 1, n, f) == n;
     ok = fclose(f) == 0 && ok;
-    if (ok) rename(tmp, path);
-    else unlink(tmp);
+    if (ok)
+        rename(tmp, path);
+    else
+        unlink(tmp);
 }
 
 /* The option list every caller compiles with; opts needs WEFT_CUDA_MAX_DEFINES + 3 slots. */
@@ -67,7 +72,8 @@ static int options(const weft_cuda_build *b, char *arch, size_t arch_n, const ch
     int n = 0;
     snprintf(arch, arch_n, "--gpu-architecture=%s", b->arch);
     opts[n++] = arch;
-    for (int i = 0; i < b->n_defines; i++) opts[n++] = b->defines[i];
+    for (int i = 0; i < b->n_defines; i++)
+        opts[n++] = b->defines[i];
     opts[n++] = "-std=c++17";
     opts[n++] = "-default-device";
     return n;
@@ -77,8 +83,7 @@ static weft_status check_build(const weft_cuda_build *b, weft_error *err) {
     if (!b || !b->name || !b->source || !b->arch)
         return weft_sdk_error(err, WEFT_ERR_INVALID, b ? b->plugin : NULL,
                               "kernel build: name, source and arch are required");
-    if (b->n_defines < 0 || b->n_defines > WEFT_CUDA_MAX_DEFINES ||
-        (b->n_defines && !b->defines))
+    if (b->n_defines < 0 || b->n_defines > WEFT_CUDA_MAX_DEFINES || (b->n_defines && !b->defines))
         return weft_sdk_error(err, WEFT_ERR_INVALID, b->plugin,
                               "kernel build of %s: %d defines, expected 0..%d", b->name,
                               b->n_defines, WEFT_CUDA_MAX_DEFINES);
@@ -127,21 +132,22 @@ weft_status weft_cuda_compile(const weft_cuda_api *api, const weft_cuda_build *b
     }
     if (api->get_cubin(prog, buf) != NVRTC_SUCCESS) {
         free(buf);
-        s = weft_sdk_error(err, WEFT_ERR_DEVICE, b->plugin, "nvrtcGetCUBIN failed for %s",
-                           b->name);
+        s = weft_sdk_error(err, WEFT_ERR_DEVICE, b->plugin, "nvrtcGetCUBIN failed for %s", b->name);
         goto done;
     }
     *cubin = buf;
     *n = cn;
 done:
     api->destroy_program(&prog);
-    if (log_out && log) *log_out = log;
-    else free(log);
+    if (log_out && log)
+        *log_out = log;
+    else
+        free(log);
     return s;
 }
 
-weft_status weft_cuda_module_load(const weft_cuda_api *api, const weft_cuda_build *b,
-                                  CUmodule *out, weft_error *err) {
+weft_status weft_cuda_module_load(const weft_cuda_api *api, const weft_cuda_build *b, CUmodule *out,
+                                  weft_error *err) {
     weft_status s = check_build(b, err);
     if (s) return s;
     char arch[64];
@@ -154,7 +160,8 @@ weft_status weft_cuda_module_load(const weft_cuda_api *api, const weft_cuda_buil
     if (!hs) return weft_sdk_error(err, WEFT_ERR_NOMEM, b->plugin, "hash state");
     XXH3_128bits_reset(hs);
     XXH3_128bits_update(hs, b->source, strlen(b->source));
-    for (int i = 0; i < n_opts; i++) XXH3_128bits_update(hs, opts[i], strlen(opts[i]) + 1);
+    for (int i = 0; i < n_opts; i++)
+        XXH3_128bits_update(hs, opts[i], strlen(opts[i]) + 1);
     char extra[256];
     snprintf(extra, sizeof(extra), "nvrtc %d.%d|%s|%s", nv_major, nv_minor,
              b->device ? b->device : "", b->arch);
@@ -186,8 +193,10 @@ weft_status weft_cuda_module_load(const weft_cuda_api *api, const weft_cuda_buil
         const char *ename = NULL;
         api->error_name(r, &ename);
         return weft_sdk_error(err, r == CUDA_ERROR_OUT_OF_MEMORY ? WEFT_ERR_NOMEM : WEFT_ERR_DEVICE,
-                              b->plugin, "cuModuleLoadData failed (%s) while loading the compiled "
-                              "%s for %s", ename ? ename : "CUDA error", b->name, b->arch);
+                              b->plugin,
+                              "cuModuleLoadData failed (%s) while loading the compiled "
+                              "%s for %s",
+                              ename ? ename : "CUDA error", b->name, b->arch);
     }
     return WEFT_OK;
 }

@@ -36,8 +36,10 @@ static int check_one(const weft_cuda_api *api, weft_cuda_build *b, const char *l
     char *log = NULL;
     weft_status s = weft_cuda_compile(api, b, &cubin, &n, &log, &err);
     int bad = s != WEFT_OK || (log && log[0]);
-    if (s != WEFT_OK) fprintf(stderr, "%s %s [%s]: %s\n", b->name, b->arch, label, err.message);
-    else if (bad) fprintf(stderr, "%s %s [%s]: warnings:\n%s\n", b->name, b->arch, label, log);
+    if (s != WEFT_OK)
+        fprintf(stderr, "%s %s [%s]: %s\n", b->name, b->arch, label, err.message);
+    else if (bad)
+        fprintf(stderr, "%s %s [%s]: warnings:\n%s\n", b->name, b->arch, label, log);
     free(log);
     free(cubin);
     return bad;

@@ -39,13 +39,13 @@ typedef struct weft_cuda_api {
 
 /* One kernel build. */
 typedef struct weft_cuda_build {
-    const char *plugin;  /* error source ("cuda", "kv.paged") */
-    const char *name;    /* the source's file name for NVRTC and messages ("core.cu") */
-    const char *source;  /* NUL-terminated kernel text */
-    const char *arch;    /* "sm_90a" */
+    const char *plugin;         /* error source ("cuda", "kv.paged") */
+    const char *name;           /* the source's file name for NVRTC and messages ("core.cu") */
+    const char *source;         /* NUL-terminated kernel text */
+    const char *arch;           /* "sm_90a" */
     const char *const *defines; /* extra options between the architecture and -std, e.g. -DX=1 */
     int n_defines;              /* at most WEFT_CUDA_MAX_DEFINES */
-    const char *device;  /* the device's name, part of the cache key */
+    const char *device;         /* the device's name, part of the cache key */
 } weft_cuda_build;
 
 #define WEFT_CUDA_MAX_DEFINES 8
@@ -58,8 +58,8 @@ weft_status weft_cuda_compile(const weft_cuda_api *api, const weft_cuda_build *b
 
 /* Loads b into the current context from the disk cache, compiling (and caching) it on a miss.
  * The caller's CUcontext must be current. */
-weft_status weft_cuda_module_load(const weft_cuda_api *api, const weft_cuda_build *b,
-                                  CUmodule *out, weft_error *err);
+weft_status weft_cuda_module_load(const weft_cuda_api *api, const weft_cuda_build *b, CUmodule *out,
+                                  weft_error *err);
 
 /* The entry points of a plugin that links NVRTC (and the driver). Static inline, so a plugin
  * that never calls them does not reference the libraries. */
