@@ -22,6 +22,9 @@ function(weft_nvrtc_check)
   target_compile_definitions(${C_NAME} PRIVATE WEFT_NVRTC_CHECK_SOURCE=${C_SYMBOL})
   target_compile_options(${C_NAME} PRIVATE ${WEFT_WARN_FLAGS})
   target_link_libraries(${C_NAME} PRIVATE weft_cuda_module CUDA::nvrtc)
+  # CUDA::nvrtc drags in the driver stub; the check never calls the driver, and a sanitizer link
+  # (no --as-needed by default) would otherwise require libcuda.so.1 on a machine without one.
+  target_link_options(${C_NAME} PRIVATE LINKER:--as-needed)
   set_target_properties(${C_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
     BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR}")
   if(WEFT_BUILD_TESTS)
