@@ -104,7 +104,7 @@ int weft_bench_prefill_main(int argc, char **argv) {
         return weft_cli_fail("bench prefill", &err);
     o.threads = threads;
     o.max_batch_tokens = n_prompt; /* one chunk: the whole prompt in one forward pass */
-    if (o.max_model_len && o.max_model_len < n_prompt + 1) o.max_model_len = n_prompt + 1;
+    o.max_model_len = n_prompt + 1; /* over the candidate's serving limit: the prompt must fit */
     weft_engine *e = NULL;
     if (weft_engine_open(&o, &e, &err) != WEFT_OK) return weft_cli_fail("bench prefill", &err);
     const weft_model_config *cfg = weft_engine_config(e);

@@ -19,10 +19,11 @@
  * primary context is retained here so destroy works in any plugin order. */
 #include <cuda.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "nvrtc_module.h"
+#include "weft/cuda_module.h"
 #include "weft/sdk.h"
 
 #define NAME "exec.device-sampling"
@@ -127,8 +128,24 @@ static weft_status ds_init(ds_state *s, weft_error *err) {
     s->ctx = prim;
     if (prim != ctx) CK(cuCtxSetCurrent(prim), "making the primary context current");
     s->stream = (CUstream)dev->stream(dev->self);
-    weft_status st = exec_nvrtc_load(NAME, "sampling.cu", weft_exec_sampling_source, s->dev,
-                                     &s->mod, err);
+    /* the device's exact architecture (Hopper's "a" target, as the backend uses) */
+    int major = 0, minor = 0;
+    char devname[128] = "", arch[32];
+    CK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, s->dev),
+       "reading the compute capability");
+    CK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, s->dev),
+       "reading the compute capability");
+    CK(cuDeviceGetName(devname, sizeof(devname), s->dev), "reading the device name");
+    snprintf(arch, sizeof(arch), "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
+    weft_cuda_api api;
+    weft_cuda_api_link_nvrtc(&api);
+    weft_cuda_api_link_driver(&api);
+    weft_cuda_build build = {.plugin = NAME,
+                             .name = "sampling.cu",
+                             .source = weft_exec_sampling_source,
+                             .arch = arch,
+                             .device = devname};
+    weft_status st = weft_cuda_module_load(&api, &build, &s->mod, err);
     if (st) return st;
     CK(cuModuleGetFunction(&s->f_greedy, s->mod, "ds_greedy"), "looking up ds_greedy");
     CK(cuModuleGetFunction(&s->f_sample, s->mod, "ds_sample"), "looking up ds_sample");

@@ -8,16 +8,18 @@
  *
  * The bundle also runs on the cpu backend, on machines without a CUDA driver, so it does not
  * link the driver or NVRTC: the functions it needs are looked up when cuda ops are first
- * registered, from the libraries the cuda backend has already loaded into the process. */
+ * registered, from the libraries the cuda backend has already loaded into the process, and
+ * handed to the SDK's compile-and-cache path (weft/cuda_module.h), which caches the cubins on
+ * disk like the backend's. */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <math.h>
-#include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "paged_ops.h"
+#include "weft/cuda_module.h"
 #include "weft/sdk.h"
 
 #ifndef KV_PAGED_NVRTC_SONAME
@@ -26,7 +28,8 @@
 
 extern const char kv_paged_cuda_source[]; /* kernels/paged.cu */
 
-/* The driver and NVRTC functions used here, resolved with dlsym. */
+/* The driver and NVRTC functions used here, resolved with dlsym; rt holds the ones the SDK's
+ * compile-and-cache path (weft/cuda_module.h) needs. */
 typedef struct kvp_api {
     void *cuda, *nvrtc; /* dlopen handles */
     CUresult (*GetErrorName)(CUresult, const char **);
@@ -34,20 +37,12 @@ typedef struct kvp_api {
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*CtxGetDevice)(CUdevice *);
     CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
-    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*DeviceGetName)(char *, int, CUdevice);
     CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*ModuleUnload)(CUmodule);
     CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
-    nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int,
-                                 const char *const *, const char *const *);
-    nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
-    nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
-    nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
-    nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
-    nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
-    nvrtcResult (*DestroyProgram)(nvrtcProgram *);
-    const char *(*GetErrorStringRtc)(nvrtcResult);
+    weft_cuda_api rt;
 } kvp_api;
 
 /* Object pointers and function pointers differ in ISO C; copy the bits. */
@@ -70,18 +65,21 @@ static const char *api_load(kvp_api *api) {
     KVP_SYM(api->cuda, CtxSetCurrent, "cuCtxSetCurrent");
     KVP_SYM(api->cuda, CtxGetDevice, "cuCtxGetDevice");
     KVP_SYM(api->cuda, DeviceGetAttribute, "cuDeviceGetAttribute");
-    KVP_SYM(api->cuda, ModuleLoadData, "cuModuleLoadData");
+    KVP_SYM(api->cuda, DeviceGetName, "cuDeviceGetName");
+    KVP_SYM(api->cuda, rt.module_load_data, "cuModuleLoadData");
+    KVP_SYM(api->cuda, rt.error_name, "cuGetErrorName");
     KVP_SYM(api->cuda, ModuleGetFunction, "cuModuleGetFunction");
     KVP_SYM(api->cuda, ModuleUnload, "cuModuleUnload");
     KVP_SYM(api->cuda, LaunchKernel, "cuLaunchKernel");
-    KVP_SYM(api->nvrtc, CreateProgram, "nvrtcCreateProgram");
-    KVP_SYM(api->nvrtc, CompileProgram, "nvrtcCompileProgram");
-    KVP_SYM(api->nvrtc, GetProgramLogSize, "nvrtcGetProgramLogSize");
-    KVP_SYM(api->nvrtc, GetProgramLog, "nvrtcGetProgramLog");
-    KVP_SYM(api->nvrtc, GetCUBINSize, "nvrtcGetCUBINSize");
-    KVP_SYM(api->nvrtc, GetCUBIN, "nvrtcGetCUBIN");
-    KVP_SYM(api->nvrtc, DestroyProgram, "nvrtcDestroyProgram");
-    KVP_SYM(api->nvrtc, GetErrorStringRtc, "nvrtcGetErrorString");
+    KVP_SYM(api->nvrtc, rt.version, "nvrtcVersion");
+    KVP_SYM(api->nvrtc, rt.create_program, "nvrtcCreateProgram");
+    KVP_SYM(api->nvrtc, rt.compile_program, "nvrtcCompileProgram");
+    KVP_SYM(api->nvrtc, rt.get_program_log_size, "nvrtcGetProgramLogSize");
+    KVP_SYM(api->nvrtc, rt.get_program_log, "nvrtcGetProgramLog");
+    KVP_SYM(api->nvrtc, rt.get_cubin_size, "nvrtcGetCUBINSize");
+    KVP_SYM(api->nvrtc, rt.get_cubin, "nvrtcGetCUBIN");
+    KVP_SYM(api->nvrtc, rt.destroy_program, "nvrtcDestroyProgram");
+    KVP_SYM(api->nvrtc, rt.rtc_error_string, "nvrtcGetErrorString");
     return NULL;
 }
 
@@ -96,7 +94,7 @@ typedef struct kvp_cuda {
     const weft_host_services *host;
     const weft_device_service *dev;
     CUcontext ctx;
-    char arch[32];
+    char arch[32], device[128];
     CUmodule mod[4]; /* by dtype: 1 f32, 2 f16, 3 bf16 */
     CUfunction store[4], attn[4];
     int failed[4]; /* compilation failed once: do not retry every node */
@@ -114,48 +112,25 @@ static weft_status cu_error(const kvp_cuda *c, weft_error *err, CUresult r, cons
                           name ? name : "CUDA error", text ? text : "no description");
 }
 
-/* setup: NVRTC for this dtype, then the two kernels. */
+/* setup: NVRTC for this dtype (disk-cached), then the two kernels. */
 static weft_status compile(kvp_cuda *c, int t, weft_error *err) {
     if (c->mod[t]) return WEFT_OK;
-    char arch[64], def[32];
-    snprintf(arch, sizeof(arch), "--gpu-architecture=%s", c->arch);
+    char def[32];
     snprintf(def, sizeof(def), "-DKVP_T=%d", t);
-    const char *opts[] = {arch, def, "-std=c++17", "-default-device"};
-    nvrtcProgram prog;
-    if (c->api.CreateProgram(&prog, kv_paged_cuda_source, "paged.cu", 0, NULL, NULL) !=
-        NVRTC_SUCCESS)
-        return weft_sdk_error(err, WEFT_ERR_DEVICE, KV_PAGED_NAME, "nvrtcCreateProgram failed");
-    nvrtcResult rc = c->api.CompileProgram(prog, 4, opts);
-    if (rc != NVRTC_SUCCESS) {
-        size_t n = 0;
-        c->api.GetProgramLogSize(prog, &n);
-        char *log = malloc(n + 1);
-        if (log) {
-            c->api.GetProgramLog(prog, log);
-            log[n] = 0;
-        }
-        weft_sdk_error(err, WEFT_ERR_DEVICE, KV_PAGED_NAME,
-                       "NVRTC failed to compile paged.cu for %s (%s): %.300s", c->arch,
-                       c->api.GetErrorStringRtc(rc), log ? log : "");
-        free(log);
-        c->api.DestroyProgram(&prog);
-        return WEFT_ERR_DEVICE;
-    }
-    size_t n = 0;
-    c->api.GetCUBINSize(prog, &n);
-    void *cubin = malloc(n ? n : 1);
-    if (!cubin) {
-        c->api.DestroyProgram(&prog);
-        return weft_sdk_error(err, WEFT_ERR_NOMEM, KV_PAGED_NAME, "out of memory");
-    }
-    c->api.GetCUBIN(prog, cubin);
-    c->api.DestroyProgram(&prog);
+    const char *defs[] = {def};
+    weft_cuda_build build = {.plugin = KV_PAGED_NAME,
+                             .name = "paged.cu",
+                             .source = kv_paged_cuda_source,
+                             .arch = c->arch,
+                             .defines = defs,
+                             .n_defines = 1,
+                             .device = c->device};
     CUresult r = c->api.CtxSetCurrent(c->ctx);
-    if (r == CUDA_SUCCESS) r = c->api.ModuleLoadData(&c->mod[t], cubin);
-    free(cubin);
-    if (r != CUDA_SUCCESS) {
+    if (r != CUDA_SUCCESS) return cu_error(c, err, r, "making the context current");
+    weft_status s = weft_cuda_module_load(&c->api.rt, &build, &c->mod[t], err);
+    if (s) {
         c->mod[t] = NULL;
-        return cu_error(c, err, r, "loading the compiled paged.cu");
+        return s;
     }
     if ((r = c->api.ModuleGetFunction(&c->store[t], c->mod[t], "kvp_store")) != CUDA_SUCCESS ||
         (r = c->api.ModuleGetFunction(&c->attn[t], c->mod[t], "kvp_attention")) != CUDA_SUCCESS)
@@ -313,6 +288,7 @@ weft_status kv_paged_register_cuda(const weft_host_services *host, const weft_op
         r = c->api.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
     if (r == CUDA_SUCCESS)
         r = c->api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+    if (r == CUDA_SUCCESS) r = c->api.DeviceGetName(c->device, (int)sizeof(c->device), d);
     if (r != CUDA_SUCCESS) {
         cu_error(c, err, r, "reading the device's compute capability");
         kv_paged_cuda_free(c);

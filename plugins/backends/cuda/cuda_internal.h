@@ -60,8 +60,6 @@ typedef struct cuda_backend {
     /* NVRTC */
     cuda_module modules[16];
     size_t n_modules;
-    char cache_dir[1024];
-    int nvrtc_major, nvrtc_minor;
     void *ops; /* cuda_ops.c's state */
     /* option gemv_max_tokens: linear and lm_head nodes with at most this many rows may use the
      * GEMV kernel instead of cuBLASLt (0 = always cuBLASLt), where it measured faster; option
