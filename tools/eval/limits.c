@@ -14,13 +14,13 @@
 #include "eval/eval.h"
 #include "files/config.h"
 #include "files/safetensors.h"
+#include "util/cache.h"
 #include "util/error.h"
 
 void weft_probe_default_path(const char *backend, char *buf, size_t cap) {
-    const char *w = getenv("WEFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    if (w && *w) snprintf(buf, cap, "%s/probe-%s.json", w, backend);
-    else if (x && *x) snprintf(buf, cap, "%s/weft/probe-%s.json", x, backend);
-    else snprintf(buf, cap, "%s/.cache/weft/probe-%s.json", h ? h : "/tmp", backend);
+    char name[64];
+    snprintf(name, sizeof(name), "probe-%s.json", backend);
+    if (weft_cache_path(name, buf, cap, NULL) != WEFT_OK) snprintf(buf, cap, "/tmp/weft-%s", name);
 }
 
 weft_status weft_probe_save(const char *path, const weft_probe_file *p, weft_error *err) {

@@ -27,6 +27,7 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 
+#include "util/cache.h"
 #include "util/error.h"
 
 #define SRC "pull"
@@ -92,22 +93,7 @@ void weft_pull_options_default(weft_pull_options *o) {
 }
 
 weft_status weft_pull_cache_root(char *out, size_t cap, weft_error *err) {
-    const char *w = getenv("WEFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    int n;
-    if (w && *w)
-        n = snprintf(out, cap, "%s", w);
-    else if (x && *x)
-        n = snprintf(out, cap, "%s/weft", x);
-    else if (h && *h)
-        n = snprintf(out, cap, "%s/.cache/weft", h);
-    else
-        return weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC,
-                              "model cache: none of WEFT_CACHE, XDG_CACHE_HOME and HOME is set");
-    if (n < 0 || (size_t)n >= cap)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "model cache path is too long");
-    while (n > 1 && out[n - 1] == '/')
-        out[--n] = '\0';
-    return WEFT_OK;
+    return weft_cache_root(out, cap, err);
 }
 
 weft_status weft_pull_cache_name(const char *id, char *out, size_t cap, weft_error *err) {

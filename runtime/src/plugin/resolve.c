@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 
+#include "util/cache.h"
 #include "util/error.h"
 
 #define SRC "resolve"
@@ -38,20 +39,7 @@ static int is_dir(const char *path) {
 
 /* ---- model directories ---------------------------------------------------------------------- */
 weft_status weft_model_cache_dir(char *buf, size_t cap, weft_error *err) {
-    const char *wc = getenv("WEFT_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    int w;
-    if (wc && wc[0])
-        w = snprintf(buf, cap, "%s/models", wc);
-    else if (xdg && xdg[0])
-        w = snprintf(buf, cap, "%s/weft/models", xdg);
-    else if (home && home[0])
-        w = snprintf(buf, cap, "%s/.cache/weft/models", home);
-    else
-        return weft_error_set(err, WEFT_ERR_NOT_FOUND, SRC,
-                              "no model cache: set WEFT_CACHE, XDG_CACHE_HOME or HOME");
-    if (w < 0 || (size_t)w >= cap)
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "model cache path too long");
-    return WEFT_OK;
+    return weft_cache_path("models", buf, cap, err);
 }
 
 static int hub_part_valid(const char *s, size_t n) {

@@ -4,6 +4,8 @@
  * entry is recognised and recomputed instead of trusted. */
 #include "util/hash.h"
 
+#include "util/cache.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -108,18 +110,7 @@ void weft_hash_xxh3_128_hex(const void *data, size_t len, char hex[WEFT_XXH128_H
 
 /* ---- the cache ------------------------------------------------------------------------- */
 int weft_hash_cache_dir(char *buf, size_t len) {
-    const char *base = getenv("WEFT_CACHE");
-    int n;
-    if (base && *base) {
-        n = snprintf(buf, len, "%s/hashes", base);
-    } else if ((base = getenv("XDG_CACHE_HOME")) && *base) {
-        n = snprintf(buf, len, "%s/weft/hashes", base);
-    } else if ((base = getenv("HOME")) && *base) {
-        n = snprintf(buf, len, "%s/.cache/weft/hashes", base);
-    } else {
-        return -1;
-    }
-    return (n < 0 || (size_t)n >= len) ? -1 : 0;
+    return weft_cache_path("hashes", buf, len, NULL) == WEFT_OK ? 0 : -1;
 }
 
 static int mkdirs(const char *dir) {
