@@ -105,15 +105,10 @@ static void on_event(void *user, const weft_token_event *ev) {
     s->n++;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Nearest-rank percentile of d (sorted in place); 0 when empty. */
 static double pct(dvec *d, double p) {
     if (!d->n) return 0;
-    qsort(d->v, d->n, sizeof(double), cmp_double);
+    qsort(d->v, d->n, sizeof(double), weft_cli_cmp_double);
     size_t k = (size_t)ceil(p * (double)d->n);
     return d->v[k ? k - 1 : 0];
 }
@@ -239,8 +234,8 @@ static int report_throughput(weft_engine *e, const weft_bench_conc *b, int32_t *
             if (tps[r] < t_min) t_min = tps[r];
             if (tps[r] > t_max) t_max = tps[r];
         }
-        qsort(tps, b->repeats, sizeof(double), cmp_double);
-        qsort(cps, b->repeats, sizeof(double), cmp_double);
+        qsort(tps, b->repeats, sizeof(double), weft_cli_cmp_double);
+        qsort(cps, b->repeats, sizeof(double), weft_cli_cmp_double);
         double t_med = b->repeats % 2 ? tps[b->repeats / 2]
                                       : 0.5 * (tps[b->repeats / 2 - 1] + tps[b->repeats / 2]);
         double c_med = b->repeats % 2 ? cps[b->repeats / 2]

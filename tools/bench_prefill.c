@@ -16,17 +16,6 @@
 #include "files/safetensors.h"
 #include "util/error.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void usage(FILE *f) {
     fprintf(f, "usage: weft bench prefill [options]\n\n"
                "Measures prefill: a prompt is submitted with max_tokens 1 and stepped until its\n"
@@ -128,19 +117,19 @@ int weft_bench_prefill_main(int argc, char **argv) {
         rp.max_tokens = 1;
         rp.ignore_eos = 1;
         rp.detokenize = 0;
-        double t0 = now_s();
+        double t0 = weft_cli_now_s();
         s = weft_request_submit(e, prompt, n_prompt, &rp, NULL, &err);
         while (s == WEFT_OK && weft_engine_active(e)) {
             weft_status st = weft_engine_step(e, &err);
             if (st < 0) s = st;
         }
-        if (r > 0) sec[r - 1] = now_s() - t0;
+        if (r > 0) sec[r - 1] = weft_cli_now_s() - t0;
     }
     int rc = 0;
     if (s != WEFT_OK) {
         rc = weft_cli_fail("bench prefill", &err);
     } else {
-        qsort(sec, repeats, sizeof(double), cmp_d);
+        qsort(sec, repeats, sizeof(double), weft_cli_cmp_double);
         double med = sec[repeats / 2], lo = sec[0], hi = sec[repeats - 1];
         /* the floor, when a probe is at hand */
         char probe_path[1024];

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "util/error.h"
 
@@ -23,4 +24,15 @@ int weft_cli_wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
     return 0;
+}
+
+double weft_cli_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int weft_cli_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }

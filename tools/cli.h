@@ -12,4 +12,9 @@ int weft_cli_fail(const char *cmd, const weft_error *err);
 /* True when argv[i] is --help or -h. */
 int weft_cli_wants_help(int argc, char **argv);
 
+/* Seconds on the monotonic clock. */
+double weft_cli_now_s(void);
+/* qsort comparator: ascending doubles. */
+int weft_cli_cmp_double(const void *a, const void *b);
+
 #endif

@@ -45,12 +45,6 @@ static void usage(FILE *f) {
                "  --max-batch-tokens N  rows of the largest step (default: the engine's)\n");
 }
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* CPU time of the whole process (every thread): on a shared machine, tokens per CPU-second is
  * steadier than per wall second, and for one thread it is what the code would do alone. */
 static double cpu_seconds_now(void) {
@@ -59,13 +53,8 @@ static double cpu_seconds_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(double *v, uint32_t n) {
-    qsort(v, n, sizeof(*v), cmp_double);
+    qsort(v, n, sizeof(*v), weft_cli_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -84,18 +73,18 @@ static weft_status one_run(weft_engine *e, const int32_t *prompt, uint32_t n_pro
     weft_engine_get_stats(e, &st0);
     weft_status s = weft_request_submit(e, prompt, n_prompt, &rp, NULL, err);
     if (s != WEFT_OK) return s;
-    double t0 = seconds_now(), t1 = t0, c1 = cpu_seconds_now();
+    double t0 = weft_cli_now_s(), t1 = t0, c1 = cpu_seconds_now();
     int first = 1;
     while (weft_engine_active(e)) {
         s = weft_engine_step(e, err);
         if (s < 0) return s;
         if (first) {
-            t1 = seconds_now();
+            t1 = weft_cli_now_s();
             c1 = cpu_seconds_now();
             first = 0;
         }
     }
-    double t2 = seconds_now();
+    double t2 = weft_cli_now_s();
     *decode_cpu_s = cpu_seconds_now() - c1;
     weft_engine_get_stats(e, &st1);
     *prefill_s = t1 - t0;

@@ -61,12 +61,6 @@ typedef struct bs_ids {
     size_t n, cap;
 } bs_ids;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void push_d(double **a, size_t *n, size_t *cap, double v) {
     if (*n == *cap) {
         size_t c = *cap ? *cap * 2 : 256;
@@ -78,14 +72,9 @@ static void push_d(double **a, size_t *n, size_t *cap, double v) {
     (*a)[(*n)++] = v;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double pct(double *a, size_t n, double p) {
     if (!n) return NAN;
-    qsort(a, n, sizeof(double), cmp_d);
+    qsort(a, n, sizeof(double), weft_cli_cmp_double);
     size_t i = (size_t)ceil(p / 100.0 * (double)n);
     return a[i ? i - 1 : 0];
 }
@@ -116,7 +105,7 @@ static void scan_events(bs_xfer *x) {
         char *start = x->buf + x->scanned;
         char *end = strstr(start, "\n\n");
         if (!end) return;
-        double t = now_s();
+        double t = weft_cli_now_s();
         if (!strncmp(start, "data: {", 7) && strstr(start, "\"text\":\"") &&
             !strstr(start, "\"text\":\"\"")) {
             if (!x->n_token_events)
@@ -174,7 +163,7 @@ static void xfer_start(CURLM *m, bs_xfer *x, const bs_opts *o, int stream, int p
     curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);
     curl_easy_setopt(x->h, CURLOPT_TIMEOUT, 600L);
     curl_easy_setopt(x->h, CURLOPT_NOSIGNAL, 1L);
-    x->t0 = now_s();
+    x->t0 = weft_cli_now_s();
     curl_multi_add_handle(m, x->h);
 }
 
@@ -286,7 +275,7 @@ static int run_level(const bs_opts *o, uint32_t conc, uint32_t n_req, double str
     bs_stats st;
     memset(&st, 0, sizeof(st));
     uint32_t started = 0, finished = 0, n_stream = 0;
-    double t_start = now_s();
+    double t_start = weft_cli_now_s();
     while (finished < n_req) {
         for (uint32_t i = 0; i < conc && started < n_req; i++) {
             if (busy[i]) continue;
@@ -305,7 +294,7 @@ static int run_level(const bs_opts *o, uint32_t conc, uint32_t n_req, double str
             if (msg->msg != CURLMSG_DONE) continue;
             bs_xfer *x = NULL;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-            double t = now_s();
+            double t = weft_cli_now_s();
             long status = 0;
             curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status);
             if (msg->data.result != CURLE_OK) {
@@ -347,7 +336,7 @@ static int run_level(const bs_opts *o, uint32_t conc, uint32_t n_req, double str
         /* A freed slot starts its next request right away; otherwise wait for the sockets. */
         if (finished < n_req && !freed) curl_multi_poll(m, NULL, 0, 100, NULL);
     }
-    double wall = now_s() - t_start;
+    double wall = weft_cli_now_s() - t_start;
     uint32_t bad = st.failed + st.bad_status + st.garbled + st.duplicates + st.malformed;
     printf("%5u %8u %9.1f   %7.2f %7.2f %7.2f   %6.3f %6.3f %6.3f   %7.1f %7.1f   %u\n", conc,
            n_req, (double)st.ok / wall, pct(st.ttft, st.n_ttft, 50) * 1e3,
@@ -409,7 +398,7 @@ static int engine_baseline(const bs_opts *o, double *median_s) {
     double *times = calloc(o->engine_repeats + 1, sizeof(double));
     int rc = 0;
     for (uint32_t k = 0; k <= o->engine_repeats && !rc; k++) { /* k = 0 warms up */
-        double t0 = now_s();
+        double t0 = weft_cli_now_s();
         const char *p = prompts[k % BS_PROMPTS];
         int32_t *ids = NULL;
         size_t n = 0;
@@ -431,7 +420,7 @@ static int engine_baseline(const bs_opts *o, double *median_s) {
         while (!rc && weft_engine_active(e))
             if (weft_engine_step(e, &err) < 0) rc = 1;
         free(ids);
-        if (k) times[k - 1] = now_s() - t0;
+        if (k) times[k - 1] = weft_cli_now_s() - t0;
     }
     if (!rc) *median_s = pct(times, o->engine_repeats, 50);
     free(times);

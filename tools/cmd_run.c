@@ -66,12 +66,6 @@ static void on_event(void *user, const weft_token_event *ev) {
     }
 }
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The prompt's ids: plain text with the tokenizer's special tokens (BOS), or a chat turn. */
 static weft_status encode_prompt(weft_engine *e, const char *prompt, int chat, int32_t **ids,
                                  size_t *n, weft_error *err) {
@@ -255,12 +249,12 @@ int weft_cmd_run(int argc, char **argv) {
     uint64_t id = 0;
     weft_status s = weft_request_submit(e, ids, n_ids, &rp, &id, &err);
     free(ids);
-    double t0 = seconds_now();
+    double t0 = weft_cli_now_s();
     while (s == WEFT_OK && weft_engine_active(e)) {
         s = weft_engine_step(e, &err);
         if (s == WEFT_FINISHED || s == WEFT_AGAIN) s = WEFT_OK;
     }
-    double dt = seconds_now() - t0;
+    double dt = weft_cli_now_s() - t0;
     fputc('\n', stdout);
     fflush(stdout);
     int rc = 0;

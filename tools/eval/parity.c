@@ -29,11 +29,6 @@ static void on_token(void *user, const weft_token_event *ev) {
     if (ev->finish) g->done = 1;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* KL(p_ref || p_cand) of softmax rows, in double. */
 static double kl_row(const float *ref, const float *cand, uint32_t V) {
     double mr = -INFINITY, mc = -INFINITY;
@@ -168,7 +163,7 @@ int weft_eval_parity_main(int argc, char **argv) {
         kl_sum += kls[t];
     }
     double mean_kl = kl_sum / (double)T;
-    qsort(kls, T, sizeof(double), cmp_d);
+    qsort(kls, T, sizeof(double), weft_cli_cmp_double);
     double p99 = kls[(size_t)((double)(T - 1) * 0.99)];
     printf("reference: %s (%zu positions, vocab %u)\n", ref, T, V);
     printf("logits: max relative difference %.3e (position %zu); KL(ref||candidate) mean %.3e, "

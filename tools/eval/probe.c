@@ -21,17 +21,6 @@
 #include "plugin/registry.h"
 #include "util/error.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static weft_status weft_probe_keep_linear(void *self, const weft_op_impl *impl, weft_error *e);
 
 /* ---- host-side measurements (backends without a probe hook) ------------------------------ */
@@ -60,16 +49,16 @@ static double host_copy_rate(unsigned threads, size_t bytes) {
     copy_job jobs[256];
     if (threads > 256) threads = 256;
     for (int r = 0; r < 9; r++) {
-        double t0 = now_s();
+        double t0 = weft_cli_now_s();
         size_t part = bytes / threads;
         for (unsigned i = 0; i < threads; i++) {
             jobs[i] = (copy_job){b + i * part, a + i * part, i + 1 == threads ? bytes - i * part : part};
             pthread_create(&th[i], NULL, copy_worker, &jobs[i]);
         }
         for (unsigned i = 0; i < threads; i++) pthread_join(th[i], NULL);
-        t[r] = now_s() - t0;
+        t[r] = weft_cli_now_s() - t0;
     }
-    qsort(t, 9, sizeof(double), cmp_d);
+    qsort(t, 9, sizeof(double), weft_cli_cmp_double);
     volatile char sink = b[bytes / 2];
     (void)sink;
     free(a);
@@ -79,10 +68,9 @@ static double host_copy_rate(unsigned threads, size_t bytes) {
 
 /* The backend's LINEAR f32 implementation on one node, timed with the host clock after a
  * synchronize (a device backend without events would be timed the same way). */
-static weft_status host_gemm_rate(const weft_loaded_plugin *bp, weft_host *host, int M,
-                                  double *rate, weft_error *err) {
+static weft_status host_gemm_rate(const weft_loaded_plugin *bp, int M, double *rate,
+                                  weft_error *err) {
     const weft_backend_vtable *be = bp->desc->backend;
-    (void)host;
     /* a one-entry ops service that keeps the backend's best f32 linear implementation */
     weft_op_impl keep;
     memset(&keep, 0, sizeof(keep));
@@ -137,12 +125,12 @@ static weft_status host_gemm_rate(const weft_loaded_plugin *bp, weft_host *host,
                          .stream = be->stream ? be->stream(bp->state) : NULL};
     double times[5];
     for (int r = -1; r < 5; r++) {
-        double t0 = now_s();
+        double t0 = weft_cli_now_s();
         if ((s = keep.run(keep.state, &ctx, &n, err))) goto out;
         if (be->synchronize && (s = be->synchronize(bp->state, ctx.stream, err))) goto out;
-        if (r >= 0) times[r] = now_s() - t0;
+        if (r >= 0) times[r] = weft_cli_now_s() - t0;
     }
-    qsort(times, 5, sizeof(double), cmp_d);
+    qsort(times, 5, sizeof(double), weft_cli_cmp_double);
     *rate = 2.0 * (double)M * M * M / times[2];
 out:
     for (int i = 0; i < 3; i++)
@@ -279,7 +267,7 @@ int weft_eval_probe_main(int argc, char **argv) {
         pf.r.copy_bytes = 1ull << 30;
         pf.r.copy_bytes_per_s = host_copy_rate((unsigned)threads, (size_t)pf.r.copy_bytes);
         double rate = 0;
-        if ((s = host_gemm_rate(&bp, host, 1024, &rate, &err))) {
+        if ((s = host_gemm_rate(&bp, 1024, &rate, &err))) {
             rc = weft_cli_fail("eval probe", &err);
             goto done;
         }
