@@ -159,6 +159,12 @@ struct weft_engine {
     float *logits; /* (max_requests or score rows, vocab) host copy */
     size_t logits_cap;
     void *sample_scratch;
+    /* (max seqs) one device-sampler call per step: params, results, and per seq whether the
+     * batched call already picked its token (1) or the row goes through sample_row (0) */
+    weft_sampling *ps_params;
+    int32_t *ps_tok;
+    float *ps_lp;
+    uint8_t *ps_done;
 
     int profile;
     prof_entry prof[PROFILE_MAX];
@@ -913,6 +919,12 @@ static weft_status alloc_scratch(weft_engine *e, weft_error *err) {
     e->logits_cap = (size_t)S * e->cfg.vocab_size;
     e->logits = malloc(e->logits_cap * sizeof(float));
     e->sample_scratch = malloc(weft_sample_scratch_bytes(e->cfg.vocab_size));
+    e->ps_params = calloc(S, sizeof(weft_sampling));
+    e->ps_tok = calloc(S, sizeof(int32_t));
+    e->ps_lp = calloc(S, sizeof(float));
+    e->ps_done = calloc(S, 1);
+    if (!e->ps_params || !e->ps_tok || !e->ps_lp || !e->ps_done)
+        return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
     if (!e->b_tokens || !e->b_positions || !e->b_seq_of_row || !e->b_logit_rows || !e->b_kv_slots ||
         !e->b_seqs || !e->b_req || !e->b_logit_seq || !e->logits || !e->sample_scratch)
         return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
@@ -1048,6 +1060,10 @@ void weft_engine_close(weft_engine *e) {
     free(e->s_items);
     free(e->logits);
     free(e->sample_scratch);
+    free(e->ps_params);
+    free(e->ps_tok);
+    free(e->ps_lp);
+    free(e->ps_done);
     weft_tokenizer_free(e->tok);
     weft_safetensors_close(e->st);
     free(e->config_json);
@@ -1483,6 +1499,29 @@ static int has_logit_features(const weft_engine *e) {
     return 0;
 }
 
+/* The sampler plugin's parameters of request r's next token. */
+static void sampling_params(const request *r, weft_sampling *sp) {
+    memset(sp, 0, sizeof(*sp));
+    sp->size = sizeof(*sp);
+    sp->temperature = r->sp.temperature;
+    sp->top_p = r->sp.top_p;
+    sp->min_p = r->sp.min_p;
+    sp->top_k = r->sp.top_k;
+    sp->repetition_penalty = r->sp.repetition_penalty;
+    sp->presence_penalty = r->sp.presence_penalty;
+    sp->frequency_penalty = r->sp.frequency_penalty;
+    sp->seed = r->sp.seed;
+    sp->counter = r->n_generated;
+    sp->n_logprobs = r->sp.n_logprobs;
+    sp->request_id = r->id;
+}
+
+/* Whether request r's next token must be sampled on the host even with a sampler plugin: logit
+ * bias and an active min_tokens EOS mask are not in weft_sampling. */
+static int host_only_row(const request *r) {
+    return r->sp.n_bias || (r->n_generated < r->sp.min_tokens && r->sp.n_eos);
+}
+
 /* Samples one logits row. row is its place in the host copy, filled when on_host; otherwise
  * the step left the logits on the device for a sampler plugin (exec.device-sampling) and only
  * the token id and its logprob cross to the host. A request the plugin cannot serve falls back
@@ -1494,22 +1533,9 @@ static weft_status sample_row(weft_engine *e, request *r, float *row, int on_hos
                               weft_error *err) {
     uint32_t V = e->cfg.vocab_size;
     int features = has_logit_features(e);
-    int host_only = r->sp.n_bias || (r->n_generated < r->sp.min_tokens && r->sp.n_eos);
-    if (e->sampler && !features && !host_only) {
+    if (e->sampler && !features && !host_only_row(r)) {
         weft_sampling sp;
-        memset(&sp, 0, sizeof(sp));
-        sp.size = sizeof(sp);
-        sp.temperature = r->sp.temperature;
-        sp.top_p = r->sp.top_p;
-        sp.min_p = r->sp.min_p;
-        sp.top_k = r->sp.top_k;
-        sp.repetition_penalty = r->sp.repetition_penalty;
-        sp.presence_penalty = r->sp.presence_penalty;
-        sp.frequency_penalty = r->sp.frequency_penalty;
-        sp.seed = r->sp.seed;
-        sp.counter = r->n_generated;
-        sp.n_logprobs = r->sp.n_logprobs;
-        sp.request_id = r->id;
+        sampling_params(r, &sp);
         weft_buffer rowbuf = v->data[v->t_logits];
         rowbuf.ptr = (uint8_t *)rowbuf.ptr + (uint64_t)logits_row * V * sizeof(float);
         rowbuf.bytes = (uint64_t)V * sizeof(float);
@@ -1541,6 +1567,45 @@ static weft_status sample_row(weft_engine *e, request *r, float *row, int on_hos
     }
     return weft_sample(row, V, &r->sp, r->tokens, r->n_prompt, r->tokens + r->n_prompt,
                        r->n_generated, r->n_generated, e->sample_scratch, res, err);
+}
+
+/* Whether seq q of the step has a row the sampler plugin may take in a batched call. */
+static int presample_row(const weft_engine *e, uint32_t q) {
+    const request *r = e->b_req[q];
+    return e->b_logit_seq[q] != UINT32_MAX && !r->finish && !r->cancelled && !host_only_row(r);
+}
+
+/* Device sampling of a step in as few sampler calls as possible: the rows the plugin may take,
+ * grouped into runs of consecutive logits rows, one call per run (one launch sequence and one
+ * wait instead of one of each per row). A run the plugin declines or fails leaves its rows to
+ * sample_row, which retries each alone, so a declined row (penalties, top alternatives) still
+ * falls back to the host and an error still ends only its own request. */
+static void presample(weft_engine *e, uint32_t n_seqs, const variant *v) {
+    memset(e->ps_done, 0, n_seqs);
+    if (!e->sampler || has_logit_features(e)) return;
+    uint32_t V = e->cfg.vocab_size;
+    for (uint32_t q = 0; q < n_seqs;) {
+        if (!presample_row(e, q)) {
+            q++;
+            continue;
+        }
+        uint32_t q0 = q, row0 = e->b_logit_seq[q], n = 0;
+        while (q < n_seqs && presample_row(e, q) && e->b_logit_seq[q] == row0 + n) {
+            sampling_params(e->b_req[q], &e->ps_params[q]);
+            q++;
+            n++;
+        }
+        if (n < 2) continue; /* a lone row goes through sample_row as before */
+        weft_buffer rows = v->data[v->t_logits];
+        rows.ptr = (uint8_t *)rows.ptr + (uint64_t)row0 * V * sizeof(float);
+        rows.bytes = (uint64_t)n * V * sizeof(float);
+        weft_error e2;
+        memset(&e2, 0, sizeof(e2));
+        weft_error_clear(&e2);
+        if (e->sampler->sample(e->sampler_st, &rows, n, V, e->ps_params + q0, e->ps_tok + q0,
+                               e->ps_lp + q0, &e2) == WEFT_OK)
+            memset(e->ps_done + q0, 1, n);
+    }
 }
 
 weft_status weft_engine_step(weft_engine *e, weft_error *err) {
@@ -1698,6 +1763,13 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
     int on_host = !e->sampler || has_logit_features(e);
     variant *v = NULL;
     s = run_step(e, n_rows, n_seqs, n_logits, 0, on_host ? e->logits : NULL, &v, err);
+    if (s == WEFT_OK && !on_host) {
+        uint64_t t_p = now_ns();
+        presample(e, n_seqs, v);
+        prof_host(e, "engine.sample", t_p);
+    } else if (s == WEFT_OK) {
+        memset(e->ps_done, 0, n_seqs);
+    }
     if (s == WEFT_OK) {
         for (uint32_t q = 0; q < n_seqs; q++) {
             request *r = e->b_req[q];
@@ -1715,9 +1787,16 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
             if (r->cancelled) continue;
             weft_sample_result res;
             float *row = e->logits + (size_t)e->b_logit_seq[q] * e->cfg.vocab_size;
-            uint64_t t_s = now_ns();
-            weft_status ss = sample_row(e, r, row, on_host, e->b_logit_seq[q], v, &res, err);
-            prof_host(e, "engine.sample", t_s);
+            weft_status ss = WEFT_OK;
+            if (e->ps_done[q]) {
+                memset(&res, 0, sizeof(res));
+                res.token = e->ps_tok[q];
+                res.logprob = e->ps_lp[q];
+            } else {
+                uint64_t t_s = now_ns();
+                ss = sample_row(e, r, row, on_host, e->b_logit_seq[q], v, &res, err);
+                prof_host(e, "engine.sample", t_s);
+            }
             if (ss != WEFT_OK) {
                 finish_request(e, r, WEFT_FINISH_ERROR, err_text(err));
                 continue;
