@@ -129,6 +129,7 @@ final)
   ;;
 serve)
   [ -x "$B/tests/test_kv_paged_cuda" ] && run test_kv_paged_cuda "$B/tests/test_kv_paged_cuda"
+  [ -x "$B/tests/test_exec" ] && run test_exec "$B/tests/test_exec"
   cands=${WEFT_SERVE_CANDIDATES:-serve-cuda serve-cuda-all}
   mkdir -p "$stories"
   weft convert llama2c "$S/models/stories260K/stories260K.bin" "$S/models/stories260K/tok512.bin" \
@@ -155,6 +156,13 @@ serve)
       done
     done
   done
+  # batch 1: the backend's contiguous attention against kv.paged's split kernel
+  for cfg in Qwen3-0.6B Llama-3.2-1B; do
+    for c in fast-cuda-all fast-cuda-paged; do
+      run "bench_${c}_$cfg" weft bench decode --candidate "manifests/$c.yaml" \
+        --model "$M/$cfg-bf16" --prompt 128 --gen 256 --repeats 3
+    done
+  done
   c=$(echo $cands | awk '{print $NF}')
   run "profile_${c}_c32" weft bench decode --candidate "manifests/$c.yaml" \
     --model "$M/Qwen3-0.6B-bf16" --prompt 128 --gen 128 --repeats 1 --concurrency 32 --profile
@@ -178,3 +186,9 @@ esac
 echo
 echo "summary ($phase):"
 printf '  %s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" > "$out/summary.txt"
+# the device tool returns only a few files: WEFT_GPU_TAR=1 packs every log into one archive
+if [ "${WEFT_GPU_TAR:-0}" = 1 ]; then
+  (cd "$out" && tar czf "gpu-check-$phase.tgz" --exclude='*.tgz' . && find . -type f ! -name '*.tgz' \
+    ! -name summary.txt -delete)
+fi
