@@ -174,9 +174,31 @@ serve)
     --dtype f32 --seed 1 >/dev/null
   run prefix_ttft_Qwen3-0.6B-f32 "$B/tests/weft-prefix-bench" --backend cuda \
     --model "$M/Qwen3-0.6B-f32" --history 2000 --new 32 --repeats 5
-  weft candidate freeze "manifests/$c.yaml" -o "$out/$c.lock" >/dev/null
-  run "eval_gates_$c" weft eval run --lock "$out/$c.lock" --no-speed --probe docs/perf/probe-h200.json \
-    --reference "$S/reference/stories260K/reference.safetensors" -o "$out/eval-gates-$c.json"
+  # chunked prefill's KPI (TECHNIQUES.md row 2): p99 ITL of 8 decoding streams while an
+  # 8,000-token prompt arrives, against their idle p99; whole prompts vs chunks of 256 and 64
+  for sch in "sched.continuous" "{name: sched.chunked-prefill, options: {chunk_tokens: 256}}" \
+             "{name: sched.chunked-prefill, options: {chunk_tokens: 64}}"; do
+    tag=$(echo "$sch" | tr -cd 'a-z0-9' | cut -c1-40)
+    cat > "$out/arrival-$tag.yaml" <<EOF2
+format: 1
+candidate: arrival-$tag
+model: stories260k
+backend: cuda
+model_plugin: {name: llama, options: {activation_dtype: auto, device_inputs: true}}
+techniques:
+  - $sch
+  - kv.paged
+  - exec.device-sampling
+serving: {max_model_len: 8704, max_concurrency: 16}
+EOF2
+    run "arrival_$tag" weft bench decode --candidate "$out/arrival-$tag.yaml" \
+      --model "$M/Qwen3-0.6B-bf16" --concurrency 8 --prompt 16 --gen 490 --arrival 8000 --repeats 5
+  done
+  for c in $cands; do
+    weft candidate freeze "manifests/$c.yaml" -o "$out/$c.lock" >/dev/null
+    run "eval_gates_$c" weft eval run --lock "$out/$c.lock" --no-speed --probe docs/perf/probe-h200.json \
+      --reference "$S/reference/stories260K/reference.safetensors" -o "$out/eval-gates-$c.json"
+  done
   ;;
 *)
   echo "unknown phase $phase" >&2
