@@ -1691,7 +1691,8 @@ static void presample(weft_engine *e, uint32_t n_seqs, const variant *v) {
  * runs the ordinary path. A request that ends at step n (EOS, stop id or string) wastes its row
  * in step n+1: that row's token is dropped, its kv write lands at a position past the request's
  * n_computed in a slot closed when step n's token was delivered, and every later use of that
- * slot or page is ordered after it on the same stream (docs/ENGINE.md has the argument).
+ * slot or page is ordered after it on the same stream (the argument is in
+ * techniques/exec.async-pipeline/README.md).
  *
  * Tokens are identical to the ordinary path: the same variant (graph) runs on the same ids,
  * positions and slots, and each row's Philox counter is its token index (n_generated plus the
