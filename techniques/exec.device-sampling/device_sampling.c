@@ -219,21 +219,27 @@ static weft_status check_row(const ds_state *s, const weft_sampling *p, weft_err
 static weft_status launch_rows(ds_state *s, const weft_buffer *logits, uint32_t base, uint32_t n,
                                uint32_t vocab, const weft_sampling *params, CUdeviceptr results,
                                weft_error *err) {
-    for (uint32_t r = 0; r < n; r++) {
+    for (uint32_t r = 0; r < n;) {
         const weft_sampling *p = &params[base + r];
         CUdeviceptr row =
             (CUdeviceptr)(uintptr_t)logits->ptr + (uint64_t)(base + r) * vocab * sizeof(float);
         CUdeviceptr res = results + r * sizeof(ds_result);
         int V = (int)vocab;
         if (p->temperature == 0.0f) {
+            /* a run of greedy rows is one launch: grid y indexes the row (the kernel offsets
+             * logits, partials, counters and results by blockIdx.y) */
+            uint32_t nr = 1;
+            while (r + nr < n && params[base + r + nr].temperature == 0.0f)
+                nr++;
             long ld = (long)vocab;
             CUdeviceptr parts = s->parts + (uint64_t)r * s->blocks * 24;
             CUdeviceptr done = s->done + r * sizeof(uint32_t);
             void *args[] = {&row, &ld, &V, &parts, &done, &res};
-            CK(cuLaunchKernel(s->f_greedy, s->blocks, 1, 1, GREEDY_THREADS, 1, 1, 0, s->stream,
+            CK(cuLaunchKernel(s->f_greedy, s->blocks, nr, 1, GREEDY_THREADS, 1, 1, 0, s->stream,
                               args, NULL),
                "launching ds_greedy");
-            s->rows_greedy++;
+            s->rows_greedy += nr;
+            r += nr;
         } else {
             float t = p->temperature, tp = p->top_p, mp = p->min_p;
             int k = p->top_k;
@@ -243,6 +249,7 @@ static weft_status launch_rows(ds_state *s, const weft_buffer *logits, uint32_t 
                               NULL),
                "launching ds_sample");
             s->rows_sampled++;
+            r++;
         }
     }
     return WEFT_OK;

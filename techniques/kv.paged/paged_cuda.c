@@ -42,6 +42,9 @@ typedef struct kvp_api {
     CUresult (*ModuleUnload)(CUmodule);
     CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
+    CUresult (*FuncSetAttribute)(CUfunction, CUfunction_attribute, int);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
     weft_cuda_api rt;
 } kvp_api;
 
@@ -71,6 +74,9 @@ static const char *api_load(kvp_api *api) {
     KVP_SYM(api->cuda, ModuleGetFunction, "cuModuleGetFunction");
     KVP_SYM(api->cuda, ModuleUnload, "cuModuleUnload");
     KVP_SYM(api->cuda, LaunchKernel, "cuLaunchKernel");
+    KVP_SYM(api->cuda, FuncSetAttribute, "cuFuncSetAttribute");
+    KVP_SYM(api->cuda, MemAlloc, "cuMemAlloc_v2");
+    KVP_SYM(api->cuda, MemFree, "cuMemFree_v2");
     KVP_SYM(api->nvrtc, rt.version, "nvrtcVersion");
     KVP_SYM(api->nvrtc, rt.create_program, "nvrtcCreateProgram");
     KVP_SYM(api->nvrtc, rt.compile_program, "nvrtcCompileProgram");
@@ -96,9 +102,37 @@ typedef struct kvp_cuda {
     CUcontext ctx;
     char arch[32], device[128];
     CUmodule mod[4]; /* by dtype: 1 f32, 2 f16, 3 bf16 */
-    CUfunction store[4], attn[4];
+    CUfunction store[4], attn[4], split[4], combine[4];
     int failed[4]; /* compilation failed once: do not retry every node */
+    int sms;       /* streaming multiprocessors: the split attention's grid target */
+    CUdeviceptr part; /* the split attention's partial results (part_bytes) */
+    size_t part_bytes;
 } kvp_cuda;
+
+/* The split attention kernel (kernels/paged.cu kvp_attention_split): its constants, the shared
+ * memory it needs for head_dim hd, and the most dynamic shared memory it is allowed (head_dim
+ * up to 256). */
+#define KVS_CHUNK 32
+#define KVS_MAXG 8
+#define KVS_THREADS 256
+#define KVS_MAXS 32
+static size_t kvs_smem(int hd) {
+    return ((size_t)KVS_CHUNK * (hd + 1) + (size_t)KVS_CHUNK * hd + (size_t)KVS_MAXG * hd +
+            (size_t)KVS_MAXG * KVS_CHUNK) *
+           sizeof(float);
+}
+
+/* Splits per (row, kv head) for a step of T rows: enough blocks for two per SM, at most
+ * KVS_MAXS, never more than the cache has chunks. A function of the row count alone, so a
+ * captured step's grid stays valid. */
+static int kvs_splits(const kvp_cuda *c, int T, int Hkv, int max_seq) {
+    long blocks = (long)T * Hkv, want = 2L * (c->sms > 0 ? c->sms : 132);
+    int S = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
+    int chunks = (max_seq + KVS_CHUNK - 1) / KVS_CHUNK;
+    if (S > chunks) S = chunks;
+    if (S > KVS_MAXS) S = KVS_MAXS;
+    return S < 1 ? 1 : S;
+}
 
 static int dtype_index(uint32_t dt) {
     return dt == WEFT_DTYPE_F32 ? 1 : dt == WEFT_DTYPE_F16 ? 2 : dt == WEFT_DTYPE_BF16 ? 3 : 0;
@@ -133,8 +167,28 @@ static weft_status compile(kvp_cuda *c, int t, weft_error *err) {
         return s;
     }
     if ((r = c->api.ModuleGetFunction(&c->store[t], c->mod[t], "kvp_store")) != CUDA_SUCCESS ||
-        (r = c->api.ModuleGetFunction(&c->attn[t], c->mod[t], "kvp_attention")) != CUDA_SUCCESS)
+        (r = c->api.ModuleGetFunction(&c->attn[t], c->mod[t], "kvp_attention")) != CUDA_SUCCESS ||
+        (r = c->api.ModuleGetFunction(&c->split[t], c->mod[t], "kvp_attention_split")) !=
+            CUDA_SUCCESS ||
+        (r = c->api.ModuleGetFunction(&c->combine[t], c->mod[t], "kvp_attention_combine")) !=
+            CUDA_SUCCESS)
         return cu_error(c, err, r, "looking up the paged.cu kernels");
+    r = c->api.FuncSetAttribute(c->split[t], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                (int)kvs_smem(256));
+    if (r != CUDA_SUCCESS)
+        return cu_error(c, err, r, "raising the shared memory limit of kvp_attention_split");
+    if (!c->part) {
+        /* S > 1 only while T x Hkv < 2 x SMs, so T x Hkv x S < 4 x SMs blocks write partials,
+         * each for at most KVS_MAXG heads of at most 256 + 2 floats. */
+        size_t bytes = (size_t)4 * (c->sms > 0 ? c->sms : 132) * KVS_MAXG * (256 + 2) *
+                       sizeof(float);
+        r = c->api.MemAlloc(&c->part, bytes);
+        if (r != CUDA_SUCCESS) {
+            c->part = 0;
+            return cu_error(c, err, r, "allocating the split attention's partials");
+        }
+        c->part_bytes = bytes;
+    }
     return WEFT_OK;
 }
 
@@ -236,6 +290,24 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
     void *sargs[] = {&kp, &vp, &pp, &sp, &tb, &kc, &vc, &T, &Hkv, &hd, &P, &mb, &ns, &np};
     r = c->api.LaunchKernel(c->store[t], (unsigned)T, 1, 1, 128, 1, 1, 0, stream, sargs, NULL);
     if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_store");
+    int S = kvs_splits(c, T, Hkv, P * mb);
+    size_t need = S > 1 ? (size_t)T * Hq * S * (hd + 2) * sizeof(float) : 0;
+    if (Hq / Hkv <= KVS_MAXG && need <= c->part_bytes) {
+        /* split-KV, GQA-packed (the default); the one-block-per-head kernel below remains for
+         * groups of more than KVS_MAXG query heads */
+        CUdeviceptr part = c->part;
+        void *xargs[] = {&qp, &pp, &sp, &tb, &kc, &vc, &op,     &part,  &T,  &Hq,
+                         &Hkv, &hd, &P, &mb, &ns, &np, &window, &scale, &S};
+        r = c->api.LaunchKernel(c->split[t], (unsigned)T, (unsigned)Hkv, (unsigned)S, KVS_THREADS,
+                                1, 1, (unsigned)kvs_smem(hd), stream, xargs, NULL);
+        if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_split");
+        if (S == 1) return WEFT_OK;
+        void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
+        r = c->api.LaunchKernel(c->combine[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0, stream,
+                                cargs, NULL);
+        if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_combine");
+        return WEFT_OK;
+    }
     void *aargs[] = {&qp,  &pp, &sp, &tb, &kc, &vc, &op,     &T,    &Hq,
                      &Hkv, &hd, &P,  &mb, &ns, &np, &window, &scale};
     r = c->api.LaunchKernel(c->attn[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0, stream, aargs,
@@ -247,9 +319,11 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
 void kv_paged_cuda_free(void *st) {
     kvp_cuda *c = st;
     if (!c) return;
-    if (c->ctx && c->api.CtxSetCurrent && c->api.CtxSetCurrent(c->ctx) == CUDA_SUCCESS)
+    if (c->ctx && c->api.CtxSetCurrent && c->api.CtxSetCurrent(c->ctx) == CUDA_SUCCESS) {
         for (int t = 0; t < 4; t++)
             if (c->mod[t]) c->api.ModuleUnload(c->mod[t]);
+        if (c->part) c->api.MemFree(c->part);
+    }
     api_close(&c->api);
     free(c);
 }
@@ -289,6 +363,8 @@ weft_status kv_paged_register_cuda(const weft_host_services *host, const weft_op
     if (r == CUDA_SUCCESS)
         r = c->api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
     if (r == CUDA_SUCCESS) r = c->api.DeviceGetName(c->device, (int)sizeof(c->device), d);
+    if (r == CUDA_SUCCESS)
+        r = c->api.DeviceGetAttribute(&c->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
     if (r != CUDA_SUCCESS) {
         cu_error(c, err, r, "reading the device's compute capability");
         kv_paged_cuda_free(c);

@@ -154,8 +154,14 @@ static weft_buffer upload(uint32_t dt, const void *host_data, size_t n) {
     return b;
 }
 
-static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int window) {
-    enum { LEN0 = 9, LEN1 = 6, SLOTS = 2, MAX_SEQ = 16 };
+/* Two requests of len0 and len1 tokens in a pool of max_seq positions per slot: a prefill step
+ * of all but their last tokens, then a decode step of one row each. Short contexts take one
+ * 32-position chunk; long ones make the split kernel stride over chunks, and the decode step's
+ * two rows split across blocks (the combine path) while the prefill's many rows do not. */
+static void check_op_len(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int window, int len0,
+                         int len1, uint32_t max_seq) {
+    enum { SLOTS = 2 };
+    const int LEN0 = len0, LEN1 = len1, MAX_SEQ = (int)max_seq;
     const int lens[2] = {LEN0, LEN1};
     void *pst = NULL;
     weft_error err;
@@ -221,7 +227,10 @@ static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int windo
         int T = rows[0] + rows[1];
         float *q = malloc(sizeof(float) * T * Hq * hd), *k = malloc(sizeof(float) * T * Hkv * hd);
         float *v = malloc(sizeof(float) * T * Hkv * hd), *o = malloc(sizeof(float) * T * Hq * hd);
-        int32_t pos[32], slots_of_row[32], seq_of_row[32];
+        int32_t *pos = malloc(sizeof(int32_t) * T), *slots_of_row = malloc(sizeof(int32_t) * T);
+        int32_t *seq_of_row = malloc(sizeof(int32_t) * T);
+        double *sc = malloc(sizeof(double) * MAX_SEQ);
+        assert_true(pos && slots_of_row && seq_of_row && sc);
         int r = 0;
         for (int s = 0; s < 2; s++)
             for (int j = 0; j < rows[s]; j++, r++) {
@@ -298,7 +307,7 @@ static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int windo
             int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
             for (int h = 0; h < Hq; h++) {
                 int kh = h / (Hq / Hkv);
-                double sc[32], m = -1e300, l = 0;
+                double m = -1e300, l = 0;
                 for (int j = lo; j <= p; j++) {
                     double d = 0;
                     for (int e = 0; e < hd; e++)
@@ -328,6 +337,10 @@ static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int windo
         free(k);
         free(v);
         free(o);
+        free(pos);
+        free(slots_of_row);
+        free(seq_of_row);
+        free(sc);
     }
     int32_t nb0, nb1;
     const int32_t *t0 = kv->block_table(pst, slot[0], &nb0),
@@ -346,6 +359,10 @@ static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int windo
     paged_desc->destroy(pst);
 }
 
+static void check_op(uint32_t dt, int Hq, int Hkv, int hd, uint32_t P, int window) {
+    check_op_len(dt, Hq, Hkv, hd, P, window, 9, 6, 16);
+}
+
 static void test_op(void **state) {
     (void)state;
     if (!bst) skip();
@@ -353,6 +370,14 @@ static void test_op(void **state) {
     check_op(WEFT_DTYPE_F32, 4, 2, 128, 3, 0);
     check_op(WEFT_DTYPE_F32, 6, 2, 40, 4, 5);
     check_op(WEFT_DTYPE_BF16, 8, 2, 64, 2, 0);
+    /* several chunks: a few splits per row at decode, one split per row at prefill */
+    check_op_len(WEFT_DTYPE_F32, 16, 8, 128, 16, 0, 150, 77, 160);
+    check_op_len(WEFT_DTYPE_BF16, 16, 8, 128, 16, 0, 150, 77, 160);
+    /* more chunks than splits (each split strides), sliding window, GQA 4 */
+    check_op_len(WEFT_DTYPE_F32, 16, 4, 16, 16, 0, 1100, 700, 1200);
+    check_op_len(WEFT_DTYPE_F32, 16, 4, 16, 7, 333, 1100, 700, 1200);
+    /* a group of 12 query heads: the one-block-per-head kernel */
+    check_op_len(WEFT_DTYPE_F32, 12, 1, 32, 16, 0, 100, 40, 128);
 }
 
 /* ---- the engine --------------------------------------------------------------------------- */

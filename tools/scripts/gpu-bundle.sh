@@ -28,6 +28,12 @@ for t in "$build"/tests/*; do
   cp "$t" "$out/tests/"
   patchelf --set-rpath '$ORIGIN/../lib' "$out/tests/$(basename "$t")"
 done
+# benchmark tools built beside the CLI (weft-prefix-bench, ...)
+for t in "$build"/bin/weft-*; do
+  [ -f "$t" ] && [ -x "$t" ] || continue
+  cp "$t" "$out/tests/"
+  patchelf --set-rpath '$ORIGIN/../lib' "$out/tests/$(basename "$t")"
+done
 # fakes and other test-only bundles built outside the plugin dir
 [ -d "$build/tests/fakes" ] && cp -a "$build/tests/fakes" "$out/tests/"
 # --shared: the references and models the GPU checks need (../shared does not travel)

@@ -4,13 +4,19 @@
  * generated), then follow-up turns each send the whole history plus --new fresh tokens and
  * time submit -> first token. Every follow-up has different fresh tokens, so with the prefix
  * cache each one reuses exactly the history's full pages and computes the rest. The same
- * follow-ups run on three engines opened from candidates written on the fly: the cpu baseline
- * (contiguous kv), kv.paged, and kv.paged + kv.prefix-cache. Prints the medians over
+ * follow-ups run on three engines opened from candidates written on the fly: the baseline of
+ * the backend (contiguous kv), kv.paged, and kv.paged + kv.prefix-cache. Prints the medians over
  * --repeats follow-ups of wall and process-CPU milliseconds, the tokens reused, and the ratio
  * of the cached TTFT to the cold ones. Greedy outputs of the follow-ups are compared across the
  * three engines (first 8 tokens), so a speed-up never hides a wrong answer.
  *
  *   weft-prefix-bench [--model DIR] [--history N] [--new N] [--repeats N] [--page-size N]
+ *                     [--backend cpu|cuda] [--tolerate-rounding]
+ *
+ * --tolerate-rounding reports follow-ups whose greedy tokens differ from the baseline's instead
+ * of failing: in bf16 a product over the follow-up's few rows and one over the whole prompt may
+ * round differently (cuBLASLt picks kernels per shape), and random weights put greedy choices
+ * at near-ties. Exactness is what the f32 run and the eval prompt-cache gate check.
  *
  * Without --model, stories260K is converted from WEFT_SHARED_DIR into a temporary directory. */
 #include <stdio.h>
@@ -89,15 +95,19 @@ static int request(weft_engine *e, const int32_t *ids, size_t n, uint32_t gen, p
     return 0;
 }
 
-static int write_manifest(char path[64], const char *techniques, uint32_t max_len) {
+static int write_manifest(char path[64], const char *techniques, uint32_t max_len, int cuda) {
     snprintf(path, 64, "/tmp/weft-prefix-bench-XXXXXX.yaml");
     int fd = mkstemps(path, 5);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) return -1;
     fprintf(f,
             "format: 1\ncandidate: prefix-bench\nmodel: stories260k\n"
-            "backend: {name: cpu, options: {threads: 1}}\nmodel_plugin: llama\ntechniques:%s\n%s"
+            "backend: %s\nmodel_plugin: %s\ntechniques:%s\n%s"
             "serving:\n  max_model_len: %u\n  max_concurrency: 1\n  threads: 1\n",
+            cuda ? "cuda" : "{name: cpu, options: {threads: 1}}",
+            /* the paged cuda kernels find each row's kv slot in a device input */
+            cuda ? "{name: llama, options: {activation_dtype: auto, device_inputs: true}}"
+                 : "llama",
             techniques[0] ? "" : " []", techniques, max_len);
     return fclose(f) == 0 ? 0 : -1;
 }
@@ -105,6 +115,7 @@ static int write_manifest(char path[64], const char *techniques, uint32_t max_le
 int main(int argc, char **argv) {
     const char *model = NULL;
     uint32_t history = 480, fresh = 16, repeats = 7, page = 16;
+    int cuda = 0, tolerate = 0, differ = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--model") && v)
@@ -117,9 +128,14 @@ int main(int argc, char **argv) {
             repeats = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(a, "--page-size") && v)
             page = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(a, "--backend") && v && (!strcmp(v, "cpu") || !strcmp(v, "cuda")))
+            cuda = !strcmp(argv[++i], "cuda");
+        else if (!strcmp(a, "--tolerate-rounding"))
+            tolerate = 1;
         else {
             fprintf(stderr, "usage: weft-prefix-bench [--model DIR] [--history N] [--new N] "
-                            "[--repeats N] [--page-size N]\n");
+                            "[--repeats N] [--page-size N] [--backend cpu|cuda] "
+                            "[--tolerate-rounding]\n");
             return 2;
         }
     }
@@ -164,7 +180,7 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (int k = 0; k < 3 && rc == 0; k++) {
         char manifest[64];
-        if (write_manifest(manifest, techs[k], max_len)) return 1;
+        if (write_manifest(manifest, techs[k], max_len, cuda)) return 1;
         weft_engine_options o;
         weft_engine_options_default(&o);
         o.manifest_path = manifest;
@@ -199,9 +215,15 @@ int main(int argc, char **argv) {
             if (k == 0)
                 memcpy(first[r], p.ids, sizeof(first[r]));
             else if (memcmp(first[r], p.ids, sizeof(first[r]))) {
-                fprintf(stderr, "weft-prefix-bench: %s: follow-up %u differs from the baseline\n",
-                        names[k], r);
-                rc = 1;
+                int at = 0;
+                while (at < GEN && first[r][at] == p.ids[at])
+                    at++;
+                fprintf(stderr,
+                        "weft-prefix-bench: %s: follow-up %u differs from the baseline from "
+                        "output token %d\n",
+                        names[k], r, at);
+                differ++;
+                if (!tolerate) rc = 1;
             }
         }
         weft_engine_get_stats(e, &st1);
@@ -220,9 +242,14 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 3; k++)
             printf("  %-28s TTFT %8.3f ms wall  %8.3f ms cpu\n", names[k], mw[k], mc[k]);
         printf("  reused %llu of %u prompt tokens (%.1f%%); cached/cold TTFT %.3f (wall), %.3f "
-               "(cpu); outputs identical\n",
+               "(cpu); ",
                (unsigned long long)reused, prompt_len, 100.0 * (double)reused / prompt_len,
                mw[2] / mw[0], mc[2] / mc[0]);
+        if (differ)
+            printf("%d of %u follow-ups differ from the baseline (--tolerate-rounding)\n", differ,
+                   2 * repeats);
+        else
+            printf("outputs identical\n");
     }
     free(pool);
     free(prompt);
