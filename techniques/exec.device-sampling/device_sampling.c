@@ -31,6 +31,7 @@
 #define GREEDY_THREADS 256
 #define SAMPLE_THREADS 1024
 #define DS_MAX_ROWS 256
+#define DS_ASYNC_DEPTH 4 /* sample_async calls outstanding at once (the engine uses 2) */
 
 extern const char weft_exec_sampling_source[]; /* kernels/sampling.cu, embedded at build */
 
@@ -50,11 +51,17 @@ typedef struct ds_state {
     CUcontext ctx; /* retained primary context */
     CUstream stream;
     CUmodule mod;
-    CUfunction f_greedy, f_sample;
+    CUfunction f_greedy, f_sample, f_ids;
     uint32_t blocks;
     CUdeviceptr parts, done, results, keys;
     uint64_t keys_vocab;
     ds_result *h_results; /* pinned */
+    /* sample_async: a ring of result slots (device and pinned) with an event each */
+    CUdeviceptr a_results;
+    ds_result *a_host;
+    CUevent a_ev[DS_ASYNC_DEPTH];
+    uint32_t a_rows[DS_ASYNC_DEPTH];
+    uint32_t a_head, a_count;
     uint64_t rows_sampled, rows_greedy, rows_declined;
 } ds_state;
 
@@ -101,6 +108,10 @@ static void ds_destroy(void *st) {
         if (s->results) cuMemFree(s->results);
         if (s->keys) cuMemFree(s->keys);
         if (s->h_results) cuMemFreeHost(s->h_results);
+        if (s->a_results) cuMemFree(s->a_results);
+        if (s->a_host) cuMemFreeHost(s->a_host);
+        for (int i = 0; i < DS_ASYNC_DEPTH; i++)
+            if (s->a_ev[i]) cuEventDestroy(s->a_ev[i]);
         if (s->mod) cuModuleUnload(s->mod);
     }
     if (s->ctx) cuDevicePrimaryCtxRelease(s->dev);
@@ -149,6 +160,7 @@ static weft_status ds_init(ds_state *s, weft_error *err) {
     if (st) return st;
     CK(cuModuleGetFunction(&s->f_greedy, s->mod, "ds_greedy"), "looking up ds_greedy");
     CK(cuModuleGetFunction(&s->f_sample, s->mod, "ds_sample"), "looking up ds_sample");
+    CK(cuModuleGetFunction(&s->f_ids, s->mod, "ds_ids"), "looking up ds_ids");
     int sms = 0;
     CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, s->dev),
        "reading the multiprocessor count");
@@ -159,6 +171,13 @@ static weft_status ds_init(ds_state *s, weft_error *err) {
     CK(cuMemAlloc(&s->results, DS_MAX_ROWS * sizeof(ds_result)), "allocating results");
     CK(cuMemAllocHost((void **)&s->h_results, DS_MAX_ROWS * sizeof(ds_result)),
        "allocating pinned results");
+    CK(cuMemAlloc(&s->a_results, (size_t)DS_ASYNC_DEPTH * DS_MAX_ROWS * sizeof(ds_result)),
+       "allocating pipelined results");
+    CK(cuMemAllocHost((void **)&s->a_host,
+                      (size_t)DS_ASYNC_DEPTH * DS_MAX_ROWS * sizeof(ds_result)),
+       "allocating pinned pipelined results");
+    for (int i = 0; i < DS_ASYNC_DEPTH; i++)
+        CK(cuEventCreate(&s->a_ev[i], CU_EVENT_DISABLE_TIMING), "creating a result event");
     s->ready = 1;
     return WEFT_OK;
 }
@@ -196,14 +215,49 @@ static weft_status check_row(const ds_state *s, const weft_sampling *p, weft_err
     return WEFT_OK;
 }
 
-/* step: one token per row of logits (device, f32, rows of vocab). Synchronises the stream once
- * per DS_MAX_ROWS rows to read the results: the only host wait of a sampled step. */
-static weft_status ds_sample(void *st, const weft_buffer *logits, uint32_t n_rows, uint32_t vocab,
-                             const weft_sampling *params, int32_t *tokens_out,
-                             float *logprob_out, weft_error *err) {
-    ds_state *s = st;
-    if (!s || !logits || !params || !tokens_out)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "sample: NULL argument");
+/* Enqueues the kernels of rows base..base+n-1 (n <= DS_MAX_ROWS), results to results[0..n). */
+static weft_status launch_rows(ds_state *s, const weft_buffer *logits, uint32_t base, uint32_t n,
+                               uint32_t vocab, const weft_sampling *params, CUdeviceptr results,
+                               weft_error *err) {
+    for (uint32_t r = 0; r < n;) {
+        const weft_sampling *p = &params[base + r];
+        CUdeviceptr row =
+            (CUdeviceptr)(uintptr_t)logits->ptr + (uint64_t)(base + r) * vocab * sizeof(float);
+        CUdeviceptr res = results + r * sizeof(ds_result);
+        int V = (int)vocab;
+        if (p->temperature == 0.0f) {
+            /* a run of greedy rows is one launch: grid y indexes the row (the kernel offsets
+             * logits, partials, counters and results by blockIdx.y) */
+            uint32_t nr = 1;
+            while (r + nr < n && params[base + r + nr].temperature == 0.0f)
+                nr++;
+            long ld = (long)vocab;
+            CUdeviceptr parts = s->parts + (uint64_t)r * s->blocks * 24;
+            CUdeviceptr done = s->done + r * sizeof(uint32_t);
+            void *args[] = {&row, &ld, &V, &parts, &done, &res};
+            CK(cuLaunchKernel(s->f_greedy, s->blocks, nr, 1, GREEDY_THREADS, 1, 1, 0, s->stream,
+                              args, NULL),
+               "launching ds_greedy");
+            s->rows_greedy += nr;
+            r += nr;
+        } else {
+            float t = p->temperature, tp = p->top_p, mp = p->min_p;
+            int k = p->top_k;
+            unsigned long long seed = p->seed, counter = p->counter;
+            void *args[] = {&row, &V, &s->keys, &t, &k, &tp, &mp, &seed, &counter, &res};
+            CK(cuLaunchKernel(s->f_sample, 1, 1, 1, SAMPLE_THREADS, 1, 1, 0, s->stream, args,
+                              NULL),
+               "launching ds_sample");
+            s->rows_sampled++;
+            r++;
+        }
+    }
+    return WEFT_OK;
+}
+
+/* Argument and row checks shared by sample and sample_async; first use sets the device up. */
+static weft_status prepare_call(ds_state *s, const weft_buffer *logits, uint32_t n_rows,
+                                uint32_t vocab, const weft_sampling *params, weft_error *err) {
     if (vocab == 0 || vocab > 0x7fffffffu || n_rows == 0)
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
                               "sample: expected vocab in 1..2^31-1 and rows >= 1, got %u and %u",
@@ -234,41 +288,23 @@ static weft_status ds_sample(void *st, const weft_buffer *logits, uint32_t n_row
         CK(cuMemAlloc(&s->keys, (size_t)vocab * sizeof(uint64_t)), "allocating sort keys");
         s->keys_vocab = vocab;
     }
+    return WEFT_OK;
+}
+
+/* step: one token per row of logits (device, f32, rows of vocab). Synchronises the stream once
+ * per DS_MAX_ROWS rows to read the results: the only host wait of a sampled step. */
+static weft_status ds_sample(void *st, const weft_buffer *logits, uint32_t n_rows, uint32_t vocab,
+                             const weft_sampling *params, int32_t *tokens_out,
+                             float *logprob_out, weft_error *err) {
+    ds_state *s = st;
+    if (!s || !logits || !params || !tokens_out)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "sample: NULL argument");
+    weft_status ps = prepare_call(s, logits, n_rows, vocab, params, err);
+    if (ps) return ps;
     for (uint32_t base = 0; base < n_rows; base += DS_MAX_ROWS) {
         uint32_t n = n_rows - base < DS_MAX_ROWS ? n_rows - base : DS_MAX_ROWS;
-        for (uint32_t r = 0; r < n;) {
-            const weft_sampling *p = &params[base + r];
-            CUdeviceptr row = (CUdeviceptr)(uintptr_t)logits->ptr +
-                              (uint64_t)(base + r) * vocab * sizeof(float);
-            CUdeviceptr res = s->results + r * sizeof(ds_result);
-            int V = (int)vocab;
-            if (p->temperature == 0.0f) {
-                /* a run of greedy rows is one launch: grid y indexes the row (the kernel
-                 * offsets logits, partials, counters and results by blockIdx.y) */
-                uint32_t nr = 1;
-                while (r + nr < n && params[base + r + nr].temperature == 0.0f)
-                    nr++;
-                long ld = (long)vocab;
-                CUdeviceptr parts = s->parts + (uint64_t)r * s->blocks * 24;
-                CUdeviceptr done = s->done + r * sizeof(uint32_t);
-                void *args[] = {&row, &ld, &V, &parts, &done, &res};
-                CK(cuLaunchKernel(s->f_greedy, s->blocks, nr, 1, GREEDY_THREADS, 1, 1, 0,
-                                  s->stream, args, NULL),
-                   "launching ds_greedy");
-                s->rows_greedy += nr;
-                r += nr;
-            } else {
-                float t = p->temperature, tp = p->top_p, mp = p->min_p;
-                int k = p->top_k;
-                unsigned long long seed = p->seed, counter = p->counter;
-                void *args[] = {&row, &V, &s->keys, &t, &k, &tp, &mp, &seed, &counter, &res};
-                CK(cuLaunchKernel(s->f_sample, 1, 1, 1, SAMPLE_THREADS, 1, 1, 0, s->stream, args,
-                                  NULL),
-                   "launching ds_sample");
-                s->rows_sampled++;
-                r++;
-            }
-        }
+        weft_status ls = launch_rows(s, logits, base, n, vocab, params, s->results, err);
+        if (ls) return ls;
         CK(cuMemcpyDtoHAsync(s->h_results, s->results, n * sizeof(ds_result), s->stream),
            "copying sampled tokens to the host");
         CK(cuStreamSynchronize(s->stream), "waiting for the sampled tokens");
@@ -290,9 +326,94 @@ static weft_status ds_sample(void *st, const weft_buffer *logits, uint32_t n_row
     return WEFT_OK;
 }
 
+/* step (exec.async-pipeline): the kernels, then the ids into `ids` (the engine copies them
+ * into the next step's in.tokens on the device), the results into a pinned slot and an event;
+ * no wait. Everything is checked before the first launch, so a declined call leaves nothing
+ * outstanding. */
+static weft_status ds_sample_async(void *st, const weft_buffer *logits, uint32_t n_rows,
+                                   uint32_t vocab, const weft_sampling *params, weft_buffer *ids,
+                                   weft_error *err) {
+    ds_state *s = st;
+    if (!s || !logits || !params || !ids)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "sample_async: NULL argument");
+    if (n_rows > DS_MAX_ROWS)
+        return weft_sdk_error(err, WEFT_ERR_UNSUPPORTED, NAME,
+                              "sample_async: %u rows, at most %u run ahead", n_rows, DS_MAX_ROWS);
+    if (s->a_count == DS_ASYNC_DEPTH)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                              "sample_async: %u calls already outstanding (collect first)",
+                              DS_ASYNC_DEPTH);
+    if (ids->memory != WEFT_MEMORY_DEVICE || !ids->ptr || ids->bytes < (uint64_t)n_rows * 4)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                              "sample_async: expected a device buffer of %u i32 ids, got %llu "
+                              "bytes in memory kind %u",
+                              n_rows, (unsigned long long)ids->bytes, ids->memory);
+    weft_status ps = prepare_call(s, logits, n_rows, vocab, params, err);
+    if (ps) return ps;
+    uint32_t slot = (s->a_head + s->a_count) % DS_ASYNC_DEPTH;
+    CUdeviceptr res = s->a_results + (uint64_t)slot * DS_MAX_ROWS * sizeof(ds_result);
+    weft_status ls = launch_rows(s, logits, 0, n_rows, vocab, params, res, err);
+    if (ls) return ls;
+    CUdeviceptr dst = (CUdeviceptr)(uintptr_t)ids->ptr;
+    int n = (int)n_rows;
+    void *args[] = {&res, &n, &dst};
+    CK(cuLaunchKernel(s->f_ids, (n_rows + 255) / 256, 1, 1, 256, 1, 1, 0, s->stream, args, NULL),
+       "launching ds_ids");
+    CK(cuMemcpyDtoHAsync(s->a_host + (size_t)slot * DS_MAX_ROWS, res,
+                         n_rows * sizeof(ds_result), s->stream),
+       "copying sampled tokens to pinned memory");
+    CK(cuEventRecord(s->a_ev[slot], s->stream), "recording the results event");
+    s->a_rows[slot] = n_rows;
+    s->a_count++;
+    return WEFT_OK;
+}
+
+/* control: waits for the oldest outstanding sample_async and reads its pinned results. */
+static weft_status ds_collect(void *st, uint32_t n_rows, int32_t *tokens_out, float *logprob_out,
+                              weft_error *err) {
+    ds_state *s = st;
+    if (!s || !tokens_out)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "collect: NULL argument");
+    for (uint32_t r = 0; r < n_rows; r++)
+        tokens_out[r] = -1;
+    if (s->a_count == 0)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "collect: no sample_async outstanding");
+    uint32_t slot = s->a_head;
+    if (n_rows != s->a_rows[slot])
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                              "collect: expected the %u rows of the oldest call, got %u",
+                              s->a_rows[slot], n_rows);
+    s->a_head = (s->a_head + 1) % DS_ASYNC_DEPTH;
+    s->a_count--;
+    CK(cuCtxSetCurrent(s->ctx), "making the context current");
+    CK(cuEventSynchronize(s->a_ev[slot]), "waiting for the sampled tokens");
+    const ds_result *o = s->a_host + (size_t)slot * DS_MAX_ROWS;
+    weft_status st_first = WEFT_OK;
+    for (uint32_t r = 0; r < n_rows; r++) {
+        if (o[r].status == 0 && o[r].token >= 0) {
+            tokens_out[r] = o[r].token;
+            if (logprob_out) logprob_out[r] = o[r].logprob;
+            continue;
+        }
+        if (st_first) continue;
+        st_first = o[r].status == 1
+                       ? weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                                        "logits[%d]: expected a finite value or -inf, got NaN "
+                                        "or +inf (row %u)",
+                                        o[r].bad_index, r)
+                       : weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                                        "no token is left to sample in row %u: every logit is "
+                                        "-inf",
+                                        r);
+    }
+    return st_first;
+}
+
 static const weft_sampler_vtable ds_vtable = {
     .size = sizeof(weft_sampler_vtable),
     .sample = ds_sample,
+    .sample_async = ds_sample_async,
+    .collect = ds_collect,
 };
 
 static const weft_plugin_descriptor ds_desc = {

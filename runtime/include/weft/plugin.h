@@ -617,7 +617,27 @@ typedef struct weft_sampler_vtable {
     weft_status (*sample)(void *st, const weft_buffer *logits, uint32_t n_rows, uint32_t vocab,
                           const weft_sampling *params, int32_t *tokens_out, float *logprob_out,
                           weft_error *err);
+    /* Appended in v1 (docs/ABI.md) for exec.async-pipeline; a host checks size before use. */
+    /* (optional) NULL = the sampler cannot run ahead of the host. step: like sample, but returns
+     * before the tokens are known: writes each row's token id (i32, n_rows entries) into ids
+     * (device memory) on the stream, starts the copy of ids and log-probabilities to host memory
+     * and records an event. collect returns them. Every row is checked before anything is
+     * enqueued: a row it cannot serve gives WEFT_ERR_UNSUPPORTED with nothing launched. At most
+     * WEFT_SAMPLER_ASYNC_DEPTH calls are outstanding (not yet collected). */
+    weft_status (*sample_async)(void *st, const weft_buffer *logits, uint32_t n_rows,
+                                uint32_t vocab, const weft_sampling *params, weft_buffer *ids,
+                                weft_error *err);
+    /* (optional, set with sample_async) control: waits for the oldest outstanding sample_async
+     * (n_rows must equal that call's) and fills its tokens and log-probabilities. A row whose
+     * logits could not be sampled (NaN, all -inf) gets token -1, the call returns its error and
+     * the other rows stay valid; a failed wait sets every token to -1. */
+    weft_status (*collect)(void *st, uint32_t n_rows, int32_t *tokens_out, float *logprob_out,
+                           weft_error *err);
 } weft_sampler_vtable;
+
+/* How many sample_async calls a sampler keeps outstanding at least (the engine needs 2: step n
+ * waiting to be collected while step n+1 is enqueued). */
+#define WEFT_SAMPLER_ASYNC_DEPTH 2
 
 /* Decoder: drives steps (plain = one token per step; spec.* verify drafts). */
 typedef struct weft_decode_io {
@@ -642,6 +662,18 @@ typedef struct weft_decode_io {
     weft_status (*hidden)(void *engine, const float **hidden, uint32_t *dim, weft_error *err);
 } weft_decode_io;
 
+/* What the engine tells a decoder's pipeline hook about the step it is about to launch, and the
+ * device time it measured so far when measure was set (backend events; 0 where unmeasured). */
+typedef struct weft_pipeline_step {
+    uint32_t size;
+    uint32_t n_rows;     /* rows (one per request) of the decode step */
+    uint32_t in_flight;  /* 1: the previous step's tokens are still on the device */
+    uint32_t measure;    /* out: 1 = record backend events around every step */
+    uint64_t steps;      /* steps the engine has run */
+    double device_busy_s;/* measured device time inside steps, summed */
+    double device_idle_s;/* measured device time between steps (waiting for the host), summed */
+} weft_pipeline_step;
+
 typedef struct weft_decoder_vtable {
     uint32_t size;
     /* control: proposes up to max_draft tokens to verify after `last` for a request. */
@@ -659,7 +691,15 @@ typedef struct weft_decoder_vtable {
     weft_status (*rounds)(void *st, const weft_decode_io *io, uint64_t request_id,
                           const int32_t *history, uint32_t n, int32_t *accepted,
                           uint32_t max_out, uint32_t *n_accepted, weft_error *err);
+    /* (optional) NULL = every step waits for its tokens. control: asked before the engine
+     * launches a plain decode step ahead of the host (every row a decode row of a request whose
+     * next token the sampler picks with sample_async; exec.async-pipeline): returns 1 to launch
+     * it before the previous step's tokens reach the host, 0 to run it the ordinary way. The
+     * plugin may set step->measure to have the engine time device idle time between steps.
+     * Appended in v1 (docs/ABI.md). */
+    int32_t (*pipeline)(void *st, weft_pipeline_step *step);
 } weft_decoder_vtable;
+
 
 /* Drafter: a second model (spec.draft-model, spec.eagle) run by the decoder. */
 typedef struct weft_drafter_vtable {

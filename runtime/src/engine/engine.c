@@ -81,7 +81,36 @@ typedef struct request {
     uint32_t finish;
     char message[256];
     int in_step; /* scheduled in the current step */
+    int32_t pipe_row; /* its row in the pipelined step in flight, -1 = none */
 } request;
+
+/* exec.async-pipeline, engine side (see "the pipelined step" below). */
+#define PIPE_RING 4   /* pinned input slots: the host is at most one step ahead */
+#define PIPE_EVENTS 4 /* step event pairs kept for the idle measurement */
+typedef struct pipe_state {
+    int checked, usable; /* the decoder has a pipeline hook and the sampler async hooks */
+    int host;            /* no sampler plugin: the host samples (cpu; no overlap, same logic) */
+    int ready;           /* buffers allocated */
+    int active;          /* a step whose tokens are still on the device */
+    uint32_t n;          /* its rows */
+    request **req;      /* (max seqs) its request per row */
+    weft_buffer ids;     /* device: (max seqs) i32 token ids of the last sampled step */
+    weft_buffer stage;   /* pinned: PIPE_RING slots of 3 x (max seqs) i32 step inputs */
+    uint32_t slot;
+    int32_t *tok, *hids; /* (max seqs) collected tokens; host path: ids to upload */
+    float *lp;
+    /* host path: the tokens of at most two sampled steps, oldest first */
+    int32_t *h_tok[2];
+    float *h_lp[2];
+    char h_msg[2][256];
+    uint32_t h_head, h_count;
+    /* device idle measurement (decoder's measure flag): event pairs per launched step */
+    int measure;
+    void *ev_start[PIPE_EVENTS], *ev_end[PIPE_EVENTS];
+    uint64_t n_events;
+    double busy_s, idle_s;
+    uint64_t launched, pipelined, drains;
+} pipe_state;
 
 typedef struct prof_entry {
     const char *name;
@@ -132,6 +161,8 @@ struct weft_engine {
     int exec_default;
     const weft_sampler_vtable *sampler;
     void *sampler_st;
+    const weft_decoder_vtable *decoder;
+    void *decoder_st;
 
     uint32_t max_model_len, max_requests, max_batch_tokens;
     uint64_t kv_tokens; /* pool budget in tokens, 0 = max_requests * max_model_len */
@@ -152,6 +183,7 @@ struct weft_engine {
     /* step scratch, sized for the largest bucket */
     int32_t *b_tokens, *b_positions, *b_seq_of_row, *b_logit_rows, *b_kv_slots;
     weft_seq *b_seqs;
+    weft_batch b_batch; /* the step's batch as the executor saw it */
     request **b_req;       /* (max seqs) request of each seq */
     uint32_t *b_logit_seq; /* (max seqs) logits row of each seq, UINT32_MAX = none */
     weft_sched_request *s_reqs;
@@ -165,6 +197,8 @@ struct weft_engine {
     int32_t *ps_tok;
     float *ps_lp;
     uint8_t *ps_done;
+
+    pipe_state pipe; /* exec.async-pipeline */
 
     int profile;
     prof_entry prof[PROFILE_MAX];
@@ -864,6 +898,10 @@ static void choose_slots(weft_engine *e) {
         e->sampler = p->desc->sampler;
         e->sampler_st = p->state;
     }
+    if ((p = weft_candidate_slot(e->cand, WEFT_SLOT_DECODER)) && p->desc->decoder) {
+        e->decoder = p->desc->decoder;
+        e->decoder_st = p->state;
+    }
 }
 
 static void add_eos(weft_engine *e, int32_t id) {
@@ -1032,8 +1070,18 @@ static void request_free(request *r) {
     free(r);
 }
 
+static weft_status pipe_collect(weft_engine *e, weft_error *err);
+static void pipe_free(weft_engine *e);
+
 void weft_engine_close(weft_engine *e) {
     if (!e) return;
+    if (e->pipe.active) { /* the step in flight is waited for and dropped, not delivered */
+        weft_error e2;
+        weft_error_clear(&e2);
+        pipe_collect(e, &e2);
+        e->pipe.active = 0;
+    }
+    if (e->be && e->be->synchronize && e->pipe.ready) e->be->synchronize(e->be_st, e->stream, NULL);
     for (size_t i = 0; i < e->n_reqs; i++) {
         if (e->reqs[i]->kv_slot >= 0 && e->kv_ready) e->kv->close(e->kv_st, e->reqs[i]->kv_slot);
         request_free(e->reqs[i]);
@@ -1042,6 +1090,7 @@ void weft_engine_close(weft_engine *e) {
     for (size_t i = 0; i < e->n_variants; i++)
         variant_free(e, e->variants[i]);
     free(e->variants);
+    pipe_free(e);
     if (e->kv_ready && e->kv->fini) e->kv->fini(e->kv_st);
     if (e->kv_default) weft_kv_contiguous_free(e->kv_st);
     if (e->exec_default) weft_exec_eager_free(e->exec_st);
@@ -1215,6 +1264,7 @@ weft_status weft_request_submit(weft_engine *e, const int32_t *prompt, size_t n_
     r->n_stop_ids = p->n_stop_ids;
     r->n_tokens = r->n_prompt = (uint32_t)n_prompt;
     r->kv_slot = -1;
+    r->pipe_row = -1;
     r->ignore_eos = p->ignore_eos;
     r->cb = p->callback;
     r->user = p->user;
@@ -1413,6 +1463,11 @@ static weft_status upload_i32(weft_engine *e, weft_buffer *dst, const int32_t *s
     return e->be->copy(e->be_st, dst, 0, &host, 0, (uint64_t)n * 4, e->stream, err);
 }
 
+static weft_status exec_run(weft_engine *e, variant *v, uint32_t n_rows, uint32_t n_seqs,
+                            uint32_t n_logits, weft_exec_ctx *ctx_out, weft_error *err);
+static weft_status logits_download(weft_engine *e, const variant *v, uint32_t n_logits,
+                                   float *out, weft_error *err);
+
 /* Runs one step over rows already in e->b_* and returns the logits rows on the host. */
 static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, uint32_t n_logits,
                             int score, float *logits_out, variant **used, weft_error *err) {
@@ -1439,31 +1494,9 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
         return s;
     }
     prof_host(e, "engine.inputs", t_in);
-    weft_batch batch;
-    memset(&batch, 0, sizeof(batch));
-    batch.size = sizeof(batch);
-    batch.n_tokens = n_rows;
-    batch.n_seqs = n_seqs;
-    batch.n_logits = n_logits;
-    batch.tokens = e->b_tokens;
-    batch.positions = e->b_positions;
-    batch.seq_of_row = e->b_seq_of_row;
-    batch.seqs = e->b_seqs;
-    batch.logit_rows = e->b_logit_rows;
     weft_exec_ctx ctx;
-    memset(&ctx, 0, sizeof(ctx));
-    ctx.size = sizeof(ctx);
-    ctx.n_tokens = n_rows;
-    ctx.graph = v->g;
-    ctx.batch = &batch;
-    ctx.data = v->data;
-    ctx.kv = e->kv->view(e->kv_st);
-    ctx.backend = e->be_st;
-    ctx.stream = e->stream;
-    ctx.host = e->hs;
-    e->current = v;
-    s = e->exec->run(e->exec_st, v->prepared, &ctx, err);
-    if (s != WEFT_OK) return s < 0 ? s : WEFT_ERR_INTERNAL;
+    s = exec_run(e, v, n_rows, n_seqs, n_logits, &ctx, err);
+    if (s != WEFT_OK) return s;
     /* An executor that returns before its outputs are ready (exec.async-pipeline) is waited for
      * only when the host reads them; a device sampler reads them on the stream instead. */
     if (n_logits && logits_out && e->exec->wait) {
@@ -1472,19 +1505,56 @@ static weft_status run_step(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, ui
     }
     if (n_logits && logits_out) {
         uint64_t t_dl = now_ns();
-        if (e->be->synchronize) {
-            s = e->be->synchronize(e->be_st, e->stream, err);
-            if (s != WEFT_OK) return s;
-        }
-        s = e->be->download(e->be_st, logits_out, &v->data[v->t_logits], 0,
-                            (uint64_t)n_logits * e->cfg.vocab_size * sizeof(float), err);
-        if (s != WEFT_OK) {
-            weft_error_prefix(err, "logits");
-            return s;
-        }
+        s = logits_download(e, v, n_logits, logits_out, err);
+        if (s != WEFT_OK) return s;
         prof_host(e, "engine.logits", t_dl);
     }
     return WEFT_OK;
+}
+
+/* Runs the graph of v over the step in e->b_* whose inputs are already on the device. ctx is
+ * filled for the executor's wait hook. */
+static weft_status exec_run(weft_engine *e, variant *v, uint32_t n_rows, uint32_t n_seqs,
+                            uint32_t n_logits, weft_exec_ctx *ctx_out, weft_error *err) {
+    weft_batch *batch = &e->b_batch; /* kept for the executor's wait hook */
+    memset(batch, 0, sizeof(*batch));
+    batch->size = sizeof(*batch);
+    batch->n_tokens = n_rows;
+    batch->n_seqs = n_seqs;
+    batch->n_logits = n_logits;
+    batch->tokens = e->b_tokens;
+    batch->positions = e->b_positions;
+    batch->seq_of_row = e->b_seq_of_row;
+    batch->seqs = e->b_seqs;
+    batch->logit_rows = e->b_logit_rows;
+    weft_exec_ctx ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.size = sizeof(ctx);
+    ctx.n_tokens = n_rows;
+    ctx.graph = v->g;
+    ctx.batch = batch;
+    ctx.data = v->data;
+    ctx.kv = e->kv->view(e->kv_st);
+    ctx.backend = e->be_st;
+    ctx.stream = e->stream;
+    ctx.host = e->hs;
+    e->current = v;
+    weft_status s = e->exec->run(e->exec_st, v->prepared, &ctx, err);
+    *ctx_out = ctx;
+    return s == WEFT_OK ? s : s < 0 ? s : WEFT_ERR_INTERNAL;
+}
+
+/* The first n_logits logits rows of v's last run, to the host (waits for the stream). */
+static weft_status logits_download(weft_engine *e, const variant *v, uint32_t n_logits,
+                                   float *out, weft_error *err) {
+    if (e->be->synchronize) {
+        weft_status s = e->be->synchronize(e->be_st, e->stream, err);
+        if (s != WEFT_OK) return s;
+    }
+    weft_status s = e->be->download(e->be_st, out, &v->data[v->t_logits], 0,
+                                    (uint64_t)n_logits * e->cfg.vocab_size * sizeof(float), err);
+    if (s != WEFT_OK) weft_error_prefix(err, "logits");
+    return s;
 }
 
 /* Whether a feature plugin edits logits on the host: then every row is sampled on the host
@@ -1608,9 +1678,420 @@ static void presample(weft_engine *e, uint32_t n_seqs, const variant *v) {
     }
 }
 
+/* ---- the pipelined step (exec.async-pipeline) ---------------------------------------------
+ * A plain decode step (every row the last known token of a decoding request, one row each)
+ * whose tokens the sampler can pick with sample_async is launched without waiting for them:
+ * the sampled ids stay on the device (e->pipe.ids) and are copied device-to-device into the
+ * next step's in.tokens, so the engine launches step n+1 first and only then collects step n's
+ * tokens (pinned memory, an event) and delivers them while step n+1 runs. The host learns each
+ * token one step late. Before launching n+1 the engine checks, from what it knows on the host,
+ * that every request of the step in flight takes one more row: not cancelled, not ending by
+ * length with the token in flight, parameters the async sampler serves, the scheduler plans
+ * exactly these rows, and the kv provider has room; otherwise it drains (collects step n) and
+ * runs the ordinary path. A request that ends at step n (EOS, stop id or string) wastes its row
+ * in step n+1: that row's token is dropped, its kv write lands at a position past the request's
+ * n_computed in a slot closed when step n's token was delivered, and every later use of that
+ * slot or page is ordered after it on the same stream (the argument is in
+ * techniques/exec.async-pipeline/README.md).
+ *
+ * Tokens are identical to the ordinary path: the same variant (graph) runs on the same ids,
+ * positions and slots, and each row's Philox counter is its token index (n_generated plus the
+ * tokens still on the device). Without a sampler plugin the host samples (cpu): the same
+ * control flow with no overlap, which is what the cpu tests exercise. */
+static int pipe_usable(weft_engine *e) {
+    pipe_state *p = &e->pipe;
+    if (p->checked) return p->usable;
+    p->checked = 1;
+    const weft_decoder_vtable *d = e->decoder;
+    if (!d || d->size < offsetof(weft_decoder_vtable, pipeline) + sizeof(d->pipeline) ||
+        !d->pipeline)
+        return 0;
+    const weft_sampler_vtable *sv = e->sampler;
+    if (sv) {
+        if (sv->size < offsetof(weft_sampler_vtable, collect) + sizeof(sv->collect) ||
+            !sv->sample_async || !sv->collect) {
+            e->hs->log(WEFT_LOG_WARN, "engine",
+                       "the sampler plugin has no sample_async/collect: steps are not pipelined");
+            return 0;
+        }
+    } else {
+        p->host = 1;
+    }
+    p->usable = 1;
+    return 1;
+}
+
+static weft_status pipe_setup(weft_engine *e, weft_error *err) {
+    pipe_state *p = &e->pipe;
+    if (p->ready) return WEFT_OK;
+    uint32_t S = e->max_requests;
+    p->req = calloc(S, sizeof(*p->req));
+    p->tok = calloc(S, sizeof(int32_t));
+    p->hids = calloc(S, sizeof(int32_t));
+    p->lp = calloc(S, sizeof(float));
+    for (int i = 0; i < 2; i++) {
+        p->h_tok[i] = calloc(S, sizeof(int32_t));
+        p->h_lp[i] = calloc(S, sizeof(float));
+        if (!p->h_tok[i] || !p->h_lp[i]) p->req = (free(p->req), NULL);
+    }
+    if (!p->req || !p->tok || !p->hids || !p->lp)
+        return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    weft_status s = e->be->alloc(e->be_st, (uint64_t)S * 4, WEFT_MEMORY_DEVICE, &p->ids, err);
+    if (s == WEFT_OK)
+        s = e->be->alloc(e->be_st, (uint64_t)PIPE_RING * 3 * S * 4, WEFT_MEMORY_HOST_PINNED,
+                         &p->stage, err);
+    if (s != WEFT_OK) {
+        weft_error_prefix(err, "exec.async-pipeline buffers");
+        return s;
+    }
+    p->ready = 1;
+    return WEFT_OK;
+}
+
+static void pipe_free(weft_engine *e) {
+    pipe_state *p = &e->pipe;
+    if (p->ids.ptr) e->be->free(e->be_st, &p->ids);
+    if (p->stage.ptr) e->be->free(e->be_st, &p->stage);
+    free(p->req);
+    free(p->tok);
+    free(p->hids);
+    free(p->lp);
+    for (int i = 0; i < 2; i++) {
+        free(p->h_tok[i]);
+        free(p->h_lp[i]);
+    }
+}
+
+/* Whether request r's token `ahead` tokens after its last known one can be sampled without the
+ * host: the same rules as the device sampler's (no bias, min_tokens EOS mask, penalties or top
+ * alternatives, no feature editing logits). */
+static int pipe_row_ok(const weft_engine *e, const request *r, uint32_t ahead) {
+    const weft_sampler_params *sp = &r->sp;
+    return !r->finish && !r->cancelled && !sp->n_bias &&
+           !(r->n_generated + ahead < sp->min_tokens && sp->n_eos) &&
+           sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
+           sp->frequency_penalty == 0.0f && sp->n_logprobs == 0 && !has_logit_features(e);
+}
+
+/* The decoder's verdict on launching a step of n rows ahead of the host. */
+static int pipe_ask(weft_engine *e, uint32_t n, int in_flight) {
+    weft_pipeline_step q;
+    memset(&q, 0, sizeof(q));
+    q.size = sizeof(q);
+    q.n_rows = n;
+    q.in_flight = (uint32_t)in_flight;
+    q.steps = e->stats.steps;
+    q.device_busy_s = e->pipe.busy_s;
+    q.device_idle_s = e->pipe.idle_s;
+    int32_t yes = e->decoder->pipeline(e->decoder_st, &q);
+    e->pipe.measure = q.measure && e->be->event_record && e->be->event_elapsed;
+    return yes == 1;
+}
+
+/* Device idle measurement: an event before a launched step's inputs and one after its sampler.
+ * Step k's pair and the next step's start are read two launches later, when the host has
+ * already waited past them (collect of step k+1), so reading them never blocks. */
+static void pipe_event(weft_engine *e, int end) {
+    pipe_state *p = &e->pipe;
+    if (!p->measure) return;
+    weft_error e2;
+    weft_error_clear(&e2);
+    uint64_t k = end ? p->n_events - 1 : p->n_events;
+    void **ev = end ? &p->ev_end[k % PIPE_EVENTS] : &p->ev_start[k % PIPE_EVENTS];
+    if (e->be->event_record(e->be_st, ev, e->stream, &e2) != WEFT_OK) {
+        p->measure = 0;
+        return;
+    }
+    if (end) return;
+    p->n_events++;
+    if (p->n_events < 4) return;
+    uint64_t m = p->n_events - 4; /* step m and the start of m + 1 are complete */
+    float busy = 0, idle = 0;
+    if (e->be->event_elapsed(e->be_st, p->ev_start[m % PIPE_EVENTS], p->ev_end[m % PIPE_EVENTS],
+                             &busy, &e2) == WEFT_OK &&
+        e->be->event_elapsed(e->be_st, p->ev_end[m % PIPE_EVENTS],
+                             p->ev_start[(m + 1) % PIPE_EVENTS], &idle, &e2) == WEFT_OK) {
+        p->busy_s += busy * 1e-3;
+        p->idle_s += idle > 0 ? idle * 1e-3 : 0;
+    }
+}
+
+/* Samples the n logits rows of v (rows of e->b_req) into e->pipe.ids without waiting. ahead:
+ * tokens of each request still on the device before this one (0 or 1). */
+static weft_status pipe_sample(weft_engine *e, const variant *v, uint32_t n, uint32_t ahead,
+                               weft_error *err) {
+    pipe_state *p = &e->pipe;
+    uint32_t V = e->cfg.vocab_size;
+    for (uint32_t q = 0; q < n; q++) {
+        sampling_params(e->b_req[q], &e->ps_params[q]);
+        e->ps_params[q].counter = e->b_req[q]->n_generated + ahead;
+    }
+    if (!p->host) {
+        weft_buffer rows = v->data[v->t_logits];
+        rows.bytes = (uint64_t)n * V * sizeof(float);
+        return e->sampler->sample_async(e->sampler_st, &rows, n, V, e->ps_params, &p->ids, err);
+    }
+    /* host path: the logits were downloaded to e->logits; sample now, queue the results */
+    if (p->h_count == 2)
+        return weft_error_set(err, WEFT_ERR_INTERNAL, "engine", "pipeline: two steps queued");
+    uint32_t slot = (p->h_head + p->h_count) % 2;
+    p->h_msg[slot][0] = '\0';
+    for (uint32_t q = 0; q < n; q++) {
+        const request *r = e->b_req[q];
+        weft_sampler_params sp = r->sp;
+        sp.min_tokens = 0; /* pipe_row_ok: the mask is off at this token's index */
+        weft_sample_result res;
+        weft_error e2;
+        weft_error_clear(&e2);
+        if (weft_sample(e->logits + (size_t)q * V, V, &sp, r->tokens, r->n_prompt,
+                        r->tokens + r->n_prompt, r->n_generated, e->ps_params[q].counter,
+                        e->sample_scratch, &res, &e2) == WEFT_OK) {
+            p->h_tok[slot][q] = res.token;
+            p->h_lp[slot][q] = res.logprob;
+        } else {
+            p->h_tok[slot][q] = -1;
+            p->h_lp[slot][q] = 0.f;
+            if (!p->h_msg[slot][0]) snprintf(p->h_msg[slot], sizeof(p->h_msg[slot]), "%s", e2.message);
+        }
+        p->hids[q] = p->h_tok[slot][q] >= 0 ? p->h_tok[slot][q] : 0;
+    }
+    weft_status s = upload_i32(e, &p->ids, p->hids, n, err);
+    if (s == WEFT_OK) p->h_count++;
+    return s;
+}
+
+/* The tokens of the oldest sampled step (e->pipe.n rows) into e->pipe.tok / lp. */
+static weft_status pipe_collect(weft_engine *e, weft_error *err) {
+    pipe_state *p = &e->pipe;
+    uint64_t t0 = now_ns();
+    weft_status s;
+    if (!p->host) {
+        s = e->sampler->collect(e->sampler_st, p->n, p->tok, p->lp, err);
+    } else if (p->h_count == 0) {
+        for (uint32_t q = 0; q < p->n; q++)
+            p->tok[q] = -1;
+        s = weft_error_set(err, WEFT_ERR_INTERNAL, "engine", "pipeline: no step to collect");
+    } else {
+        memcpy(p->tok, p->h_tok[p->h_head], p->n * sizeof(int32_t));
+        memcpy(p->lp, p->h_lp[p->h_head], p->n * sizeof(float));
+        s = p->h_msg[p->h_head][0]
+                ? weft_error_set(err, WEFT_ERR_INVALID, "sampler", "%s", p->h_msg[p->h_head])
+                : WEFT_OK;
+        p->h_head = (p->h_head + 1) % 2;
+        p->h_count--;
+    }
+    prof_host(e, "engine.collect", t0);
+    return s;
+}
+
+/* Collects the step in flight and delivers its tokens. next: a step for the same rows was
+ * launched behind it, so each request that lives on has one more row computed. A row whose
+ * request ended or was cancelled meanwhile is dropped. */
+static void pipe_deliver(weft_engine *e, int next) {
+    pipe_state *p = &e->pipe;
+    weft_error err;
+    weft_error_clear(&err);
+    pipe_collect(e, &err);
+    uint64_t t_d = now_ns();
+    for (uint32_t q = 0; q < p->n; q++) {
+        request *r = p->req[q];
+        if (r->finish || r->cancelled) continue;
+        if (p->tok[q] < 0) {
+            finish_request(e, r, WEFT_FINISH_ERROR, err_text(&err));
+            continue;
+        }
+        weft_sample_result res;
+        memset(&res, 0, sizeof(res));
+        res.token = p->tok[q];
+        res.logprob = p->lp[q];
+        accept_token(e, r, &res);
+        if (next && !r->finish) {
+            r->n_computed++;
+            e->stats.decode_tokens++;
+        }
+    }
+    prof_host(e, "engine.deliver", t_d);
+    if (!next) {
+        for (uint32_t q = 0; q < p->n; q++)
+            p->req[q]->pipe_row = -1;
+        p->active = 0;
+    }
+}
+
+/* Whether the step in flight can be followed by one more for the same rows before its tokens
+ * are known (see the section comment), reserving the kv room for it. */
+static int pipe_can_continue(weft_engine *e) {
+    pipe_state *p = &e->pipe;
+    for (uint32_t q = 0; q < p->n; q++) {
+        const request *r = p->req[q];
+        /* the token in flight makes n_tokens + 1; it must not end the request by length */
+        if (!pipe_row_ok(e, r, 1) || r->n_tokens + 1 >= r->max_total || r->kv_slot < 0) return 0;
+    }
+    /* The scheduler plans the step as it will look once the token in flight is known: it must
+     * pick exactly these requests, one token each. */
+    for (size_t i = 0; i < e->n_reqs; i++) {
+        const request *r = e->reqs[i];
+        int in = r->pipe_row >= 0;
+        weft_sched_request *sr = &e->s_reqs[i];
+        sr->request_id = r->id;
+        sr->state = in ? 2 : r->state;
+        sr->n_prompt = r->n_prompt;
+        sr->n_computed = r->n_computed;
+        sr->n_generated = r->n_generated + (in ? 1 : 0);
+        sr->max_total = r->max_total;
+        sr->priority = r->priority;
+        sr->arrival_ns = r->arrival_ns;
+    }
+    weft_sched_limits limits;
+    memset(&limits, 0, sizeof(limits));
+    limits.size = sizeof(limits);
+    limits.max_tokens = e->max_batch_tokens;
+    limits.max_seqs = e->max_requests;
+    if (e->kv->stats) e->kv->stats(e->kv_st, &limits.kv);
+    uint32_t n_items = 0, picked = 0;
+    weft_error e2;
+    weft_error_clear(&e2);
+    if (e->sched->schedule(e->sched_st, e->s_reqs, (uint32_t)e->n_reqs, &limits, e->s_items,
+                           &n_items, &e2) != WEFT_OK)
+        return 0;
+    for (uint32_t k = 0; k < n_items && k < e->n_reqs; k++) {
+        const weft_sched_item *it = &e->s_items[k];
+        if (it->index >= e->n_reqs) return 0;
+        if (it->action == 0 && it->n_tokens == 0) continue;
+        if (it->action != 0 || e->reqs[it->index]->pipe_row < 0) return 0;
+        picked++;
+    }
+    if (picked != p->n) return 0;
+    for (uint32_t q = 0; q < p->n; q++) {
+        const request *r = p->req[q];
+        if (e->kv->reserve(e->kv_st, r->kv_slot, r->n_computed + 1, &e2) != WEFT_OK) return 0;
+    }
+    return pipe_ask(e, p->n, 1);
+}
+
+/* Launches the next step of the rows in flight: token ids from the device, positions, slots and
+ * logit rows through a pinned slot. */
+static weft_status pipe_launch(weft_engine *e, weft_error *err) {
+    pipe_state *p = &e->pipe;
+    uint32_t n = p->n;
+    for (uint32_t q = 0; q < n; q++) {
+        request *r = p->req[q];
+        weft_seq *sq = &e->b_seqs[q];
+        memset(sq, 0, sizeof(*sq));
+        sq->request_id = r->id;
+        sq->kv_slot = r->kv_slot;
+        sq->n_past = (int32_t)r->n_computed;
+        sq->n_new = 1;
+        sq->first_row = (int32_t)q;
+        sq->block_table =
+            e->kv->block_table ? e->kv->block_table(e->kv_st, r->kv_slot, &sq->n_blocks) : NULL;
+        e->b_tokens[q] = -1; /* on the device only */
+        e->b_positions[q] = (int32_t)r->n_computed;
+        e->b_seq_of_row[q] = (int32_t)q;
+        e->b_logit_rows[q] = (int32_t)q;
+        e->b_kv_slots[q] = r->kv_slot;
+        e->b_req[q] = r;
+        e->b_logit_seq[q] = q;
+    }
+    variant *v = NULL;
+    weft_status s = variant_get(e, n, n, 0, &v, err);
+    if (s != WEFT_OK) return s;
+    uint64_t t_in = now_ns();
+    pipe_event(e, 0);
+    s = e->be->copy(e->be_st, &v->data[v->t_tokens], 0, &p->ids, 0, (uint64_t)n * 4, e->stream,
+                    err);
+    /* positions, kv slots and logit rows: one pinned slot, reused PIPE_RING launches later,
+     * when the copies out of it have long completed (the host waits for every step's tokens) */
+    uint64_t base = (uint64_t)(p->slot++ % PIPE_RING) * 3 * e->max_requests * 4;
+    const int32_t *src[3] = {e->b_positions, e->b_kv_slots, e->b_logit_rows};
+    uint32_t tid[3] = {v->t_positions, v->t_kv_slots, v->t_logit_rows};
+    for (int k = 0; k < 3 && s == WEFT_OK; k++) {
+        if (tid[k] == WEFT_TENSOR_NONE || !v->data[tid[k]].ptr) continue;
+        uint64_t off = base + (uint64_t)k * e->max_requests * 4;
+        memcpy((uint8_t *)p->stage.ptr + off, src[k], (size_t)n * 4);
+        s = e->be->copy(e->be_st, &v->data[tid[k]], 0, &p->stage, off, (uint64_t)n * 4,
+                        e->stream, err);
+    }
+    if (s != WEFT_OK) {
+        weft_error_prefix(err, "step inputs");
+        return s;
+    }
+    prof_host(e, "engine.inputs", t_in);
+    weft_exec_ctx ctx;
+    s = exec_run(e, v, n, n, n, &ctx, err);
+    if (s == WEFT_OK && p->host) {
+        if (e->exec->wait) s = e->exec->wait(e->exec_st, v->prepared, &ctx, err);
+        if (s == WEFT_OK) s = logits_download(e, v, n, e->logits, err);
+    }
+    uint64_t t_s = now_ns();
+    if (s == WEFT_OK) s = pipe_sample(e, v, n, 1, err);
+    prof_host(e, "engine.sample", t_s);
+    pipe_event(e, 1);
+    return s;
+}
+
+/* One engine step while a step is in flight: launch the next one and deliver the one in flight
+ * (returns 1), or only deliver it (returns 0: the caller runs the ordinary step). */
+static int pipe_step(weft_engine *e, weft_status *status, weft_error *err) {
+    pipe_state *p = &e->pipe;
+    uint64_t t0 = now_ns();
+    if (!pipe_can_continue(e)) {
+        p->drains++;
+        pipe_deliver(e, 0);
+        return 0;
+    }
+    prof_host(e, "engine.plan", t0);
+    weft_status s = pipe_launch(e, err);
+    if (s != WEFT_OK) {
+        /* nothing of the new step is outstanding in the sampler: deliver the old one, end the
+         * rows of the new one as the ordinary path does when a step fails */
+        pipe_deliver(e, 0);
+        for (uint32_t q = 0; q < p->n; q++)
+            finish_request(e, p->req[q], WEFT_FINISH_ERROR, err_text(err));
+        *status = s < 0 ? s : WEFT_ERR_INTERNAL;
+        retire(e);
+        return 1;
+    }
+    p->launched++;
+    p->pipelined++;
+    pipe_deliver(e, 1);
+    e->stats.steps++;
+    e->stats.step_seconds += (double)(now_ns() - t0) * 1e-9;
+    *status = WEFT_OK;
+    return 1;
+}
+
+/* Whether the ordinary step just assembled in e->b_* may be launched ahead of the host. */
+static int pipe_can_start(weft_engine *e, uint32_t n_rows, uint32_t n_seqs, uint32_t n_logits) {
+    if (!pipe_usable(e) || n_rows != n_seqs || n_logits != n_seqs || n_seqs == 0) return 0;
+    for (uint32_t q = 0; q < n_seqs; q++) {
+        const request *r = e->b_req[q];
+        if (e->b_seqs[q].n_new != 1 || e->b_logit_seq[q] != q || r->n_generated == 0 ||
+            r->n_computed + 1 != r->n_tokens || !pipe_row_ok(e, r, 0))
+            return 0;
+    }
+    weft_error e2;
+    weft_error_clear(&e2);
+    if (pipe_setup(e, &e2) != WEFT_OK) {
+        e->hs->log(WEFT_LOG_WARN, "engine", "%s: steps are not pipelined", e2.message);
+        e->pipe.usable = 0;
+        return 0;
+    }
+    return pipe_ask(e, n_seqs, 0);
+}
+
+/* Delivers the step in flight, if any (before anything else touches the device or the kv). */
+static void pipe_drain(weft_engine *e) {
+    if (!e->pipe.active) return;
+    e->pipe.drains++;
+    pipe_deliver(e, 0);
+}
+
 weft_status weft_engine_step(weft_engine *e, weft_error *err) {
     if (!e) return WEFT_ERR_INVALID;
     weft_error_clear(err);
+    weft_status ps = WEFT_OK;
+    if (e->pipe.active && pipe_step(e, &ps, err)) return ps;
     retire(e);
     if (e->n_reqs == 0) return WEFT_FINISHED;
     uint64_t t0 = now_ns();
@@ -1761,9 +2242,24 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
     prof_host(e, "engine.plan", t0);
     /* With a sampler plugin the logits stay on the device (unless a feature edits them). */
     int on_host = !e->sampler || has_logit_features(e);
+    /* exec.async-pipeline: a plain decode step may leave its tokens on the device */
+    int pipe_start = pipe_can_start(e, n_rows, n_seqs, n_logits), pipelined = 0;
+    pipe_event(e, 0);
     variant *v = NULL;
     s = run_step(e, n_rows, n_seqs, n_logits, 0, on_host ? e->logits : NULL, &v, err);
-    if (s == WEFT_OK && !on_host) {
+    if (s == WEFT_OK && pipe_start) {
+        uint64_t t_p = now_ns();
+        s = pipe_sample(e, v, n_seqs, 0, err);
+        prof_host(e, "engine.sample", t_p);
+        pipelined = s == WEFT_OK;
+        if (s == WEFT_ERR_UNSUPPORTED) { /* a row the sampler declines: the ordinary path */
+            weft_error_clear(err);
+            s = WEFT_OK;
+        }
+    }
+    if (s == WEFT_OK && pipelined) {
+        /* nothing to sample now: the tokens come with the next step */
+    } else if (s == WEFT_OK && !on_host) {
         uint64_t t_p = now_ns();
         presample(e, n_seqs, v);
         prof_host(e, "engine.sample", t_p);
@@ -1783,6 +2279,11 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
             e->stats.decode_tokens += dec;
             e->stats.recomputed_tokens += n - pre - dec;
             if (r->n_computed < r->n_tokens || r->n_generated == 0) r->state = 1;
+            if (pipelined) {
+                e->pipe.req[q] = r;
+                r->pipe_row = (int32_t)q;
+                continue;
+            }
             if (e->b_logit_seq[q] == UINT32_MAX || r->finish) continue;
             if (r->cancelled) continue;
             weft_sample_result res;
@@ -1809,6 +2310,12 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
         for (uint32_t q = 0; q < n_seqs; q++)
             finish_request(e, e->b_req[q], WEFT_FINISH_ERROR, err_text(err));
     }
+    pipe_event(e, 1);
+    if (pipelined) {
+        e->pipe.active = 1;
+        e->pipe.n = n_seqs;
+        e->pipe.launched++;
+    }
     retire(e);
     e->stats.steps++;
     e->stats.step_seconds += (double)(now_ns() - t0) * 1e-9;
@@ -1828,6 +2335,7 @@ weft_status weft_engine_score(weft_engine *e, const int32_t *ids, size_t n, floa
             return weft_error_set(err, WEFT_ERR_INVALID, "request",
                                   "score token %zu: id %d is outside the vocabulary (0..%u)", i,
                                   ids[i], e->cfg.vocab_size - 1);
+    pipe_drain(e); /* its tokens are delivered before the score step uses the device */
     uint32_t V = e->cfg.vocab_size;
     uint32_t chunk = e->max_batch_tokens;
     while (chunk > 1 && (uint64_t)chunk * V * sizeof(float) > SCORE_LOGITS_BYTES)

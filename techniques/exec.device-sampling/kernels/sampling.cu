@@ -477,3 +477,11 @@ extern "C" __global__ void ds_sample(const float *logits, int V, u64 *keys, floa
         out->logprob = (float)((double)z[tok] - m0 - lse0);
     }
 }
+
+// exec.async-pipeline: the sampled ids of n rows as one i32 array (the next step's in.tokens is
+// copied from it on the device). A row that failed (token -1) feeds id 0: its request ends with
+// the error when the host collects the row, and its next row is dropped.
+extern "C" __global__ void ds_ids(const ds_result *res, int n, int *ids) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ids[i] = res[i].token >= 0 ? res[i].token : 0;
+}
