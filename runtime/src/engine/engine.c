@@ -1918,6 +1918,30 @@ static void pipe_deliver(weft_engine *e, int next) {
     }
 }
 
+/* The scheduler's view of every request and of the step's limits. ahead: plan the step after
+ * the one in flight (exec.async-pipeline), where each request with a row in flight is decoding
+ * and has one more generated token than the host knows yet. */
+static void sched_inputs(weft_engine *e, int ahead, weft_sched_limits *limits) {
+    for (size_t i = 0; i < e->n_reqs; i++) {
+        const request *r = e->reqs[i];
+        int in = ahead && r->pipe_row >= 0;
+        weft_sched_request *sr = &e->s_reqs[i];
+        sr->request_id = r->id;
+        sr->state = in ? 2 : r->state;
+        sr->n_prompt = r->n_prompt;
+        sr->n_computed = r->n_computed;
+        sr->n_generated = r->n_generated + (in ? 1 : 0);
+        sr->max_total = r->max_total;
+        sr->priority = r->priority;
+        sr->arrival_ns = r->arrival_ns;
+    }
+    memset(limits, 0, sizeof(*limits));
+    limits->size = sizeof(*limits);
+    limits->max_tokens = e->max_batch_tokens;
+    limits->max_seqs = e->max_requests;
+    if (e->kv->stats) e->kv->stats(e->kv_st, &limits->kv);
+}
+
 /* Whether the step in flight can be followed by one more for the same rows before its tokens
  * are known (see the section comment), reserving the kv room for it. */
 static int pipe_can_continue(weft_engine *e) {
@@ -1929,25 +1953,8 @@ static int pipe_can_continue(weft_engine *e) {
     }
     /* The scheduler plans the step as it will look once the token in flight is known: it must
      * pick exactly these requests, one token each. */
-    for (size_t i = 0; i < e->n_reqs; i++) {
-        const request *r = e->reqs[i];
-        int in = r->pipe_row >= 0;
-        weft_sched_request *sr = &e->s_reqs[i];
-        sr->request_id = r->id;
-        sr->state = in ? 2 : r->state;
-        sr->n_prompt = r->n_prompt;
-        sr->n_computed = r->n_computed;
-        sr->n_generated = r->n_generated + (in ? 1 : 0);
-        sr->max_total = r->max_total;
-        sr->priority = r->priority;
-        sr->arrival_ns = r->arrival_ns;
-    }
     weft_sched_limits limits;
-    memset(&limits, 0, sizeof(limits));
-    limits.size = sizeof(limits);
-    limits.max_tokens = e->max_batch_tokens;
-    limits.max_seqs = e->max_requests;
-    if (e->kv->stats) e->kv->stats(e->kv_st, &limits.kv);
+    sched_inputs(e, 1, &limits);
     uint32_t n_items = 0, picked = 0;
     weft_error e2;
     weft_error_clear(&e2);
@@ -2096,24 +2103,8 @@ weft_status weft_engine_step(weft_engine *e, weft_error *err) {
     if (e->n_reqs == 0) return WEFT_FINISHED;
     uint64_t t0 = now_ns();
     /* Plan. */
-    for (size_t i = 0; i < e->n_reqs; i++) {
-        const request *r = e->reqs[i];
-        weft_sched_request *sr = &e->s_reqs[i];
-        sr->request_id = r->id;
-        sr->state = r->state;
-        sr->n_prompt = r->n_prompt;
-        sr->n_computed = r->n_computed;
-        sr->n_generated = r->n_generated;
-        sr->max_total = r->max_total;
-        sr->priority = r->priority;
-        sr->arrival_ns = r->arrival_ns;
-    }
     weft_sched_limits limits;
-    memset(&limits, 0, sizeof(limits));
-    limits.size = sizeof(limits);
-    limits.max_tokens = e->max_batch_tokens;
-    limits.max_seqs = e->max_requests;
-    if (e->kv->stats) e->kv->stats(e->kv_st, &limits.kv);
+    sched_inputs(e, 0, &limits);
     uint32_t n_items = 0;
     weft_status s = e->sched->schedule(e->sched_st, e->s_reqs, (uint32_t)e->n_reqs, &limits,
                                        e->s_items, &n_items, err);
