@@ -2,7 +2,7 @@
 # GPU call of the programmatic-dependent-launch work (docs/perf/pdl.md), run from a bundle made by
 #   tools/scripts/gpu-bundle.sh DIR --shared   plus cand/ = manifests/*.yaml and
 #   cand/fast-cuda-all-nopdl.yaml (the same candidate with backend option pdl: false),
-#   cfg/ = models/configs/*.json, and this script.
+#   cfg/ = models/configs/*.json, tok/ = the shared qwen3-tokenizer's json files, and this script.
 #   ./gpu-pdl.sh [full|quick]   full: op tests, GEMV microbenchmark, decode speed pdl on/off on
 #   three configs, greedy identity (pdl on vs off; fused vs unfused; graph vs eager), parity.
 set -u
@@ -37,12 +37,16 @@ for c in $CFGS; do
     [ "$mode" = quick ] && break
   done
 done 2>&1 | tee "$O/bench.log"
-# greedy identity, pdl on vs off, 96 tokens after the bench's prompt
-for c in Llama-3.2-1B Qwen3-0.6B; do
-  for cand in fast-cuda-all fast-cuda-all-nopdl baseline-cuda; do
-    timeout 60 bin/weft run --candidate "cand/$cand.yaml" --model "$M/$c" --temperature 0 \
-      --max-tokens 96 --ignore-eos "The quick brown fox jumps over the lazy dog" 2>/dev/null |
-      md5sum | sed "s/-$/$c $cand/"
+# greedy identity, pdl on vs off (and the unfused eager baseline): 128 tokens, text through the
+# Qwen3 tokenizer copied into the synthetic checkpoints (tok/, ids below every config's vocab)
+for c in $CFGS; do
+  cp tok/tokenizer*.json "$M/$c/"
+  cands="fast-cuda-all fast-cuda-all-nopdl baseline-cuda"
+  [ "$c" = Qwen3-8B ] && cands="fast-cuda-all fast-cuda-all-nopdl"
+  for cand in $cands; do
+    txt=$(timeout 90 bin/weft run --candidate "cand/$cand.yaml" --model "$M/$c" --temperature 0 \
+      --max-tokens 128 --ignore-eos "The quick brown fox jumps over the lazy dog" 2>&1)
+    echo "$(printf '%s' "$txt" | md5sum | cut -c1-12) $c $cand ${#txt} chars: $(printf '%s' "$txt" | tr '\n' ' ' | cut -c45-100)"
   done
 done 2>&1 | tee "$O/identity.log"
 bin/weft convert llama2c shared/models/stories260K/stories260K.bin \

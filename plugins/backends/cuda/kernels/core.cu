@@ -184,6 +184,18 @@ extern "C" __global__ void weft_kv_store(const act *k, const act *v, const int *
     if (p < 0 || p >= max_seq || s < 0) return;
     long row = (long)Hkv * hd;
     long dst = ((long)s * max_seq + p) * row;
+    // 16-byte copies where every address allows (one round of loads instead of row/blockDim)
+    const int AV = 16 / (int)sizeof(act);
+    if (row % AV == 0 && (((unsigned long long)k | (unsigned long long)v |
+                           (unsigned long long)kc | (unsigned long long)vc) & 15) == 0) {
+        for (long i = threadIdx.x; i < row / AV; i += blockDim.x) {
+            uint4 a = ((const uint4 *)(k + (long)t * row))[i];
+            uint4 b = ((const uint4 *)(v + (long)t * row))[i];
+            ((uint4 *)(kc + dst))[i] = a;
+            ((uint4 *)(vc + dst))[i] = b;
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < row; i += blockDim.x) {
         kc[dst + i] = k[(long)t * row + i];
         vc[dst + i] = v[(long)t * row + i];
@@ -623,6 +635,24 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 // context grows; splits past a row's position exit at once.
 #define ATS_CHUNK 64
 #define ATS_MAXG 8
+#define ATS_BATCH 8
+// The AV = 16 / sizeof(act) activation values of a 16-byte vector, as A::ld reads them.
+__device__ __forceinline__ void unpack_act16(uint4 v, float *f) {
+    unsigned u[4] = {v.x, v.y, v.z, v.w};
+#if WEFT_TA == 1
+    for (int i = 0; i < 4; i++) f[i] = __uint_as_float(u[i]);
+#elif WEFT_TA == 3
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+#else
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = f16_to_f32((u16)(u[i] & 0xffffu));
+        f[2 * i + 1] = f16_to_f32((u16)(u[i] >> 16));
+    }
+#endif
+}
 extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
     const act *q, const int *pos, const int *slots, const act *kc, const act *vc,
     float *part, int T, int Hq, int Hkv, int hd, int max_seq, int window, float scale, int S) {
@@ -650,11 +680,45 @@ extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
     float *ps = qs + ATS_MAXG * hd;         // (G, ATS_CHUNK)
     long row = (long)Hkv * hd;
     long base = ((long)slot * max_seq) * row + (long)g * hd;
-    for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
-        int j = i / hd, d = i % hd;
-        long off = base + (long)(j0 + j) * row + d;
-        ks[j * kst + d] = A::ld(kc, off);
-        vs[j * hd + d] = A::ld(vc, off);
+    // Stage the chunk's K and V rows: 16-byte loads, ATS_BATCH of K and of V per thread issued
+    // before any is stored, so the chunk arrives in about one memory latency instead of one
+    // latency per element a thread copies. The shared copies hold the same values as the
+    // element-wise path below, so the result does not depend on which path ran.
+    const int AV = 16 / (int)sizeof(act), rv = hd / AV, nvec = n * rv;
+    if (hd % AV == 0 && (((unsigned long long)kc | (unsigned long long)vc) & 15) == 0) {
+        for (int i0 = 0; i0 < nvec; i0 += ATS_BATCH * (int)blockDim.x) {
+            uint4 kr[ATS_BATCH], vr[ATS_BATCH];
+#pragma unroll
+            for (int b = 0; b < ATS_BATCH; b++) {
+                int i = i0 + b * (int)blockDim.x + (int)threadIdx.x;
+                if (i < nvec) {
+                    long off = base + (long)(j0 + i / rv) * row + (long)(i % rv) * AV;
+                    kr[b] = *(const uint4 *)(kc + off);
+                    vr[b] = *(const uint4 *)(vc + off);
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < ATS_BATCH; b++) {
+                int i = i0 + b * (int)blockDim.x + (int)threadIdx.x;
+                if (i < nvec) {
+                    int j = i / rv, d = (i % rv) * AV;
+                    float kf[8], vf[8];
+                    unpack_act16(kr[b], kf);
+                    unpack_act16(vr[b], vf);
+                    for (int e = 0; e < AV; e++) {
+                        ks[j * kst + d + e] = kf[e];
+                        vs[j * hd + d + e] = vf[e];
+                    }
+                }
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
+            int j = i / hd, d = i % hd;
+            long off = base + (long)(j0 + j) * row + d;
+            ks[j * kst + d] = A::ld(kc, off);
+            vs[j * hd + d] = A::ld(vc, off);
+        }
     }
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x)
         qs[i] = A::ld(q, (long)t * Hq * hd + (long)(g * G) * hd + i) * scale;
