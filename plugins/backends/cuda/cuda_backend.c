@@ -339,6 +339,7 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->arena_fixed = (uint64_t)opt_int(host, opts, "arena_mb", 0) << 20;
     b->gemv_max_tokens = (int)opt_int(host, opts, "gemv_max_tokens", CUDA_GEMV_MAX_TOKENS);
     b->gemv_force = opt_int(host, opts, "gemv_force", 0) != 0;
+    b->pdl = opt_int(host, opts, "pdl", 1) != 0;
     if (b->gemv_max_tokens < 0 || b->gemv_max_tokens > 8) {
         weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_max_tokens: expected 0..8, "
                                   "got %d", b->gemv_max_tokens);
@@ -373,6 +374,7 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         "reading the compute capability");
     CKF(cuDeviceGetAttribute(&b->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, b->dev),
         "reading the multiprocessor count");
+    if (b->cc_major < 9) b->pdl = 0; /* griddepcontrol is sm_90+ */
     /* Hopper's architecture-specific features (wgmma, setmaxnreg) need the "a" target. */
     snprintf(b->arch, sizeof(b->arch), "sm_%d%d%s", b->cc_major, b->cc_minor,
              b->cc_major == 9 && b->cc_minor == 0 ? "a" : "");

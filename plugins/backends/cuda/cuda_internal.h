@@ -65,6 +65,9 @@ typedef struct cuda_backend {
      * GEMV kernel instead of cuBLASLt (0 = always cuBLASLt), where it measured faster; option
      * gemv_force: wherever it fits, without the measured rule (tests, benchmarks) */
     int gemv_max_tokens, gemv_force;
+    /* option pdl (on a device of compute capability 9.0 or newer): launch the kernels of
+     * core.cu with programmatic stream serialization (docs/perf/pdl.md) */
+    int pdl;
     /* user op ids of the fused ops this backend implements (0 = not registered) */
     uint32_t op_linear_swiglu, op_qkv_rope;
 } cuda_backend;
@@ -80,6 +83,13 @@ weft_status cuda_kernel_get(cuda_backend *b, uint32_t ta, uint32_t tw, const cha
                             CUfunction *out, weft_error *err);
 weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
                         unsigned gy, unsigned block, void **args, weft_error *err);
+/* The general launch: a (gx, gy, gz) grid, smem bytes of dynamic shared memory; with pdl (and
+ * b->pdl) as a programmatic dependent launch, which only kernels of core.cu may be (each waits
+ * for its predecessor with griddepcontrol.wait before touching its data). cuda_launch is this
+ * with gz = 1, no dynamic shared memory and pdl = 1. */
+weft_status cuda_launch_ex(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
+                           unsigned gy, unsigned gz, unsigned block, unsigned smem, int pdl,
+                           void **args, weft_error *err);
 void cuda_kernels_fini(cuda_backend *b);
 
 /* memory (cuda_backend.c) */

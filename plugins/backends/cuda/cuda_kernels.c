@@ -4,6 +4,7 @@
  * dtype) pair; functions are looked up by name. The compile-and-cache path itself is the SDK's
  * (plugins/sdk/weft/cuda_module.h), shared with the CUDA techniques. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda_internal.h"
 #include "weft/cuda_module.h"
@@ -54,17 +55,37 @@ weft_status cuda_kernel_get(cuda_backend *b, uint32_t ta, uint32_t tw, const cha
     return WEFT_OK;
 }
 
-weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
-                        unsigned gy, unsigned block, void **args, weft_error *err) {
-    if (gx == 0 || gy == 0) return WEFT_OK;
-    CUresult r = cuLaunchKernel(f, gx, gy, 1, block, 1, 1, 0, b->stream, args, NULL);
+weft_status cuda_launch_ex(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
+                           unsigned gy, unsigned gz, unsigned block, unsigned smem, int pdl,
+                           void **args, weft_error *err) {
+    if (gx == 0 || gy == 0 || gz == 0) return WEFT_OK;
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg = {.gridDimX = gx,
+                          .gridDimY = gy,
+                          .gridDimZ = gz,
+                          .blockDimX = block,
+                          .blockDimY = 1,
+                          .blockDimZ = 1,
+                          .sharedMemBytes = smem,
+                          .hStream = b->stream,
+                          .attrs = &attr,
+                          .numAttrs = pdl && b->pdl ? 1u : 0u};
+    CUresult r = cuLaunchKernelEx(&cfg, f, args, NULL);
     if (r != CUDA_SUCCESS) {
-        char what[96];
-        snprintf(what, sizeof(what), "launching kernel %s (%ux%u blocks of %u)", name, gx, gy,
-                 block);
-        return cuda_check(r, "cuLaunchKernel", what, err);
+        char what[128];
+        snprintf(what, sizeof(what), "launching kernel %s (%ux%ux%u blocks of %u%s)", name, gx, gy,
+                 gz, block, cfg.numAttrs ? ", programmatic dependent launch" : "");
+        return cuda_check(r, "cuLaunchKernelEx", what, err);
     }
     return WEFT_OK;
+}
+
+weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
+                        unsigned gy, unsigned block, void **args, weft_error *err) {
+    return cuda_launch_ex(b, f, name, gx, gy, 1, block, 0, 1, args, err);
 }
 
 void cuda_kernels_fini(cuda_backend *b) {

@@ -469,10 +469,8 @@ static weft_status op_attention(void *st, const weft_exec_ctx *c, const weft_nod
         CUdeviceptr part = o->att_part;
         void *pargs[] = {&qp, &pp, &slots, &kc, &vc, &part, &T, &Hq, &Hkv, &hd, &max_seq,
                          &window, &scale, &S};
-        CUresult r = cuLaunchKernel(fsp, (unsigned)T, (unsigned)Hkv, (unsigned)S, threads, 1, 1,
-                                    smem, b->stream, pargs, NULL);
-        if (r != CUDA_SUCCESS) return cuda_check(r, "cuLaunchKernel", "launching kernel "
-                                                 "weft_attention_split", err);
+        TRY(cuda_launch_ex(b, fsp, "weft_attention_split", (unsigned)T, (unsigned)Hkv,
+                           (unsigned)S, threads, smem, 1, pargs, err));
         void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
         return cuda_launch(b, fc, "weft_attention_combine", (unsigned)T, (unsigned)Hq,
                            hd >= 128 ? 128 : 64, cargs, err);

@@ -1,9 +1,12 @@
 /* cuda_gemv_bench: the linear product at decode shapes, cuBLASLt against the backend's GEMV
  * kernel (each split-K setting), timed with CUDA events; prints microseconds per call and the
  * effective bandwidth (weight + x + y bytes over time) beside the device-to-device copy rate.
+ * The GEMV columns use the backend's programmatic dependent launch (option pdl, on where the
+ * device has it); the last column repeats the default split with it off, so the back-to-back
+ * calls run strictly one after another (docs/perf/pdl.md).
  * Weights rotate through a pool several times the L2 size so every call reads from HBM, as a
  * decode step does. Also checks each GEMV result against cuBLASLt's (max relative difference).
- *   cuda_gemv_bench [copy_GBps] [shapes: NxK,... | llama | qwen | all]
+ *   cuda_gemv_bench [copy_GBps] [shapes: a name part (llama1b, qwen06b, qwen8b) | all] [max T]
  * Built with the backend's own sources (internal API), not through the plugin ABI. */
 #include <math.h>
 #include <stdio.h>
@@ -46,7 +49,10 @@ static const shape shapes[] = {
     {"qwen06b.k/v", 1024, 1024, 0},      {"qwen06b.o", 1024, 2048, 0},
     {"qwen06b.gate/up", 3072, 1024, 0},  {"qwen06b.down", 1024, 3072, 0},
     {"qwen06b.head", 151936, 1024, 1},   {"qwen06b.qkv", 4096, 1024, 0},
-    {"qwen06b.gate|up", 6144, 1024, 0},
+    {"qwen06b.gate|up", 6144, 1024, 0},  {"qwen8b.q/o", 4096, 4096, 0},
+    {"qwen8b.k/v", 1024, 4096, 0},       {"qwen8b.qkv", 6144, 4096, 0},
+    {"qwen8b.gate|up", 24576, 4096, 0},  {"qwen8b.down", 4096, 12288, 0},
+    {"qwen8b.head", 151936, 4096, 1},
 };
 
 static weft_error err = {.size = sizeof(weft_error)};
@@ -65,11 +71,17 @@ static float bf(uint16_t h) {
     return f;
 }
 
-/* method: 0 = cuBLASLt, 1..4 = GEMV with split 1, 2, 4, 8; -1 = GEMV with the default split */
+/* method: 0 = cuBLASLt, 1..4 = GEMV with split 1, 2, 4, 8; 5 = GEMV with the default split and
+ * programmatic dependent launch off */
 static void call(cuda_backend *b, int method, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y,
                  const shape *s, int T) {
     uint32_t ty = s->f32_out ? WEFT_DTYPE_F32 : WEFT_DTYPE_BF16;
-    if (method == 0)
+    if (method == 5) {
+        int saved = b->pdl;
+        b->pdl = 0;
+        TRYB(cuda_gemv(b, x, w, 0, y, s->f32_out, WEFT_DTYPE_BF16, T, s->N, s->K, 0, &err));
+        b->pdl = saved;
+    } else if (method == 0)
         TRYB(cuda_gemm(b, x, WEFT_DTYPE_BF16, w, WEFT_DTYPE_BF16, 0, y, ty, T, s->N, s->K, &err));
     else
         TRYB(cuda_gemv(b, x, w, 0, y, s->f32_out, WEFT_DTYPE_BF16, T, s->N, s->K,
@@ -84,6 +96,7 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     double copy_gbps = argc > 1 ? atof(argv[1]) : 4251.0;
     const char *sel = argc > 2 ? argv[2] : "all";
+    int max_t = argc > 3 ? atoi(argv[3]) : 8;
     const weft_plugin_descriptor *d;
     uint32_t chosen;
     TRYB(weft_plugin_negotiate(1, 1, &chosen, &d, &err));
@@ -102,10 +115,11 @@ int main(int argc, char **argv) {
     CUevent e0, e1;
     CKB(cuEventCreate(&e0, CU_EVENT_DEFAULT));
     CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
-    printf("device %s, copy rate %.0f GB/s (reads + writes)\n", b->name, copy_gbps);
-    printf("%-17s %6s %5s %2s | %9s %9s %9s %9s %9s | %7s %6s %5s | %8s\n", "shape", "N", "K", "T",
-           "cublasLt", "gemv s1", "gemv s2", "gemv s4", "gemv s8", "best", "GB/s", "frac",
-           "max rel");
+    printf("device %s, copy rate %.0f GB/s (reads + writes), programmatic dependent launch %s\n",
+           b->name, copy_gbps, b->pdl ? "on" : "off (device or option)");
+    printf("%-17s %6s %5s %2s | %9s %9s %9s %9s %9s | %7s %6s %5s | %8s | %9s\n", "shape", "N", "K",
+           "T", "cublasLt", "gemv s1", "gemv s2", "gemv s4", "gemv s8", "best", "GB/s", "frac",
+           "max rel", "dflt nopdl");
     const int Ts[4] = {1, 2, 4, 8};
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         const shape *s = &shapes[si];
@@ -115,7 +129,8 @@ int main(int argc, char **argv) {
         if (copies < 1) continue;
         for (int ti = 0; ti < 4; ti++) {
             int T = Ts[ti];
-            double us[5];
+            if (T > max_t) break;
+            double us[6];
             /* correctness of every gemv split against cuBLASLt (first weight copy) */
             double maxrel = 0;
             size_t ny = (size_t)T * s->N, es = s->f32_out ? 4 : 2;
@@ -140,7 +155,7 @@ int main(int argc, char **argv) {
             }
             free(h1);
             free(h2);
-            for (int m = 0; m <= 4; m++) {
+            for (int m = 0; m <= 5; m++) {
                 int reps = 64;
                 double trial[5];
                 for (int w = 0; w < 3; w++)
@@ -164,14 +179,14 @@ int main(int argc, char **argv) {
             double bytes = (double)wbytes + (double)T * s->K * 2 + (double)T * s->N * es;
             double gbps = bytes / (us[best] * 1e-6) / 1e9;
             printf("%-17s %6d %5d %2d | %9.2f %9.2f %9.2f %9.2f %9.2f | %7s %6.0f %5.2f | %8.1e"
-                   "  (default split %d)\n",
+                   " | %9.2f  (default split %d)\n",
                    s->name, s->N, s->K, T, us[0], us[1], us[2], us[3], us[4],
                    best == 0   ? "cublas"
                    : best == 1 ? "s1"
                    : best == 2 ? "s2"
                    : best == 3 ? "s4"
                                : "s8",
-                   gbps, gbps / copy_gbps, maxrel, cuda_gemv_split(s->K));
+                   gbps, gbps / copy_gbps, maxrel, us[5], cuda_gemv_split(s->K));
             fflush(stdout);
         }
     }

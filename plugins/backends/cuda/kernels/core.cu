@@ -77,9 +77,28 @@ __device__ float block_sum(float v) {
     return r;
 }
 
+// Programmatic dependent launch (Hopper, sm_90+). With the backend's option pdl the host
+// launches every kernel of this file with programmatic stream serialization: a kernel's blocks
+// may start while the previous kernel in the stream still runs. griddepcontrol.wait then blocks
+// until that kernel has completed and its memory is visible, so every kernel calls pdl_enter()
+// before it reads or writes anything an earlier kernel touches (only the GEMV's weight loads,
+// which no kernel writes, come before it), and before any early return: a kernel that finished
+// without waiting could complete before its predecessor, and a normal launch after it would
+// then no longer be ordered after that predecessor. griddepcontrol.launch_dependents right after
+// the wait lets the next kernel's blocks launch (and issue their own weight loads) while this
+// one runs; launched without the attribute both instructions do nothing, so one kernel serves
+// both modes and the results are the same bits.
+__device__ __forceinline__ void pdl_enter() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // x (T,D) <- table (V,D) rows of tokens; ids outside [0,V) give zero rows (the host refuses them).
 extern "C" __global__ void weft_embed(const int *tokens, const wgt *table, act *x, int T, int D,
                                       int V) {
+    pdl_enter();
     int t = blockIdx.x;
     if (t >= T) return;
     int id = tokens[t];
@@ -92,6 +111,7 @@ extern "C" __global__ void weft_embed(const int *tokens, const wgt *table, act *
 // As transformers: normalise in f32, round to the activation dtype, then multiply by the weight.
 extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int T, int cols,
                                         int group, float eps) {
+    pdl_enter();
     long g = blockIdx.x;
     int groups = cols / group;
     if (g >= (long)T * groups) return;
@@ -112,6 +132,7 @@ extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int 
 // fused result is bit-identical to weft_add followed by weft_rmsnorm.
 extern "C" __global__ void weft_add_rmsnorm(const act *x, const act *res, const wgt *w, act *y,
                                             act *r, int T, int D, float eps) {
+    pdl_enter();
     int t = blockIdx.x;
     if (t >= T) return;
     long base = (long)t * D;
@@ -131,6 +152,7 @@ extern "C" __global__ void weft_add_rmsnorm(const act *x, const act *res, const 
 // layout 0: half-split pairs (i, i+rot/2) as transformers; 1: interleaved pairs (2i, 2i+1).
 extern "C" __global__ void weft_rope(const act *x, act *y, const int *pos, const float *inv_freq,
                                      int T, int H, int hd, int rot, int layout) {
+    pdl_enter();
     long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     int half = rot / 2;
     long total = (long)T * H * half;
@@ -155,12 +177,25 @@ extern "C" __global__ void weft_rope(const act *x, act *y, const int *pos, const
 extern "C" __global__ void weft_kv_store(const act *k, const act *v, const int *pos,
                                          const int *slots, act *kc, act *vc, int T, int Hkv,
                                          int hd, int max_seq) {
+    pdl_enter();
     int t = blockIdx.x;
     if (t >= T) return;
     int p = pos[t], s = slots[t];
     if (p < 0 || p >= max_seq || s < 0) return;
     long row = (long)Hkv * hd;
     long dst = ((long)s * max_seq + p) * row;
+    // 16-byte copies where every address allows (one round of loads instead of row/blockDim)
+    const int AV = 16 / (int)sizeof(act);
+    if (row % AV == 0 && (((unsigned long long)k | (unsigned long long)v |
+                           (unsigned long long)kc | (unsigned long long)vc) & 15) == 0) {
+        for (long i = threadIdx.x; i < row / AV; i += blockDim.x) {
+            uint4 a = ((const uint4 *)(k + (long)t * row))[i];
+            uint4 b = ((const uint4 *)(v + (long)t * row))[i];
+            ((uint4 *)(kc + dst))[i] = a;
+            ((uint4 *)(vc + dst))[i] = b;
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < row; i += blockDim.x) {
         kc[dst + i] = k[(long)t * row + i];
         vc[dst + i] = v[(long)t * row + i];
@@ -175,6 +210,7 @@ extern "C" __global__ void weft_kv_store(const act *k, const act *v, const int *
 extern "C" __global__ void weft_attention(const act *q, const int *pos, const int *slots,
                                           const act *kc, const act *vc, act *o, int T, int Hq,
                                           int Hkv, int hd, int max_seq, int window, float scale) {
+    pdl_enter();
     int t = blockIdx.x, h = blockIdx.y;
     if (t >= T || h >= Hq) return;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -236,6 +272,7 @@ extern "C" __global__ void weft_attention(const act *q, const int *pos, const in
 
 // y = silu(gate) * up, elementwise over n.
 extern "C" __global__ void weft_swiglu(const act *g, const act *u, act *y, long n) {
+    pdl_enter();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float a = A::ld(g, i);
@@ -244,17 +281,20 @@ extern "C" __global__ void weft_swiglu(const act *g, const act *u, act *y, long 
 }
 
 extern "C" __global__ void weft_add(const act *a, const act *b, act *y, long n) {
+    pdl_enter();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) A::st(y, i, A::ld(a, i) + A::ld(b, i));
 }
 
 extern "C" __global__ void weft_scale(const act *a, act *y, float s, long n) {
+    pdl_enter();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) A::st(y, i, A::ld(a, i) * s);
 }
 
 // kind 0 silu, 1 gelu (tanh approximation, as transformers' gelu_pytorch_tanh), 2 relu
 extern "C" __global__ void weft_activation(const act *a, act *y, int kind, long n) {
+    pdl_enter();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = A::ld(a, i), r;
@@ -266,6 +306,7 @@ extern "C" __global__ void weft_activation(const act *a, act *y, int kind, long 
 
 // out (R,D) <- x rows listed in rows (R).
 extern "C" __global__ void weft_gather_rows(const act *x, const int *rows, act *out, int R, int D) {
+    pdl_enter();
     int r = blockIdx.x;
     if (r >= R) return;
     long src = (long)rows[r] * D;
@@ -275,6 +316,7 @@ extern "C" __global__ void weft_gather_rows(const act *x, const int *rows, act *
 // Column slices: x (T, total) -> y (T, width) starting at column off.
 extern "C" __global__ void weft_slice_cols(const act *x, act *y, int T, int total, int off,
                                            int width) {
+    pdl_enter();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * width) return;
     long t = i / width, c = i % width;
@@ -283,15 +325,18 @@ extern "C" __global__ void weft_slice_cols(const act *x, act *y, int T, int tota
 
 // dtype conversion copy: activation dtype to f32 and back.
 extern "C" __global__ void weft_to_f32(const act *x, float *y, long n) {
+    pdl_enter();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = A::ld(x, i);
 }
 extern "C" __global__ void weft_from_f32(const float *x, act *y, long n) {
+    pdl_enter();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) A::st(y, i, x[i]);
 }
 // Bias add (N) over rows of y (T,N), for linear layers whose GEMM ran without an epilogue.
 extern "C" __global__ void weft_bias_add(act *y, const wgt *b, int T, int N) {
+    pdl_enter();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (long)T * N) A::st(y, i, A::ld(y, i) + W::ld(b, i % N));
 }
@@ -300,6 +345,7 @@ extern "C" __global__ void weft_bias_add(act *y, const wgt *b, int T, int N) {
 // y_j (T, w_j), the j-th block of columns.
 extern "C" __global__ void weft_split_cols(const act *x, act *y0, act *y1, act *y2, act *y3, int T,
                                            int total, int w0, int w1, int w2, int w3) {
+    pdl_enter();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * total) return;
     long t = i / total;
@@ -323,6 +369,7 @@ extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *
                                          const int *pos, const float *inv_freq, act *qo, act *ko,
                                          act *vo, int T, int Hq, int Hkv, int hd, int rot,
                                          int layout, float eps) {
+    pdl_enter();
     __shared__ float buf[256];
     int t = blockIdx.x, h = blockIdx.y;
     if (t >= T || hd > 256) return;
@@ -384,14 +431,6 @@ extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *
 #define GEMV_VEC (16 / (int)sizeof(wgt))
 #define GEMV_THREADS 256
 
-__device__ __forceinline__ uint4 ld_stream(const wgt *p) {
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
-    return r;
-}
-
 __device__ __forceinline__ void unpack16(uint4 v, float *f) {
     unsigned u[4] = {v.x, v.y, v.z, v.w};
 #if WEFT_TW == 1
@@ -409,45 +448,43 @@ __device__ __forceinline__ void unpack16(uint4 v, float *f) {
 #endif
 }
 
-// acc[r][t] += the part of row r of the NW weight rows (w[r]) against x row t that lane `lane`
-// of split `s` owns: 16-byte vectors s*32+lane, then every S*32-th, in ascending order.
-template <int TT, int NW>
-__device__ __forceinline__ void gemv_part(const act *x, const wgt *const *w, int T, int K, int S,
-                                          int s, int lane, float (*acc)[TT]) {
-    const int nv = K / GEMV_VEC, stride = S * 32;
-    int v = s * 32 + lane;
-    for (; v + 3 * stride < nv; v += 4 * stride) {
-        uint4 wv[4][NW];
+// One batch of a lane's weight vectors: v, v + stride, v + 2 stride, v + 3 stride of each of the
+// NW rows (those below nv), all issued before any is used so four loads per row are in flight.
+// volatile keeps the loads where they are written: the first batch must stay ahead of the
+// kernel's griddepcontrol.wait (the compiler would otherwise be free to sink it to its use).
+template <int NW>
+__device__ __forceinline__ void gemv_load(const wgt *const *w, int v, int stride, int nv,
+                                          uint4 (*wv)[NW]) {
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 4; j++)
+        if (v + j * stride < nv)
 #pragma unroll
-            for (int r = 0; r < NW; r++) wv[j][r] = ld_stream(w[r] + (long)(v + j * stride) * GEMV_VEC);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float wf[NW][GEMV_VEC];
-#pragma unroll
-            for (int r = 0; r < NW; r++) unpack16(wv[j][r], wf[r]);
-#pragma unroll
-            for (int t = 0; t < TT; t++) {
-                if (t >= T) break;
-                float xf[GEMV_VEC];
-                unpack16(*(const uint4 *)(x + (long)t * K + (long)(v + j * stride) * GEMV_VEC), xf);
-#pragma unroll
-                for (int r = 0; r < NW; r++)
-#pragma unroll
-                    for (int e = 0; e < GEMV_VEC; e++) acc[r][t] = fmaf(xf[e], wf[r][e], acc[r][t]);
+            for (int r = 0; r < NW; r++) {
+                const wgt *p = w[r] + (long)(v + j * stride) * GEMV_VEC;
+                asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(wv[j][r].x), "=r"(wv[j][r].y), "=r"(wv[j][r].z),
+                               "=r"(wv[j][r].w)
+                             : "l"(p));
             }
-        }
-    }
-    for (; v < nv; v += stride) {
+}
+
+// acc[r][t] += the batch's vectors against x row t, vector by vector in ascending order, the
+// elements of a vector in ascending order: the same sequence of FMAs for every batching, so a
+// row's result depends only on (K, S).
+template <int TT, int NW>
+__device__ __forceinline__ void gemv_fma(const act *x, int T, int K, int v, int stride, int nv,
+                                         uint4 (*wv)[NW], float (*acc)[TT]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (v + j * stride >= nv) break;
         float wf[NW][GEMV_VEC];
 #pragma unroll
-        for (int r = 0; r < NW; r++) unpack16(ld_stream(w[r] + (long)v * GEMV_VEC), wf[r]);
+        for (int r = 0; r < NW; r++) unpack16(wv[j][r], wf[r]);
 #pragma unroll
         for (int t = 0; t < TT; t++) {
             if (t >= T) break;
             float xf[GEMV_VEC];
-            unpack16(*(const uint4 *)(x + (long)t * K + (long)v * GEMV_VEC), xf);
+            unpack16(*(const uint4 *)(x + (long)t * K + (long)(v + j * stride) * GEMV_VEC), xf);
 #pragma unroll
             for (int r = 0; r < NW; r++)
 #pragma unroll
@@ -457,17 +494,31 @@ __device__ __forceinline__ void gemv_part(const act *x, const wgt *const *w, int
 }
 
 // The dot products of output row n (NW weight rows) for every x row, reduced over the warp and
-// the S splits; valid in lanes of the row's first warp (s == 0). Returns n < N.
+// the S splits; valid in lanes of the row's first warp (s == 0). Returns n < N. Lane `lane` of
+// split s owns the 16-byte vectors s*32+lane, then every S*32-th. Its first batch of weight
+// loads is issued before pdl_enter(): weights are never written by a kernel, so they may stream
+// while the previous kernel drains; x is read only after the wait.
 template <int TT, int NW>
 __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int T, int N, int K,
                                          int S, int n, float (*acc)[TT]) {
     __shared__ float red[GEMV_THREADS / 32][NW][TT];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S;
+    const int nv = K / GEMV_VEC, stride = S * 32;
+    int v = s * 32 + lane;
+    uint4 wv[4][NW];
+    if (n < N) gemv_load<NW>(w, v, stride, nv, wv);
+    pdl_enter();
 #pragma unroll
     for (int r = 0; r < NW; r++)
 #pragma unroll
         for (int t = 0; t < TT; t++) acc[r][t] = 0.f;
-    if (n < N) gemv_part<TT, NW>(x, w, T, K, S, s, lane, acc);
+    if (n < N) {
+        gemv_fma<TT, NW>(x, T, K, v, stride, nv, wv, acc);
+        for (v += 4 * stride; v < nv; v += 4 * stride) {
+            gemv_load<NW>(w, v, stride, nv, wv);
+            gemv_fma<TT, NW>(x, T, K, v, stride, nv, wv, acc);
+        }
+    }
 #pragma unroll
     for (int r = 0; r < NW; r++)
 #pragma unroll
@@ -558,6 +609,7 @@ __device__ __forceinline__ unsigned hash_u32(unsigned long long x) {
     return (unsigned)x;
 }
 extern "C" __global__ void weft_fill_random(act *y, long n, unsigned long long seed) {
+    pdl_enter();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x) {
         unsigned h = hash_u32(seed * 0x9E3779B97F4A7C15ull + (unsigned long long)i);
@@ -565,13 +617,14 @@ extern "C" __global__ void weft_fill_random(act *y, long n, unsigned long long s
     }
 }
 extern "C" __global__ void weft_fill_random_fp8(unsigned char *y, long n, unsigned long long seed) {
+    pdl_enter();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x) {
         unsigned h = hash_u32(seed * 0x9E3779B97F4A7C15ull + (unsigned long long)i);
         y[i] = (unsigned char)((h & 0x80u) | ((h >> 8) & 0x3fu)); // exponent <= 7: finite
     }
 }
-extern "C" __global__ void weft_noop(int x) {}
+extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 
 // Split-KV decode attention with the query heads of one KV group packed together (small T).
 // Grid (T, Hkv, S): block (t, g, s) attends rows t's G = Hq/Hkv query heads over positions
@@ -582,9 +635,28 @@ extern "C" __global__ void weft_noop(int x) {}
 // context grows; splits past a row's position exit at once.
 #define ATS_CHUNK 64
 #define ATS_MAXG 8
+#define ATS_BATCH 8
+// The AV = 16 / sizeof(act) activation values of a 16-byte vector, as A::ld reads them.
+__device__ __forceinline__ void unpack_act16(uint4 v, float *f) {
+    unsigned u[4] = {v.x, v.y, v.z, v.w};
+#if WEFT_TA == 1
+    for (int i = 0; i < 4; i++) f[i] = __uint_as_float(u[i]);
+#elif WEFT_TA == 3
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+#else
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = f16_to_f32((u16)(u[i] & 0xffffu));
+        f[2 * i + 1] = f16_to_f32((u16)(u[i] >> 16));
+    }
+#endif
+}
 extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
     const act *q, const int *pos, const int *slots, const act *kc, const act *vc,
     float *part, int T, int Hq, int Hkv, int hd, int max_seq, int window, float scale, int S) {
+    pdl_enter();
     int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
     int G = Hq / Hkv;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -608,11 +680,45 @@ extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
     float *ps = qs + ATS_MAXG * hd;         // (G, ATS_CHUNK)
     long row = (long)Hkv * hd;
     long base = ((long)slot * max_seq) * row + (long)g * hd;
-    for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
-        int j = i / hd, d = i % hd;
-        long off = base + (long)(j0 + j) * row + d;
-        ks[j * kst + d] = A::ld(kc, off);
-        vs[j * hd + d] = A::ld(vc, off);
+    // Stage the chunk's K and V rows: 16-byte loads, ATS_BATCH of K and of V per thread issued
+    // before any is stored, so the chunk arrives in about one memory latency instead of one
+    // latency per element a thread copies. The shared copies hold the same values as the
+    // element-wise path below, so the result does not depend on which path ran.
+    const int AV = 16 / (int)sizeof(act), rv = hd / AV, nvec = n * rv;
+    if (hd % AV == 0 && (((unsigned long long)kc | (unsigned long long)vc) & 15) == 0) {
+        for (int i0 = 0; i0 < nvec; i0 += ATS_BATCH * (int)blockDim.x) {
+            uint4 kr[ATS_BATCH], vr[ATS_BATCH];
+#pragma unroll
+            for (int b = 0; b < ATS_BATCH; b++) {
+                int i = i0 + b * (int)blockDim.x + (int)threadIdx.x;
+                if (i < nvec) {
+                    long off = base + (long)(j0 + i / rv) * row + (long)(i % rv) * AV;
+                    kr[b] = *(const uint4 *)(kc + off);
+                    vr[b] = *(const uint4 *)(vc + off);
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < ATS_BATCH; b++) {
+                int i = i0 + b * (int)blockDim.x + (int)threadIdx.x;
+                if (i < nvec) {
+                    int j = i / rv, d = (i % rv) * AV;
+                    float kf[8], vf[8];
+                    unpack_act16(kr[b], kf);
+                    unpack_act16(vr[b], vf);
+                    for (int e = 0; e < AV; e++) {
+                        ks[j * kst + d + e] = kf[e];
+                        vs[j * hd + d + e] = vf[e];
+                    }
+                }
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
+            int j = i / hd, d = i % hd;
+            long off = base + (long)(j0 + j) * row + d;
+            ks[j * kst + d] = A::ld(kc, off);
+            vs[j * hd + d] = A::ld(vc, off);
+        }
     }
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x)
         qs[i] = A::ld(q, (long)t * Hq * hd + (long)(g * G) * hd + i) * scale;
@@ -656,6 +762,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
 // Merges the S splits of weft_attention_split: o = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
 extern "C" __global__ void weft_attention_combine(const float *part, act *o, int T, int Hq,
                                                   int hd, int S) {
+    pdl_enter();
     int t = blockIdx.x, h = blockIdx.y;
     long pstride = (long)hd + 2;
     const float *pp = part + ((long)t * Hq + h) * S * pstride;
