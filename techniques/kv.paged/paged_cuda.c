@@ -103,6 +103,8 @@ typedef struct kvp_cuda {
     char arch[32], device[128];
     CUmodule mod[4]; /* by dtype: 1 f32, 2 f16, 3 bf16 */
     CUfunction store[4], attn[4], split[4], combine[4];
+    CUfunction tc[4]; /* prefill on tensor cores: f16 and bf16 only */
+    int tc_prefill;   /* option prefill_tensor_cores */
     int failed[4]; /* compilation failed once: do not retry every node */
     int sms;       /* streaming multiprocessors: the split attention's grid target */
     CUdeviceptr part; /* the split attention's partial results (part_bytes) */
@@ -116,6 +118,10 @@ typedef struct kvp_cuda {
 #define KVS_MAXG 8
 #define KVS_THREADS 256
 #define KVS_MAXS 32
+/* kvp_attention_tc: positions per chunk, and the fewest rows a step needs before it is used
+ * (a short prompt's few tiles gain nothing over the split kernel) */
+#define KVF_CHUNK 32
+#define KVF_MIN_ROWS 64
 static size_t kvs_smem(int hd) {
     return ((size_t)KVS_CHUNK * (hd + 1) + (size_t)KVS_CHUNK * hd + (size_t)KVS_MAXG * hd +
             (size_t)KVS_MAXG * KVS_CHUNK) *
@@ -173,6 +179,9 @@ static weft_status compile(kvp_cuda *c, int t, weft_error *err) {
         (r = c->api.ModuleGetFunction(&c->combine[t], c->mod[t], "kvp_attention_combine")) !=
             CUDA_SUCCESS)
         return cu_error(c, err, r, "looking up the paged.cu kernels");
+    if ((t == 2 || t == 3) &&
+        (r = c->api.ModuleGetFunction(&c->tc[t], c->mod[t], "kvp_attention_tc")) != CUDA_SUCCESS)
+        return cu_error(c, err, r, "looking up kvp_attention_tc");
     r = c->api.FuncSetAttribute(c->split[t], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                 (int)kvs_smem(256));
     if (r != CUDA_SUCCESS)
@@ -290,13 +299,28 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
     void *sargs[] = {&kp, &vp, &pp, &sp, &tb, &kc, &vc, &T, &Hkv, &hd, &P, &mb, &ns, &np};
     r = c->api.LaunchKernel(c->store[t], (unsigned)T, 1, 1, 128, 1, 1, 0, stream, sargs, NULL);
     if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_store");
+    /* Steps with prefill chunks (more rows than requests, at least KVF_MIN_ROWS rows) of f16/bf16
+     * models attend on tensor cores: every row, in tiles of up to R rows of one request
+     * (kernels/paged.cu). Decode-shaped steps, the ones CUDA graphs capture, never do. */
+    int G = Hq / Hkv, R = G == 1 || G == 2 || G == 4 ? 64 / G : 0;
+    int prefill = x->batch && x->batch->n_seqs < (uint32_t)T;
+    if (c->tc_prefill && c->tc[t] && R && hd % 16 == 0 && hd <= 128 && T >= KVF_MIN_ROWS &&
+        prefill) {
+        void *targs[] = {&qp, &pp, &sp, &tb, &kc, &vc, &op,     &T,    &Hq,
+                         &Hkv, &hd, &P, &mb, &ns, &np, &window, &scale};
+        unsigned smem = (unsigned)((KVF_CHUNK * (hd + 8) + hd * (KVF_CHUNK + 8)) * 2);
+        r = c->api.LaunchKernel(c->tc[t], (unsigned)T, (unsigned)Hkv, 1, 128, 1, 1, smem, stream,
+                                targs, NULL);
+        if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_tc");
+        return WEFT_OK;
+    }
     int S = kvs_splits(c, T, Hkv, P * mb);
     size_t need = S > 1 ? (size_t)T * Hq * S * (hd + 2) * sizeof(float) : 0;
     if (Hq / Hkv <= KVS_MAXG && need <= c->part_bytes) {
-        /* split-KV, GQA-packed (the default); the one-block-per-head kernel below remains for
-         * groups of more than KVS_MAXG query heads */
+        /* split-KV, GQA-packed (decode and short steps); the one-block-per-head kernel below
+         * remains for groups of more than KVS_MAXG query heads */
         CUdeviceptr part = c->part;
-        void *xargs[] = {&qp, &pp, &sp, &tb, &kc, &vc, &op,     &part,  &T,  &Hq,
+        void *xargs[] = {&qp, &pp, &sp, &tb, &kc, &vc,     &op,    &part, &T,  &Hq,
                          &Hkv, &hd, &P, &mb, &ns, &np, &window, &scale, &S};
         r = c->api.LaunchKernel(c->split[t], (unsigned)T, (unsigned)Hkv, (unsigned)S, KVS_THREADS,
                                 1, 1, (unsigned)kvs_smem(hd), stream, xargs, NULL);
@@ -329,7 +353,7 @@ void kv_paged_cuda_free(void *st) {
 }
 
 weft_status kv_paged_register_cuda(const weft_host_services *host, const weft_ops_service *ops,
-                                   void **out, weft_error *err) {
+                                   int tc_prefill, void **out, weft_error *err) {
     const weft_device_service *dev =
         host->get_service ? host->get_service(host, WEFT_SERVICE_DEVICE, 1) : NULL;
     if (!dev || !dev->native || strcmp(dev->backend, "cuda"))
@@ -345,6 +369,7 @@ weft_status kv_paged_register_cuda(const weft_host_services *host, const weft_op
     c->host = host;
     c->dev = dev;
     c->ctx = ctx;
+    c->tc_prefill = tc_prefill;
     const char *missing = api_load(&c->api);
     if (missing) {
         const char *why = dlerror();

@@ -14,9 +14,10 @@ weft_status kv_paged_register_cpu(const weft_threads_service *threads, const wef
                                   weft_error *err);
 
 /* cuda: ATTENTION over a paged cache in the activation dtype, block tables read on the device
- * (weft_kv_paged.tables) with the row -> slot map from in.kv_slots. */
+ * (weft_kv_paged.tables) with the row -> slot map from in.kv_slots. tc_prefill: prefill chunks
+ * of f16/bf16 models attend on tensor cores (option prefill_tensor_cores). */
 weft_status kv_paged_register_cuda(const weft_host_services *host, const weft_ops_service *ops,
-                                   void **cuda_state, weft_error *err);
+                                   int tc_prefill, void **cuda_state, weft_error *err);
 void kv_paged_cuda_free(void *cuda_state);
 
 #endif

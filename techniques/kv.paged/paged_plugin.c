@@ -15,6 +15,7 @@ typedef struct paged_state {
     const weft_host_services *host;
     kv_paged_pool pool;
     void *cuda; /* paged_cuda.c's state, when the cuda ops were registered */
+    int tc_prefill; /* option prefill_tensor_cores */
 } paged_state;
 
 /* ---- instance ---------------------------------------------------------------------------- */
@@ -37,6 +38,7 @@ static weft_status paged_create(const weft_host_services *host, const weft_optio
     s->pool.name = KV_PAGED_NAME;
     s->pool.page_size = (uint32_t)page_size;
     s->pool.pages_option = (uint32_t)pages;
+    s->tc_prefill = weft_sdk_option_bool(opts, "prefill_tensor_cores", 1);
     *out = s;
     return WEFT_OK;
 }
@@ -116,7 +118,7 @@ static weft_status paged_register_ops(void *st, const char *backend, const weft_
     if (!strcmp(backend, "cuda")) {
 #ifdef KV_PAGED_CUDA
         if (s->cuda) return WEFT_OK;
-        return kv_paged_register_cuda(s->host, ops, &s->cuda, err);
+        return kv_paged_register_cuda(s->host, ops, s->tc_prefill, &s->cuda, err);
 #else
         return weft_sdk_error(err, WEFT_ERR_UNSUPPORTED, KV_PAGED_NAME,
                               "register_ops: this build of kv.paged has no cuda kernels "

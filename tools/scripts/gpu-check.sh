@@ -15,6 +15,8 @@
 #                                        cache's follow-up TTFT (2,000-token history), parity,
 #                                        and the eval gates of the serving candidate
 #                                        (WEFT_SERVE_CANDIDATES overrides the candidates)
+#   tools/scripts/gpu-check.sh prefill   long prompts: tensor-core prefill on/off, the prefix
+#                                        cache's follow-up TTFT, chunked prefill's arrival KPI
 # Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
 set -uo pipefail
 phase=${1:-ops}
@@ -166,6 +168,31 @@ serve)
   c=$(echo $cands | awk '{print $NF}')
   run "profile_${c}_c32" weft bench decode --candidate "manifests/$c.yaml" \
     --model "$M/Qwen3-0.6B-bf16" --prompt 128 --gen 128 --repeats 1 --concurrency 32 --profile
+  for c in $cands; do
+    weft candidate freeze "manifests/$c.yaml" -o "$out/$c.lock" >/dev/null
+    run "eval_gates_$c" weft eval run --lock "$out/$c.lock" --no-speed --probe docs/perf/probe-h200.json \
+      --reference "$S/reference/stories260K/reference.safetensors" -o "$out/eval-gates-$c.json"
+  done
+  ;;
+prefill)
+  # long prompts: kv.paged's tensor-core prefill, the prefix cache's follow-up TTFT, chunked
+  # prefill's arrival KPI
+  [ -x "$B/tests/test_kv_paged_cuda" ] && run test_kv_paged_cuda "$B/tests/test_kv_paged_cuda"
+  for cfg in Qwen3-0.6B Llama-3.2-1B; do
+    [ -d "$M/$cfg-bf16" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 \
+      --seed 1 >/dev/null &
+  done
+  wait
+  sed 's/  - kv.paged$/  - {name: kv.paged, options: {prefill_tensor_cores: false}}/' \
+    manifests/serve-cuda-all.yaml > "$out/serve-cuda-all-notc.yaml"
+  for cfg in Qwen3-0.6B Llama-3.2-1B; do
+    for n in 1024 4096; do
+      run "prefill_tc_${cfg}_$n" weft bench prefill --candidate manifests/serve-cuda-all.yaml \
+        --model "$M/$cfg-bf16" --prompt "$n" --repeats 3
+      run "prefill_notc_${cfg}_$n" weft bench prefill --candidate "$out/serve-cuda-all-notc.yaml" \
+        --model "$M/$cfg-bf16" --prompt "$n" --repeats 3
+    done
+  done
   # bf16: the follow-up's 32-row products may round differently from the cold 2,032-row ones,
   # so greedy tokens of random weights may flip at near-ties (reported, not failed); f32: exact
   run prefix_ttft_Qwen3-0.6B "$B/tests/weft-prefix-bench" --backend cuda \
@@ -178,7 +205,7 @@ serve)
   # 8,000-token prompt arrives, against their idle p99; whole prompts vs chunks of 256 and 64
   for sch in "sched.continuous" "{name: sched.chunked-prefill, options: {chunk_tokens: 256}}" \
              "{name: sched.chunked-prefill, options: {chunk_tokens: 64}}"; do
-    tag=$(echo "$sch" | tr -cd 'a-z0-9' | cut -c1-40)
+    tag=$(echo "$sch" | tr -cd 'a-z0-9' | sed 's/nameschedchunkedprefilloptions/chunked/')
     cat > "$out/arrival-$tag.yaml" <<EOF2
 format: 1
 candidate: arrival-$tag
@@ -192,12 +219,7 @@ techniques:
 serving: {max_model_len: 8704, max_concurrency: 16}
 EOF2
     run "arrival_$tag" weft bench decode --candidate "$out/arrival-$tag.yaml" \
-      --model "$M/Qwen3-0.6B-bf16" --concurrency 8 --prompt 16 --gen 490 --arrival 8000 --repeats 5
-  done
-  for c in $cands; do
-    weft candidate freeze "manifests/$c.yaml" -o "$out/$c.lock" >/dev/null
-    run "eval_gates_$c" weft eval run --lock "$out/$c.lock" --no-speed --probe docs/perf/probe-h200.json \
-      --reference "$S/reference/stories260K/reference.safetensors" -o "$out/eval-gates-$c.json"
+      --model "$M/Qwen3-0.6B-bf16" --concurrency 8 --prompt 16 --gen 1100 --arrival 8000 --repeats 5
   done
   ;;
 *)
@@ -211,6 +233,6 @@ printf '  %s\n' "${summary[@]}"
 printf '%s\n' "${summary[@]}" > "$out/summary.txt"
 # the device tool returns only a few files: WEFT_GPU_TAR=1 packs every log into one archive
 if [ "${WEFT_GPU_TAR:-0}" = 1 ]; then
-  (cd "$out" && tar czf "gpu-check-$phase.tgz" --exclude='*.tgz' . && find . -type f ! -name '*.tgz' \
-    ! -name summary.txt -delete)
+  tar czf "/tmp/gpu-check-$phase.tgz" -C "$out" . && find "$out" -type f ! -name summary.txt -delete &&
+    mv "/tmp/gpu-check-$phase.tgz" "$out/"
 fi
