@@ -118,10 +118,9 @@ typedef struct kvp_cuda {
 #define KVS_MAXG 8
 #define KVS_THREADS 256
 #define KVS_MAXS 32
-/* kvp_attention_tc: positions per chunk, and the fewest rows a step needs before it is used
- * (a short prompt's few tiles gain nothing over the split kernel) */
+/* kvp_attention_tc: positions per chunk, and the fewest rows a step needs before it is used */
 #define KVF_CHUNK 32
-#define KVF_MIN_ROWS 64
+#define KVF_MIN_ROWS 16
 static size_t kvs_smem(int hd) {
     return ((size_t)KVS_CHUNK * (hd + 1) + (size_t)KVS_CHUNK * hd + (size_t)KVS_MAXG * hd +
             (size_t)KVS_MAXG * KVS_CHUNK) *
@@ -187,10 +186,13 @@ static weft_status compile(kvp_cuda *c, int t, weft_error *err) {
     if (r != CUDA_SUCCESS)
         return cu_error(c, err, r, "raising the shared memory limit of kvp_attention_split");
     if (!c->part) {
-        /* S > 1 only while T x Hkv < 2 x SMs, so T x Hkv x S < 4 x SMs blocks write partials,
-         * each for at most KVS_MAXG heads of at most 256 + 2 floats. */
+        /* The split kernel: S > 1 only while T x Hkv < 2 x SMs, so T x Hkv x S < 4 x SMs blocks
+         * write partials, each for at most KVS_MAXG heads of at most 256 + 2 floats. */
         size_t bytes = (size_t)4 * (c->sms > 0 ? c->sms : 132) * KVS_MAXG * (256 + 2) *
                        sizeof(float);
+        /* the tensor-core prefill splits long contexts too: room for a few splits of a few
+         * hundred rows */
+        if (bytes < ((size_t)32 << 20)) bytes = (size_t)32 << 20;
         r = c->api.MemAlloc(&c->part, bytes);
         if (r != CUDA_SUCCESS) {
             c->part = 0;
@@ -306,12 +308,30 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
     int prefill = x->batch && x->batch->n_seqs < (uint32_t)T;
     if (c->tc_prefill && c->tc[t] && R && hd % 16 == 0 && hd <= 128 && T >= KVF_MIN_ROWS &&
         prefill) {
-        void *targs[] = {&qp, &pp, &sp, &tb, &kc, &vc, &op,     &T,    &Hq,
-                         &Hkv, &hd, &P, &mb, &ns, &np, &window, &scale};
+        /* splits: about four blocks per SM over the tiles (at most T / R + requests of them),
+         * as the workspace and the cache's chunks allow; a long context with few new rows (a
+         * follow-up turn, a chunk of a long prompt) is spread over the GPU */
+        long tiles = T / R + (long)x->batch->n_seqs;
+        long want = 4L * (c->sms > 0 ? c->sms : 132), blocks = tiles * Hkv;
+        size_t per = (size_t)T * Hq * (hd + 2) * sizeof(float);
+        int S = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
+        int chunks = (P * mb + KVF_CHUNK - 1) / KVF_CHUNK;
+        if (S > chunks) S = chunks;
+        if (S > KVS_MAXS) S = KVS_MAXS;
+        if ((size_t)S * per > c->part_bytes) S = (int)(c->part_bytes / per);
+        if (S < 1) S = 1;
+        CUdeviceptr part = c->part;
+        void *targs[] = {&qp, &pp, &sp, &tb, &kc, &vc, &op,     &part,  &T,  &Hq,
+                         &Hkv, &hd, &P, &mb, &ns, &np, &window, &scale, &S};
         unsigned smem = (unsigned)((KVF_CHUNK * (hd + 8) + hd * (KVF_CHUNK + 8)) * 2);
-        r = c->api.LaunchKernel(c->tc[t], (unsigned)T, (unsigned)Hkv, 1, 128, 1, 1, smem, stream,
-                                targs, NULL);
+        r = c->api.LaunchKernel(c->tc[t], (unsigned)T, (unsigned)Hkv, (unsigned)S, 128, 1, 1,
+                                smem, stream, targs, NULL);
         if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_tc");
+        if (S == 1) return WEFT_OK;
+        void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
+        r = c->api.LaunchKernel(c->combine[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0, stream,
+                                cargs, NULL);
+        if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_combine");
         return WEFT_OK;
     }
     int S = kvs_splits(c, T, Hkv, P * mb);

@@ -359,7 +359,8 @@ __device__ __forceinline__ void kvf_mma(float *d, const unsigned *a, unsigned b0
 #endif
 }
 
-// Grid (T, Hkv), 4 warps; R = 64 / G. Tiles: the rows of one request are consecutive in a step
+// Grid (T, Hkv, S), 4 warps; R = 64 / G; split s takes the tile's chunks s, s + S, ... and with
+// S > 1 writes kvp_attention_combine's partials instead of the output. Tiles: the rows of one request are consecutive in a step
 // with consecutive positions; a tile starts at a row whose request differs from the previous
 // row's or whose position is a multiple of R, and holds up to R rows of that request up to the
 // next such start. Only the block of a tile's first row works (O(1) test); it takes the tile's
@@ -371,10 +372,10 @@ __device__ __forceinline__ void kvf_mma(float *d, const unsigned *a, unsigned b0
 // on which other rows share its tile.
 extern "C" __global__ void __launch_bounds__(128) kvp_attention_tc(
     const el *q, const int *pos, const int *slots, const int *tables, const el *kc, const el *vc,
-    el *o, int T, int Hq, int Hkv, int hd, int page_size, int max_blocks, int n_slots,
-    int n_pages, int window, float scale) {
+    el *o, float *part, int T, int Hq, int Hkv, int hd, int page_size, int max_blocks,
+    int n_slots, int n_pages, int window, float scale, int S) {
     int G = Hq / Hkv, R = 64 / G;
-    int r0 = blockIdx.x, g = blockIdx.y;
+    int r0 = blockIdx.x, g = blockIdx.y, sp = blockIdx.z;
     if (r0 >= T || g >= Hkv) return;
     int slot = slots[r0], p0 = pos[r0];
     if (r0 > 0 && slots[r0 - 1] == slot && p0 % R != 0) return; // not a tile's first row
@@ -426,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(128) kvp_attention_tc(
     const int *trow = tables + (long)(slot >= 0 && slot < n_slots ? slot : 0) * max_blocks;
     long row = (long)Hkv * hd;
     int per = hd / 8;
-    for (int c = s_lo / KVF_CHUNK; c <= s_hi / KVF_CHUNK; c++) {
+    for (int c = s_lo / KVF_CHUNK + sp; c <= s_hi / KVF_CHUNK; c += S) {
         __syncthreads(); // the previous chunk's readers are done
         for (int i = tid; i < KVF_CHUNK * per; i += blockDim.x) {
             int j = i / per, d = (i % per) * 8, p = c * KVF_CHUNK + j;
@@ -513,6 +514,34 @@ extern "C" __global__ void __launch_bounds__(128) kvp_attention_tc(
                     kvf_mma(oacc[i], a, *(const unsigned *)vr, *(const unsigned *)(vr + 8));
                 }
         }
+    }
+    if (S > 1) { // unnormalised partials of this split for kvp_attention_combine
+        long ps = (long)hd + 2;
+        long pa_at = (((long)ra * Hq + hq) * S + sp) * ps, pb_at = (((long)rb * Hq + hq) * S + sp) * ps;
+#pragma unroll
+        for (int i = 0; i < KVF_MAXHD / 8; i++)
+            if (i < nd) {
+                int d = i * 8 + 2 * (lane & 3);
+                if (oka) {
+                    part[pa_at + d] = oacc[i][0];
+                    part[pa_at + d + 1] = oacc[i][1];
+                }
+                if (okb) {
+                    part[pb_at + d] = oacc[i][2];
+                    part[pb_at + d + 1] = oacc[i][3];
+                }
+            }
+        if ((lane & 3) == 0) {
+            if (oka) {
+                part[pa_at + hd] = ma; // -inf: nothing of this row in this split
+                part[pa_at + hd + 1] = la;
+            }
+            if (okb) {
+                part[pb_at + hd] = mb;
+                part[pb_at + hd + 1] = lb;
+            }
+        }
+        return;
     }
 #pragma unroll
     for (int i = 0; i < KVF_MAXHD / 8; i++)
