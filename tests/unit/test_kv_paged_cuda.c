@@ -377,7 +377,7 @@ static void test_op(void **state) {
     check_op_len(WEFT_DTYPE_F32, 16, 4, 16, 16, 0, 1100, 700, 1200);
     check_op_len(WEFT_DTYPE_F32, 16, 4, 16, 7, 333, 1100, 700, 1200);
     /* bf16 prefill steps: every row on tensor cores, in tiles of one request (G = 2, 4, 1; a
-     * sliding window; 5-position pages), split over the long contexts with a combine
+     * sliding window; 5-position pages), split over the long contexts with a combine */
     check_op_len(WEFT_DTYPE_BF16, 16, 4, 64, 16, 0, 300, 200, 320);
     check_op_len(WEFT_DTYPE_BF16, 8, 8, 128, 16, 100, 300, 200, 320);
     check_op_len(WEFT_DTYPE_BF16, 32, 8, 64, 5, 0, 260, 131, 288);
