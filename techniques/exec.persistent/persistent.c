@@ -274,15 +274,18 @@ static weft_status topo_order(CUgraph g, CUgraphNode **out, size_t *n_out, char 
         return WHY("cuGraphGetEdges failed");
     CUgraphNode *nodes = calloc(n, sizeof(*nodes)), *order = calloc(n, sizeof(*order));
     CUgraphNode *from = calloc(ne ? ne : 1, sizeof(*from)), *to = calloc(ne ? ne : 1, sizeof(*to));
+    /* edge data must be read too: programmatic (PDL) edges carry some, and a query without it
+     * fails as lossy */
+    CUgraphEdgeData *ed = calloc(ne ? ne : 1, sizeof(*ed));
     size_t *indeg = calloc(n, sizeof(*indeg)), *ei = calloc(ne ? ne : 1, sizeof(*ei));
     weft_status r = WEFT_OK;
-    if (!nodes || !order || !from || !to || !indeg || !ei) {
+    if (!nodes || !order || !from || !to || !indeg || !ei || !ed) {
         r = WHY("out of memory");
         goto done;
     }
     if (cuGraphGetNodes(g, nodes, &n) != CUDA_SUCCESS ||
-        (ne && cuGraphGetEdges(g, from, to, NULL, &ne) != CUDA_SUCCESS)) {
-        r = WHY("reading the captured graph failed");
+        (ne && cuGraphGetEdges(g, from, to, ed, &ne) != CUDA_SUCCESS)) {
+        r = WHY("reading the captured graph's nodes and edges failed");
         goto done;
     }
     for (size_t e = 0; e < ne; e++) {
@@ -324,6 +327,7 @@ done:
     free(to);
     free(indeg);
     free(ei);
+    free(ed);
     return r;
 }
 
@@ -380,12 +384,13 @@ static weft_status build_program(cg_state *s, cg_shape *sh, CUgraph graph, char 
             CUdeviceptr gw;
             size_t gb = 0;
             uint32_t ws = 0;
-            if (cuModuleGetGlobal(&gw, &gb, mod, "weft_persistent_wsize") != CUDA_SUCCESS ||
-                gb != sizeof(ws) || cuMemcpyDtoH(&ws, gw, sizeof(ws)) != CUDA_SUCCESS) {
-                r = WHY("cannot read the module's weight element size");
-                goto fail;
-            }
-            wsize = ws;
+            /* without it the program runs without prefetches */
+            if (cuModuleGetGlobal(&gw, &gb, mod, "weft_persistent_wsize") == CUDA_SUCCESS &&
+                gb == sizeof(ws) && cuMemcpyDtoH(&ws, gw, sizeof(ws)) == CUDA_SUCCESS &&
+                (ws == 2 || ws == 4))
+                wsize = ws;
+            else if (s->host->log)
+                s->host->log(WEFT_LOG_WARN, NAME, "weight element size unknown: no prefetch");
         }
         if (kp.blockDimY != 1 || kp.blockDimZ != 1 || !pk_threads_ok(k, kp.blockDimX)) {
             r = WHY("kernel %s runs with %ux%ux%u threads, which the interpreter's %u-thread "
@@ -428,7 +433,7 @@ static weft_status build_program(cg_state *s, cg_shape *sh, CUgraph graph, char 
         has_w[i] = k->op == PK_GEMV_1 || k->op == PK_GEMV_SWIGLU_1;
     }
     /* prefetch ranges: the weights each product reads, assigned to an earlier node */
-    if (s->prefetch && s->prefetch_bytes) {
+    if (s->prefetch && s->prefetch_bytes && wsize) {
         pk_prefetch_plan(has_w, (int)n, src);
         for (size_t j = 0; j < n; j++) {
             if (src[j] < 0) continue;

@@ -27,7 +27,14 @@ done
 timeout 40 tests/test_cuda_ops >"$L/cuda_ops.log" 2>&1
 echo "test_cuda_ops rc=$? $(grep -cE '^\[       OK \]' "$L/cuda_ops.log") ok; $(grep -E 'FAILED|ERROR' "$L/cuda_ops.log" | head -n 3 | tr '\n' ' ')"
 wait "$pid_Qwen3_0_6B" "$pid_Llama_3_2_1B"
-WEFT_EXEC_MODELS=$M/Qwen3-0.6B:$M/Llama-3.2-1B timeout 70 tests/test_persistent >"$L/persistent.log" 2>&1
+# smoke: one short persistent run first, so a failure costs little
+WEFT_LOG=info timeout 25 bin/weft bench decode --candidate cand/fast-cuda-persistent.yaml \
+  --model "$M/Qwen3-0.6B" --prompt 128 --gen 32 --repeats 1 >"$L/smoke.log" 2>&1
+smoke=$?
+echo "smoke rc=$smoke: $(grep -E 'ms/token|error|exec.persistent' "$L/smoke.log" | cut -c1-200 | tr '\n' ' ')"
+sed 's/exec.persistent, exec.device-sampling/{name: exec.persistent, options: {blocks_per_sm: 2}}, exec.device-sampling/' \
+  cand/fast-cuda-persistent.yaml > cand/fast-cuda-persistent-bps2.yaml
+[ $smoke -eq 0 ] && WEFT_EXEC_MODELS=$M/Qwen3-0.6B:$M/Llama-3.2-1B timeout 60 tests/test_persistent >"$L/persistent.log" 2>&1
 echo "test_persistent rc=$?"; grep -E "persistent on|FAIL|ERROR|OK \]|runs as one|replays its|persistent steps" "$L/persistent.log" | cut -c1-220 | head -n 20
 bench() { # model candidate
   WEFT_LOG=info timeout "$3" bin/weft bench decode --candidate "cand/$2.yaml" --model "$M/$1" \
@@ -36,12 +43,15 @@ bench() { # model candidate
     "$(grep -E 'replays its|runs as one' "$L/b-$1-$2.log" | head -n 1 | cut -c1-160)"
 }
 for c in Qwen3-0.6B Llama-3.2-1B; do
-  for cand in fast-cuda-all fast-cuda-persistent fast-cuda-persistent-nopf; do
-    [ "$(left)" -gt 30 ] && bench "$c" "$cand" 40
+  for cand in fast-cuda-all fast-cuda-persistent fast-cuda-persistent-nopf fast-cuda-persistent-bps2; do
+    [ $smoke -ne 0 ] && [ "$cand" != fast-cuda-all ] && continue
+    [ "$cand" = fast-cuda-persistent-bps2 ] && [ "$c" != Qwen3-0.6B ] && continue
+    [ "$(left)" -gt 30 ] && bench "$c" "$cand" 30
   done
 done 2>&1 | tee "$L/bench.log"
 wait
 for cand in fast-cuda-all fast-cuda-persistent; do
+  [ $smoke -ne 0 ] && [ "$cand" != fast-cuda-all ] && continue
   [ "$(left)" -gt 25 ] && bench Qwen3-8B "$cand" $(( $(left) / 2 ))
 done 2>&1 | tee -a "$L/bench.log"
 if [ "$(left)" -gt 20 ]; then

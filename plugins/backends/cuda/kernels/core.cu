@@ -1042,6 +1042,7 @@ extern "C" __global__ void __launch_bounds__(PK_THREADS, PK_MIN_BLOCKS)
     weft_persistent(const pk_node *prog, int n, unsigned *done, unsigned epoch) {
     __shared__ pk_node nd;
     const int P = gridDim.x, pb = blockIdx.x, tid = threadIdx.x;
+    if (n < 0 && tid == 0) done[0] = weft_persistent_wsize; // never: keeps the symbol
     for (int i = 0; i < n; i++) {
         __syncthreads(); // every thread is done with the previous node's copy
         if (tid < (int)(sizeof(pk_node) / 8))
