@@ -477,7 +477,9 @@ static weft_status op_attention(void *st, const weft_exec_ctx *c, const weft_nod
     }
     void *aargs[] = {&qp, &pp, &slots, &kc, &vc, &op, &T, &Hq, &Hkv, &hd, &max_seq, &window,
                      &scale};
-    return cuda_launch(b, fa, "weft_attention", (unsigned)T, (unsigned)Hq, 128, aargs, err);
+    /* 4 warps x 256 floats of per-warp accumulators in dynamic shared memory (core.cu) */
+    return cuda_launch_ex(b, fa, "weft_attention", (unsigned)T, (unsigned)Hq, 1, 128,
+                          4 * 256 * sizeof(float), 1, aargs, err);
 }
 
 static weft_status elementwise(cuda_backend *b, const weft_exec_ctx *c, const weft_node *n,

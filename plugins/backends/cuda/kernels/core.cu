@@ -58,22 +58,37 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); all threads get the result.
-__device__ float block_sum(float v) {
+// Barrier over the first nt threads of the block (nt a multiple of 32). Kernel bodies sync with
+// it instead of __syncthreads so that the persistent kernel (weft_persistent below) can run a
+// body with fewer threads than its block: the idle warps never reach the body's barriers. A
+// standalone kernel passes its whole block, where it is __syncthreads.
+__device__ __forceinline__ void bsync(int nt) {
+    asm volatile("bar.sync 1, %0;" ::"r"(nt) : "memory");
+}
+
+// Sum over a block of nt threads (nt a multiple of 32, at most 1024), run by nt / K physical
+// threads: physical thread p holds the partial sums of threads p + k * (nt / K) in v[k]. Each
+// thread's sum is reduced over its warp and the warps' sums by warp 0 in the same order for
+// every K, so a 1024-thread norm gives the same bits run by 256 threads (K = 4).
+template <int K> __device__ float block_sum(const float *v, int nt) {
     __shared__ float part[32];
     __shared__ float total;
+    int np = nt / K;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_sum(v);
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        float s = warp_sum(v[k]);
+        if (lane == 0) part[warp + k * (np >> 5)] = s;
+    }
+    bsync(np);
     if (warp == 0) {
-        float s = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.f;
+        float s = lane < (nt >> 5) ? part[lane] : 0.f;
         s = warp_sum(s);
         if (lane == 0) total = s;
     }
-    __syncthreads();
+    bsync(np);
     float r = total;
-    __syncthreads();
+    bsync(np);
     return r;
 }
 
@@ -96,64 +111,88 @@ __device__ __forceinline__ void pdl_enter() {
 }
 
 // x (T,D) <- table (V,D) rows of tokens; ids outside [0,V) give zero rows (the host refuses them).
-extern "C" __global__ void weft_embed(const int *tokens, const wgt *table, act *x, int T, int D,
-                                      int V) {
-    pdl_enter();
-    int t = blockIdx.x;
+// Every kernel below is a __device__ body taking its block index and thread count explicitly
+// (the kernel's blockIdx and blockDim), wrapped by a thin __global__ kernel: the persistent
+// kernel runs the same bodies, so both paths compute the same bits.
+__device__ __forceinline__ void embed_body(const int *tokens, const wgt *table, act *x, int T,
+                                           int D, int V, int t, int nt) {
     if (t >= T) return;
     int id = tokens[t];
     bool ok = id >= 0 && id < V;
-    for (int i = threadIdx.x; i < D; i += blockDim.x)
+    for (int i = threadIdx.x; i < D; i += nt)
         A::st(x, (long)t * D + i, ok ? W::ld(table, (long)id * D + i) : 0.f);
+}
+extern "C" __global__ void weft_embed(const int *tokens, const wgt *table, act *x, int T, int D,
+                                      int V) {
+    pdl_enter();
+    embed_body(tokens, table, x, T, D, V, blockIdx.x, blockDim.x);
 }
 
 // One block per group of `group` elements (group = cols for a whole-row norm).
 // As transformers: normalise in f32, round to the activation dtype, then multiply by the weight.
-extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int T, int cols,
-                                        int group, float eps) {
-    pdl_enter();
-    long g = blockIdx.x;
+// K: virtual threads per physical thread (block_sum); nt the kernel's block size.
+template <int K>
+__device__ __forceinline__ void rmsnorm_body(const act *x, const wgt *w, act *y, int T, int cols,
+                                             int group, float eps, long g, int nt) {
     int groups = cols / group;
     if (g >= (long)T * groups) return;
     long base = g * group;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < group; i += blockDim.x) {
-        float v = A::ld(x, base + i);
-        ss = fmaf(v, v, ss);
+    int np = nt / K;
+    float ss[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        ss[k] = 0.f;
+        for (int i = threadIdx.x + k * np; i < group; i += nt) {
+            float v = A::ld(x, base + i);
+            ss[k] = fmaf(v, v, ss[k]);
+        }
     }
-    ss = block_sum(ss);
-    float r = rsqrtf(ss / group + eps);
-    for (int i = threadIdx.x; i < group; i += blockDim.x)
+    float r = rsqrtf(block_sum<K>(ss, nt) / group + eps);
+    for (int i = threadIdx.x; i < group; i += np)
         A::st(y, base + i, W::ld(w, i) * A::round(A::ld(x, base + i) * r));
+}
+extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int T, int cols,
+                                        int group, float eps) {
+    pdl_enter();
+    rmsnorm_body<1>(x, w, y, T, cols, group, eps, blockIdx.x, blockDim.x);
 }
 
 // r = x + res; y = rmsnorm(r) * w. One block per row. Launched with weft_rmsnorm's block size
 // for the same row length, so every thread sums the same elements in the same order and the
 // fused result is bit-identical to weft_add followed by weft_rmsnorm.
+template <int K>
+__device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, const wgt *w,
+                                                 act *y, act *r, int T, int D, float eps, int t,
+                                                 int nt) {
+    if (t >= T) return;
+    long base = (long)t * D;
+    int np = nt / K;
+    float ss[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        ss[k] = 0.f;
+        for (int i = threadIdx.x + k * np; i < D; i += nt) {
+            float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
+            A::st(r, base + i, v);
+            ss[k] = fmaf(v, v, ss[k]);
+        }
+    }
+    float rs = rsqrtf(block_sum<K>(ss, nt) / D + eps);
+    // element i was stored above by physical thread i % np, which reads it back here
+    for (int i = threadIdx.x; i < D; i += np)
+        A::st(y, base + i, W::ld(w, i) * A::round(A::ld(r, base + i) * rs));
+}
 extern "C" __global__ void weft_add_rmsnorm(const act *x, const act *res, const wgt *w, act *y,
                                             act *r, int T, int D, float eps) {
     pdl_enter();
-    int t = blockIdx.x;
-    if (t >= T) return;
-    long base = (long)t * D;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
-        A::st(r, base + i, v);
-        ss = fmaf(v, v, ss);
-    }
-    ss = block_sum(ss);
-    float rs = rsqrtf(ss / D + eps);
-    for (int i = threadIdx.x; i < D; i += blockDim.x)
-        A::st(y, base + i, W::ld(w, i) * A::round(A::ld(r, base + i) * rs));
+    add_rmsnorm_body<1>(x, res, w, y, r, T, D, eps, blockIdx.x, blockDim.x);
 }
 
 // RoPE on (T, H*hd). inv_freq (rot/2) f32 precomputed on the host with the model's scaling.
 // layout 0: half-split pairs (i, i+rot/2) as transformers; 1: interleaved pairs (2i, 2i+1).
-extern "C" __global__ void weft_rope(const act *x, act *y, const int *pos, const float *inv_freq,
-                                     int T, int H, int hd, int rot, int layout) {
-    pdl_enter();
-    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+__device__ __forceinline__ void rope_body(const act *x, act *y, const int *pos,
+                                          const float *inv_freq, int T, int H, int hd, int rot,
+                                          int layout, long idx) {
     int half = rot / 2;
     long total = (long)T * H * half;
     if (idx >= total) return;
@@ -172,13 +211,17 @@ extern "C" __global__ void weft_rope(const act *x, act *y, const int *pos, const
     if (i == 0 && rot < hd && x != y)
         for (int j = rot; j < hd; j++) A::st(y, base + j, A::ld(x, base + j));
 }
+extern "C" __global__ void weft_rope(const act *x, act *y, const int *pos, const float *inv_freq,
+                                     int T, int H, int hd, int rot, int layout) {
+    pdl_enter();
+    rope_body(x, y, pos, inv_freq, T, H, hd, rot, layout,
+              (long)blockIdx.x * blockDim.x + threadIdx.x);
+}
 
 // Writes the step's k and v rows into the contiguous cache: K/V (slots, max_seq, Hkv, hd).
-extern "C" __global__ void weft_kv_store(const act *k, const act *v, const int *pos,
-                                         const int *slots, act *kc, act *vc, int T, int Hkv,
-                                         int hd, int max_seq) {
-    pdl_enter();
-    int t = blockIdx.x;
+__device__ __forceinline__ void kv_store_body(const act *k, const act *v, const int *pos,
+                                              const int *slots, act *kc, act *vc, int T, int Hkv,
+                                              int hd, int max_seq, int t, int nt) {
     if (t >= T) return;
     int p = pos[t], s = slots[t];
     if (p < 0 || p >= max_seq || s < 0) return;
@@ -188,7 +231,7 @@ extern "C" __global__ void weft_kv_store(const act *k, const act *v, const int *
     const int AV = 16 / (int)sizeof(act);
     if (row % AV == 0 && (((unsigned long long)k | (unsigned long long)v |
                            (unsigned long long)kc | (unsigned long long)vc) & 15) == 0) {
-        for (long i = threadIdx.x; i < row / AV; i += blockDim.x) {
+        for (long i = threadIdx.x; i < row / AV; i += nt) {
             uint4 a = ((const uint4 *)(k + (long)t * row))[i];
             uint4 b = ((const uint4 *)(v + (long)t * row))[i];
             ((uint4 *)(kc + dst))[i] = a;
@@ -196,10 +239,16 @@ extern "C" __global__ void weft_kv_store(const act *k, const act *v, const int *
         }
         return;
     }
-    for (int i = threadIdx.x; i < row; i += blockDim.x) {
+    for (int i = threadIdx.x; i < row; i += nt) {
         kc[dst + i] = k[(long)t * row + i];
         vc[dst + i] = v[(long)t * row + i];
     }
+}
+extern "C" __global__ void weft_kv_store(const act *k, const act *v, const int *pos,
+                                         const int *slots, act *kc, act *vc, int T, int Hkv,
+                                         int hd, int max_seq) {
+    pdl_enter();
+    kv_store_body(k, v, pos, slots, kc, vc, T, Hkv, hd, max_seq, blockIdx.x, blockDim.x);
 }
 
 // Attention of row t, head h over positions [start, pos[t]] of its slot's cache.
@@ -207,11 +256,10 @@ extern "C" __global__ void weft_kv_store(const act *k, const act *v, const int *
 // lane, lane+32, ... (hd <= 256), online softmax per warp, then a merge across warps.
 #define ATT_WARPS 4
 #define ATT_MAXE 8
-extern "C" __global__ void weft_attention(const act *q, const int *pos, const int *slots,
-                                          const act *kc, const act *vc, act *o, int T, int Hq,
-                                          int Hkv, int hd, int max_seq, int window, float scale) {
-    pdl_enter();
-    int t = blockIdx.x, h = blockIdx.y;
+__device__ __forceinline__ void attention_body(const act *q, const int *pos, const int *slots,
+                                               const act *kc, const act *vc, act *o, int T, int Hq,
+                                               int Hkv, int hd, int max_seq, int window,
+                                               float scale, int t, int h) {
     if (t >= T || h >= Hq) return;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int kvh = h / (Hq / Hkv);
@@ -247,13 +295,16 @@ extern "C" __global__ void weft_attention(const act *q, const int *pos, const in
         m = mn;
     }
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
-    __shared__ float sacc[ATT_WARPS][256];
+    // the per-warp accumulators (ATT_WARPS x 256 floats) live in dynamic shared memory, which
+    // the persistent kernel shares between its bodies (static shared memory is not shared)
+    extern __shared__ float smem[];
+    float(*sacc)[256] = (float(*)[256])smem;
     if (lane == 0) { sm[warp] = m; sl[warp] = l; }
     for (int e = 0; e < ne; e++) {
         int d = lane + 32 * e;
         if (d < hd) sacc[warp][d] = acc[e];
     }
-    __syncthreads();
+    bsync(ATT_WARPS * 32);
     if (warp == 0) {
         float M = -INFINITY;
         for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
@@ -269,33 +320,44 @@ extern "C" __global__ void weft_attention(const act *q, const int *pos, const in
         }
     }
 }
+extern "C" __global__ void weft_attention(const act *q, const int *pos, const int *slots,
+                                          const act *kc, const act *vc, act *o, int T, int Hq,
+                                          int Hkv, int hd, int max_seq, int window, float scale) {
+    pdl_enter();
+    attention_body(q, pos, slots, kc, vc, o, T, Hq, Hkv, hd, max_seq, window, scale, blockIdx.x,
+                   blockIdx.y);
+}
 
 // y = silu(gate) * up, elementwise over n.
-extern "C" __global__ void weft_swiglu(const act *g, const act *u, act *y, long n) {
-    pdl_enter();
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+__device__ __forceinline__ void swiglu_body(const act *g, const act *u, act *y, long n, long i) {
     if (i >= n) return;
     float a = A::ld(g, i);
     float s = A::round(a / (1.f + __expf(-a)));
     A::st(y, i, s * A::ld(u, i));
 }
-
-extern "C" __global__ void weft_add(const act *a, const act *b, act *y, long n) {
+extern "C" __global__ void weft_swiglu(const act *g, const act *u, act *y, long n) {
     pdl_enter();
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) A::st(y, i, A::ld(a, i) + A::ld(b, i));
+    swiglu_body(g, u, y, n, (long)blockIdx.x * blockDim.x + threadIdx.x);
 }
 
+__device__ __forceinline__ void add_body(const act *a, const act *b, act *y, long n, long i) {
+    if (i < n) A::st(y, i, A::ld(a, i) + A::ld(b, i));
+}
+extern "C" __global__ void weft_add(const act *a, const act *b, act *y, long n) {
+    pdl_enter();
+    add_body(a, b, y, n, (long)blockIdx.x * blockDim.x + threadIdx.x);
+}
+
+__device__ __forceinline__ void scale_body(const act *a, act *y, float s, long n, long i) {
+    if (i < n) A::st(y, i, A::ld(a, i) * s);
+}
 extern "C" __global__ void weft_scale(const act *a, act *y, float s, long n) {
     pdl_enter();
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) A::st(y, i, A::ld(a, i) * s);
+    scale_body(a, y, s, n, (long)blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 // kind 0 silu, 1 gelu (tanh approximation, as transformers' gelu_pytorch_tanh), 2 relu
-extern "C" __global__ void weft_activation(const act *a, act *y, int kind, long n) {
-    pdl_enter();
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+__device__ __forceinline__ void activation_body(const act *a, act *y, int kind, long n, long i) {
     if (i >= n) return;
     float x = A::ld(a, i), r;
     if (kind == 0) r = x / (1.f + __expf(-x));
@@ -303,50 +365,64 @@ extern "C" __global__ void weft_activation(const act *a, act *y, int kind, long 
     else r = x > 0.f ? x : 0.f;
     A::st(y, i, r);
 }
+extern "C" __global__ void weft_activation(const act *a, act *y, int kind, long n) {
+    pdl_enter();
+    activation_body(a, y, kind, n, (long)blockIdx.x * blockDim.x + threadIdx.x);
+}
 
 // out (R,D) <- x rows listed in rows (R).
-extern "C" __global__ void weft_gather_rows(const act *x, const int *rows, act *out, int R, int D) {
-    pdl_enter();
-    int r = blockIdx.x;
+__device__ __forceinline__ void gather_rows_body(const act *x, const int *rows, act *out, int R,
+                                                 int D, int r, int nt) {
     if (r >= R) return;
     long src = (long)rows[r] * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) out[(long)r * D + i] = x[src + i];
+    for (int i = threadIdx.x; i < D; i += nt) out[(long)r * D + i] = x[src + i];
+}
+extern "C" __global__ void weft_gather_rows(const act *x, const int *rows, act *out, int R, int D) {
+    pdl_enter();
+    gather_rows_body(x, rows, out, R, D, blockIdx.x, blockDim.x);
 }
 
 // Column slices: x (T, total) -> y (T, width) starting at column off.
-extern "C" __global__ void weft_slice_cols(const act *x, act *y, int T, int total, int off,
-                                           int width) {
-    pdl_enter();
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+__device__ __forceinline__ void slice_cols_body(const act *x, act *y, int T, int total, int off,
+                                           int width, long i) {
     if (i >= (long)T * width) return;
     long t = i / width, c = i % width;
     y[i] = x[t * total + off + c];
 }
+extern "C" __global__ void weft_slice_cols(const act *x, act *y, int T, int total, int off,
+                                           int width) {
+    pdl_enter();
+    slice_cols_body(x, y, T, total, off, width, (long)blockIdx.x * blockDim.x + threadIdx.x);
+}
 
 // dtype conversion copy: activation dtype to f32 and back.
+__device__ __forceinline__ void to_f32_body(const act *x, float *y, long n, long i) {
+    if (i < n) y[i] = A::ld(x, i);
+}
 extern "C" __global__ void weft_to_f32(const act *x, float *y, long n) {
     pdl_enter();
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = A::ld(x, i);
+    to_f32_body(x, y, n, (long)blockIdx.x * blockDim.x + threadIdx.x);
+}
+__device__ __forceinline__ void from_f32_body(const float *x, act *y, long n, long i) {
+    if (i < n) A::st(y, i, x[i]);
 }
 extern "C" __global__ void weft_from_f32(const float *x, act *y, long n) {
     pdl_enter();
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) A::st(y, i, x[i]);
+    from_f32_body(x, y, n, (long)blockIdx.x * blockDim.x + threadIdx.x);
 }
 // Bias add (N) over rows of y (T,N), for linear layers whose GEMM ran without an epilogue.
+__device__ __forceinline__ void bias_add_body(act *y, const wgt *b, int T, int N, long i) {
+    if (i < (long)T * N) A::st(y, i, A::ld(y, i) + W::ld(b, i % N));
+}
 extern "C" __global__ void weft_bias_add(act *y, const wgt *b, int T, int N) {
     pdl_enter();
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (long)T * N) A::st(y, i, A::ld(y, i) + W::ld(b, i % N));
+    bias_add_body(y, b, T, N, (long)blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 // Column split into up to four outputs in one launch (merged projections): x (T, total) ->
 // y_j (T, w_j), the j-th block of columns.
-extern "C" __global__ void weft_split_cols(const act *x, act *y0, act *y1, act *y2, act *y3, int T,
-                                           int total, int w0, int w1, int w2, int w3) {
-    pdl_enter();
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+__device__ __forceinline__ void split_cols_body(const act *x, act *y0, act *y1, act *y2, act *y3, int T,
+                                           int total, int w0, int w1, int w2, int w3, long i) {
     if (i >= (long)T * total) return;
     long t = i / total;
     int c = (int)(i % total);
@@ -358,20 +434,25 @@ extern "C" __global__ void weft_split_cols(const act *x, act *y0, act *y1, act *
     c -= w2;
     if (c < w3) y3[t * w3 + c] = x[i];
 }
+extern "C" __global__ void weft_split_cols(const act *x, act *y0, act *y1, act *y2, act *y3, int T,
+                                           int total, int w0, int w1, int w2, int w3) {
+    pdl_enter();
+    split_cols_body(x, y0, y1, y2, y3, T, total, w0, w1, w2, w3,
+                    (long)blockIdx.x * blockDim.x + threadIdx.x);
+}
 
 // Fused q/k RMSNorm per head (optional) and RoPE, and the v copy out of a merged q|k|v row:
 // one block per (row t, head), heads [0,Hq) of q, [Hq,Hq+Hkv) of k, then (vs != 0) Hkv of v.
 // Each stage repeats the arithmetic of weft_rmsnorm (launched with the same block size for a
 // group of hd) and weft_rope, rounding where they store, so the result is bit-identical to the
 // unfused nodes. qs/ks/vs point at row 0's q, k and v columns; *stride are their row strides.
-extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *ks, int kstride,
-                                         const act *vs, int vstride, const wgt *qn, const wgt *kn,
-                                         const int *pos, const float *inv_freq, act *qo, act *ko,
-                                         act *vo, int T, int Hq, int Hkv, int hd, int rot,
-                                         int layout, float eps) {
-    pdl_enter();
+__device__ __forceinline__ void qkv_rope_body(const act *qs, int qstride, const act *ks,
+                                              int kstride, const act *vs, int vstride,
+                                              const wgt *qn, const wgt *kn, const int *pos,
+                                              const float *inv_freq, act *qo, act *ko, act *vo,
+                                              int T, int Hq, int Hkv, int hd, int rot, int layout,
+                                              float eps, int t, int h, int nt) {
     __shared__ float buf[256];
-    int t = blockIdx.x, h = blockIdx.y;
     if (t >= T || hd > 256) return;
     const act *src;
     act *dst;
@@ -393,22 +474,22 @@ extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *
         is_v = 1;
     }
     if (is_v) {
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = src[i];
+        for (int i = threadIdx.x; i < hd; i += nt) dst[i] = src[i];
         return;
     }
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) buf[i] = A::ld(src, i);
+    for (int i = threadIdx.x; i < hd; i += nt) buf[i] = A::ld(src, i);
     if (nw) {
         float ss = 0.f;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) ss = fmaf(buf[i], buf[i], ss);
-        ss = block_sum(ss); // synchronises: every buf[i] is read before it is rewritten below
+        for (int i = threadIdx.x; i < hd; i += nt) ss = fmaf(buf[i], buf[i], ss);
+        ss = block_sum<1>(&ss, nt); // synchronises: every buf[i] is read before it is rewritten below
         float r = rsqrtf(ss / hd + eps);
-        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        for (int i = threadIdx.x; i < hd; i += nt)
             buf[i] = A::round(W::ld(nw, i) * A::round(buf[i] * r));
     }
-    __syncthreads();
+    bsync(nt);
     int half = rot / 2;
     float p = (float)pos[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    for (int i = threadIdx.x; i < half; i += nt) {
         float ang = p * inv_freq[i];
         float c = A::round(cosf(ang)), s = A::round(sinf(ang));
         int a = layout == 0 ? i : 2 * i, b = layout == 0 ? i + half : 2 * i + 1;
@@ -416,7 +497,16 @@ extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *
         A::st(dst, a, A::round(xa * c) - A::round(xb * s));
         A::st(dst, b, A::round(xb * c) + A::round(xa * s));
     }
-    for (int i = rot + threadIdx.x; i < hd; i += blockDim.x) A::st(dst, i, buf[i]);
+    for (int i = rot + threadIdx.x; i < hd; i += nt) A::st(dst, i, buf[i]);
+}
+extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *ks, int kstride,
+                                         const act *vs, int vstride, const wgt *qn, const wgt *kn,
+                                         const int *pos, const float *inv_freq, act *qo, act *ko,
+                                         act *vo, int T, int Hq, int Hkv, int hd, int rot,
+                                         int layout, float eps) {
+    pdl_enter();
+    qkv_rope_body(qs, qstride, ks, kstride, vs, vstride, qn, kn, pos, inv_freq, qo, ko, vo, T, Hq,
+                  Hkv, hd, rot, layout, eps, blockIdx.x, blockIdx.y, blockDim.x);
 }
 
 #if WEFT_TA == WEFT_TW
@@ -529,7 +619,7 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
             for (int r = 0; r < NW; r++)
 #pragma unroll
                 for (int t = 0; t < TT; t++) red[warp][r][t] = acc[r][t];
-        __syncthreads();
+        bsync(GEMV_THREADS);
         if (s == 0)
 #pragma unroll
             for (int r = 0; r < NW; r++)
@@ -546,8 +636,8 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
 // y = x w^T [+ bias]; y is f32 when out_f32 (the LM head's logits), else the activation dtype.
 template <int TT>
 __device__ __forceinline__ void gemv_plain(const act *x, const wgt *w, const wgt *bias, void *y,
-                                           int out_f32, int T, int N, int K, int S) {
-    int n = blockIdx.x * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
+                                           int out_f32, int T, int N, int K, int S, int bx) {
+    int n = bx * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
     const wgt *rows[1] = {w + (long)n * K};
     float acc[1][TT];
     if (!gemv_row<TT, 1>(x, rows, T, N, K, S, n, acc)) return;
@@ -566,8 +656,8 @@ __device__ __forceinline__ void gemv_plain(const act *x, const wgt *w, const wgt
 // unfused linear, linear, swiglu sequence stores them.
 template <int TT>
 __device__ __forceinline__ void gemv_swiglu(const act *x, const wgt *wg, const wgt *wu, act *y,
-                                            int T, int F, int K, int S) {
-    int n = blockIdx.x * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
+                                            int T, int F, int K, int S, int bx) {
+    int n = bx * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
     const wgt *rows[2] = {wg + (long)n * K, wu + (long)n * K};
     float acc[2][TT];
     if (!gemv_row<TT, 2>(x, rows, T, F, K, S, n, acc)) return;
@@ -585,12 +675,12 @@ __device__ __forceinline__ void gemv_swiglu(const act *x, const wgt *wg, const w
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_##TT(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32, int T,   \
                        int N, int K, int S) {                                                      \
-        gemv_plain<TT>(x, w, bias, y, out_f32, T, N, K, S);                                        \
+        gemv_plain<TT>(x, w, bias, y, out_f32, T, N, K, S, blockIdx.x);                        \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_swiglu_##TT(const act *x, const wgt *wg, const wgt *wu, act *y, int T, int F,    \
                               int K, int S) {                                                      \
-        gemv_swiglu<TT>(x, wg, wu, y, T, F, K, S);                                                 \
+        gemv_swiglu<TT>(x, wg, wu, y, T, F, K, S, blockIdx.x);                                 \
     }
 WEFT_GEMV(1)
 WEFT_GEMV(2)
@@ -653,13 +743,14 @@ __device__ __forceinline__ void unpack_act16(uint4 v, float *f) {
     }
 #endif
 }
-extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
-    const act *q, const int *pos, const int *slots, const act *kc, const act *vc,
-    float *part, int T, int Hq, int Hkv, int hd, int max_seq, int window, float scale, int S) {
-    pdl_enter();
-    int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
+__device__ __forceinline__ void attention_split_body(const act *q, const int *pos,
+                                                     const int *slots, const act *kc,
+                                                     const act *vc, float *part, int T, int Hq,
+                                                     int Hkv, int hd, int max_seq, int window,
+                                                     float scale, int S, int t, int g, int s,
+                                                     int nt) {
     int G = Hq / Hkv;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
     int p = pos[t], slot = slots[t];
     int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
     int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
@@ -686,11 +777,11 @@ extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
     // element-wise path below, so the result does not depend on which path ran.
     const int AV = 16 / (int)sizeof(act), rv = hd / AV, nvec = n * rv;
     if (hd % AV == 0 && (((unsigned long long)kc | (unsigned long long)vc) & 15) == 0) {
-        for (int i0 = 0; i0 < nvec; i0 += ATS_BATCH * (int)blockDim.x) {
+        for (int i0 = 0; i0 < nvec; i0 += ATS_BATCH * nt) {
             uint4 kr[ATS_BATCH], vr[ATS_BATCH];
 #pragma unroll
             for (int b = 0; b < ATS_BATCH; b++) {
-                int i = i0 + b * (int)blockDim.x + (int)threadIdx.x;
+                int i = i0 + b * nt + (int)threadIdx.x;
                 if (i < nvec) {
                     long off = base + (long)(j0 + i / rv) * row + (long)(i % rv) * AV;
                     kr[b] = *(const uint4 *)(kc + off);
@@ -699,7 +790,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
             }
 #pragma unroll
             for (int b = 0; b < ATS_BATCH; b++) {
-                int i = i0 + b * (int)blockDim.x + (int)threadIdx.x;
+                int i = i0 + b * nt + (int)threadIdx.x;
                 if (i < nvec) {
                     int j = i / rv, d = (i % rv) * AV;
                     float kf[8], vf[8];
@@ -713,16 +804,16 @@ extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
             }
         }
     } else {
-        for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
+        for (int i = threadIdx.x; i < n * hd; i += nt) {
             int j = i / hd, d = i % hd;
             long off = base + (long)(j0 + j) * row + d;
             ks[j * kst + d] = A::ld(kc, off);
             vs[j * hd + d] = A::ld(vc, off);
         }
     }
-    for (int i = threadIdx.x; i < G * hd; i += blockDim.x)
+    for (int i = threadIdx.x; i < G * hd; i += nt)
         qs[i] = A::ld(q, (long)t * Hq * hd + (long)(g * G) * hd + i) * scale;
-    __syncthreads();
+    bsync(nt);
     for (int h = warp; h < G; h += nw) {
         // scores: lane l takes positions l and l + 32 of the chunk
         float sc[2], m = -INFINITY;
@@ -758,12 +849,17 @@ extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
         }
     }
 }
+extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
+    const act *q, const int *pos, const int *slots, const act *kc, const act *vc,
+    float *part, int T, int Hq, int Hkv, int hd, int max_seq, int window, float scale, int S) {
+    pdl_enter();
+    attention_split_body(q, pos, slots, kc, vc, part, T, Hq, Hkv, hd, max_seq, window, scale, S,
+                         blockIdx.x, blockIdx.y, blockIdx.z, blockDim.x);
+}
 
 // Merges the S splits of weft_attention_split: o = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
-extern "C" __global__ void weft_attention_combine(const float *part, act *o, int T, int Hq,
-                                                  int hd, int S) {
-    pdl_enter();
-    int t = blockIdx.x, h = blockIdx.y;
+__device__ __forceinline__ void attention_combine_body(const float *part, act *o, int T, int Hq,
+                                                       int hd, int S, int t, int h, int nt) {
     long pstride = (long)hd + 2;
     const float *pp = part + ((long)t * Hq + h) * S * pstride;
     float M = -INFINITY;
@@ -773,7 +869,7 @@ extern "C" __global__ void weft_attention_combine(const float *part, act *o, int
         float ms = pp[s * pstride + hd];
         if (ms != -INFINITY) L += pp[s * pstride + hd + 1] * __expf(ms - M);
     }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    for (int d = threadIdx.x; d < hd; d += nt) {
         float v = 0.f;
         for (int s = 0; s < S; s++) {
             float ms = pp[s * pstride + hd];
@@ -782,3 +878,206 @@ extern "C" __global__ void weft_attention_combine(const float *part, act *o, int
         A::st(o, (long)t * Hq * hd + (long)h * hd + d, L > 0.f ? v / L : 0.f);
     }
 }
+extern "C" __global__ void weft_attention_combine(const float *part, act *o, int T, int Hq,
+                                                  int hd, int S) {
+    pdl_enter();
+    attention_combine_body(part, o, T, Hq, hd, S, blockIdx.x, blockIdx.y, blockDim.x);
+}
+
+#if WEFT_TA == WEFT_TW
+// ---- the persistent decode kernel (exec.persistent) ---------------------------------------
+// One cooperative launch runs a whole step: prog lists the step's kernels in stream order (read
+// by the technique from a captured CUDA graph of the step), each with its op code, grid,
+// thread count and arguments. Every block walks the program; for each node the blocks loop over
+// its virtual block indices and run the kernel's own body, so the bits are the standalone
+// kernels'. A node's blocks wait until every virtual block of the node before it has finished
+// (done[], one arrival counter per node that grows by the node's block count each launch:
+// epoch * nvb means "finished in this launch"), which orders the step as the stream did; a
+// block with no work in a node moves on without waiting, and issues its share of the L2
+// prefetches the host attached to the node (weights of the next products, which no kernel
+// writes) before it waits anywhere. Op codes: techniques/exec.persistent/persistent_prog.h.
+#define PK_THREADS 256
+#ifndef PK_MIN_BLOCKS
+#define PK_MIN_BLOCKS 3
+#endif
+#define PK_ARGS 24
+struct pk_node {
+    int op, nvb, gx, gy, nt, wait; // wait: index of the node waited for, -1 = none
+    unsigned wait_nvb, reserved;   // virtual blocks of that node
+    unsigned long long pf[2][2];   // (address, bytes) ranges to prefetch into L2
+    unsigned long long a[PK_ARGS]; // the kernel's arguments, one 8-byte slot each
+};
+enum {
+    PK_EMBED = 1, PK_RMSNORM, PK_ADD_RMSNORM, PK_ROPE, PK_KV_STORE, PK_ATTENTION, PK_SWIGLU,
+    PK_ADD, PK_SCALE, PK_ACTIVATION, PK_GATHER_ROWS, PK_SLICE_COLS, PK_TO_F32, PK_FROM_F32,
+    PK_BIAS_ADD, PK_SPLIT_COLS, PK_QKV_ROPE, PK_GEMV_1, PK_GEMV_SWIGLU_1, PK_ATTENTION_SPLIT,
+    PK_ATTENTION_COMBINE
+};
+// The weights' element size, read by the host to size the L2 prefetch ranges.
+extern "C" __device__ unsigned weft_persistent_wsize = sizeof(wgt);
+#define PP(T, i) ((T)nd.a[i])
+#define PI(i) ((int)nd.a[i])
+#define PF(i) __int_as_float((int)nd.a[i])
+#define PL(i) ((long)nd.a[i])
+
+// This block's share of an L2 prefetch: 16-byte aligned pieces of up to 64 KiB, one per lane of
+// warp 0 (the caller), as bulk prefetches (sm_90) that need no registers or completion.
+__device__ __forceinline__ void pk_prefetch(unsigned long long p, unsigned long long bytes, int pb,
+                                            int P) {
+    if (!bytes) return;
+    unsigned long long chunk = ((bytes + P - 1) / P + 15) & ~15ull;
+    unsigned long long lo = (unsigned long long)pb * chunk, hi = lo + chunk;
+    if (hi > bytes) hi = bytes;
+    for (unsigned long long o = lo + (unsigned long long)threadIdx.x * 65536; o < hi;
+         o += 32ull * 65536) {
+        unsigned sz = (unsigned)(hi - o < 65536 ? hi - o : 65536);
+#if __CUDA_ARCH__ >= 900
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(sz)
+                     : "memory");
+#else
+        for (unsigned b = 0; b < sz; b += 256)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o + b));
+#endif
+    }
+}
+
+// Runs virtual block vb of node nd with the node's thread count (threads past it skip; the
+// norms over 512 or 1024 threads run on 256 with 2 or 4 virtual threads each).
+__device__ __forceinline__ void pk_run(const pk_node &nd, int vb) {
+    const int nt = nd.nt, tid = threadIdx.x;
+    if (tid >= (nt < PK_THREADS ? nt : PK_THREADS)) return;
+    const int bx = vb % nd.gx, rest = vb / nd.gx, by = rest % nd.gy, bz = rest / nd.gy;
+    const long li = (long)vb * nt + tid;
+    switch (nd.op) {
+    case PK_EMBED:
+        embed_body(PP(const int *, 0), PP(const wgt *, 1), PP(act *, 2), PI(3), PI(4), PI(5), bx,
+                   nt);
+        break;
+    case PK_RMSNORM:
+        if (nt <= PK_THREADS)
+            rmsnorm_body<1>(PP(const act *, 0), PP(const wgt *, 1), PP(act *, 2), PI(3), PI(4),
+                            PI(5), PF(6), bx, nt);
+        else if (nt == 2 * PK_THREADS)
+            rmsnorm_body<2>(PP(const act *, 0), PP(const wgt *, 1), PP(act *, 2), PI(3), PI(4),
+                            PI(5), PF(6), bx, nt);
+        else
+            rmsnorm_body<4>(PP(const act *, 0), PP(const wgt *, 1), PP(act *, 2), PI(3), PI(4),
+                            PI(5), PF(6), bx, nt);
+        break;
+    case PK_ADD_RMSNORM:
+        if (nt <= PK_THREADS)
+            add_rmsnorm_body<1>(PP(const act *, 0), PP(const act *, 1), PP(const wgt *, 2),
+                                PP(act *, 3), PP(act *, 4), PI(5), PI(6), PF(7), bx, nt);
+        else if (nt == 2 * PK_THREADS)
+            add_rmsnorm_body<2>(PP(const act *, 0), PP(const act *, 1), PP(const wgt *, 2),
+                                PP(act *, 3), PP(act *, 4), PI(5), PI(6), PF(7), bx, nt);
+        else
+            add_rmsnorm_body<4>(PP(const act *, 0), PP(const act *, 1), PP(const wgt *, 2),
+                                PP(act *, 3), PP(act *, 4), PI(5), PI(6), PF(7), bx, nt);
+        break;
+    case PK_ROPE:
+        rope_body(PP(const act *, 0), PP(act *, 1), PP(const int *, 2), PP(const float *, 3), PI(4),
+                  PI(5), PI(6), PI(7), PI(8), li);
+        break;
+    case PK_KV_STORE:
+        kv_store_body(PP(const act *, 0), PP(const act *, 1), PP(const int *, 2),
+                      PP(const int *, 3), PP(act *, 4), PP(act *, 5), PI(6), PI(7), PI(8), PI(9),
+                      bx, nt);
+        break;
+    case PK_ATTENTION:
+        attention_body(PP(const act *, 0), PP(const int *, 1), PP(const int *, 2),
+                       PP(const act *, 3), PP(const act *, 4), PP(act *, 5), PI(6), PI(7), PI(8),
+                       PI(9), PI(10), PI(11), PF(12), bx, by);
+        break;
+    case PK_SWIGLU:
+        swiglu_body(PP(const act *, 0), PP(const act *, 1), PP(act *, 2), PL(3), li);
+        break;
+    case PK_ADD: add_body(PP(const act *, 0), PP(const act *, 1), PP(act *, 2), PL(3), li); break;
+    case PK_SCALE: scale_body(PP(const act *, 0), PP(act *, 1), PF(2), PL(3), li); break;
+    case PK_ACTIVATION:
+        activation_body(PP(const act *, 0), PP(act *, 1), PI(2), PL(3), li);
+        break;
+    case PK_GATHER_ROWS:
+        gather_rows_body(PP(const act *, 0), PP(const int *, 1), PP(act *, 2), PI(3), PI(4), bx,
+                         nt);
+        break;
+    case PK_SLICE_COLS:
+        slice_cols_body(PP(const act *, 0), PP(act *, 1), PI(2), PI(3), PI(4), PI(5), li);
+        break;
+    case PK_TO_F32: to_f32_body(PP(const act *, 0), PP(float *, 1), PL(2), li); break;
+    case PK_FROM_F32: from_f32_body(PP(const float *, 0), PP(act *, 1), PL(2), li); break;
+    case PK_BIAS_ADD: bias_add_body(PP(act *, 0), PP(const wgt *, 1), PI(2), PI(3), li); break;
+    case PK_SPLIT_COLS:
+        split_cols_body(PP(const act *, 0), PP(act *, 1), PP(act *, 2), PP(act *, 3), PP(act *, 4),
+                        PI(5), PI(6), PI(7), PI(8), PI(9), PI(10), li);
+        break;
+    case PK_QKV_ROPE:
+        qkv_rope_body(PP(const act *, 0), PI(1), PP(const act *, 2), PI(3), PP(const act *, 4),
+                      PI(5), PP(const wgt *, 6), PP(const wgt *, 7), PP(const int *, 8),
+                      PP(const float *, 9), PP(act *, 10), PP(act *, 11), PP(act *, 12), PI(13),
+                      PI(14), PI(15), PI(16), PI(17), PI(18), PF(19), bx, by, nt);
+        break;
+    case PK_GEMV_1:
+        gemv_plain<1>(PP(const act *, 0), PP(const wgt *, 1), PP(const wgt *, 2), PP(void *, 3),
+                      PI(4), PI(5), PI(6), PI(7), PI(8), bx);
+        break;
+    case PK_GEMV_SWIGLU_1:
+        gemv_swiglu<1>(PP(const act *, 0), PP(const wgt *, 1), PP(const wgt *, 2), PP(act *, 3),
+                       PI(4), PI(5), PI(6), PI(7), bx);
+        break;
+    case PK_ATTENTION_SPLIT:
+        attention_split_body(PP(const act *, 0), PP(const int *, 1), PP(const int *, 2),
+                             PP(const act *, 3), PP(const act *, 4), PP(float *, 5), PI(6), PI(7),
+                             PI(8), PI(9), PI(10), PI(11), PF(12), PI(13), bx, by, bz, nt);
+        break;
+    case PK_ATTENTION_COMBINE:
+        attention_combine_body(PP(const float *, 0), PP(act *, 1), PI(2), PI(3), PI(4), PI(5), bx,
+                               by, nt);
+        break;
+    default: break;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(PK_THREADS, PK_MIN_BLOCKS)
+    weft_persistent(const pk_node *prog, int n, unsigned *done, unsigned epoch) {
+    __shared__ pk_node nd;
+    const int P = gridDim.x, pb = blockIdx.x, tid = threadIdx.x;
+    if (n < 0 && tid == 0) done[0] = weft_persistent_wsize; // never: keeps the symbol
+    for (int i = 0; i < n; i++) {
+        __syncthreads(); // every thread is done with the previous node's copy
+        if (tid < (int)(sizeof(pk_node) / 8))
+            ((unsigned long long *)&nd)[tid] = ((const unsigned long long *)(prog + i))[tid];
+        __syncthreads();
+        if (tid < 32) {
+            pk_prefetch(nd.pf[0][0], nd.pf[0][1], pb, P);
+            pk_prefetch(nd.pf[1][0], nd.pf[1][1], pb, P);
+        }
+        if (pb >= nd.nvb) continue;
+        if (nd.wait >= 0) {
+            if (tid == 0) {
+                const unsigned target = epoch * nd.wait_nvb;
+                unsigned v;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                                 : "=r"(v)
+                                 : "l"(done + nd.wait)
+                                 : "memory");
+                } while ((int)(v - target) < 0);
+                __threadfence();
+            }
+            __syncthreads();
+        }
+        unsigned cnt = 0;
+        for (int vb = pb; vb < nd.nvb; vb += P) {
+            if (cnt) __syncthreads(); // the bodies' shared memory is free again
+            pk_run(nd, vb);
+            cnt++;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            __threadfence();
+            atomicAdd(done + i, cnt);
+        }
+    }
+}
+#endif

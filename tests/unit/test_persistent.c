@@ -1,0 +1,310 @@
+/* exec.persistent (techniques/exec.persistent, the cuda backend's weft_persistent kernel):
+ *   - the program layout the technique writes equals the kernel's (struct size and offsets, the
+ *     op codes in core.cu's order) and the prefetch plan of a fused decoder layer;
+ *   - on the GPU: greedy tokens of fast-cuda-persistent over 256 steps after a 128-token prompt
+ *     equal the cuda baseline's and fast-cuda-all's, on stories260K and on every model
+ *     directory in WEFT_EXEC_MODELS (colon-separated; the GPU run passes synthetic
+ *     Llama-3.2-1B and Qwen3-0.6B bf16), twice per engine (capture, then program runs), and
+ *     the technique's closing log line shows decode steps ran as the persistent kernel.
+ * Without the cuda backend and a GPU (a CI machine) the GPU tests are skipped. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../techniques/exec.persistent/persistent_prog.h"
+#include "engine/engine.h"
+#include "engine/sampling.h"
+#include "files/llama2c.h"
+#include "util/error.h"
+
+#define MAX_IDS 1024
+
+static char stories_dir[64];
+static int have_gpu = -1;
+
+static const char *shared_dir(void) {
+    const char *d = getenv("WEFT_SHARED_DIR");
+    return d && d[0] ? d : WEFT_SHARED_DIR;
+}
+
+static const char *manifest_dir(void) {
+    const char *d = getenv("WEFT_EXEC_MANIFESTS"); /* the GPU bundle carries its own copy */
+    return d && d[0] ? d : WEFT_SOURCE_DIR "/manifests";
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    snprintf(stories_dir, sizeof(stories_dir), "/tmp/weft-persist-XXXXXX");
+    if (!mkdtemp(stories_dir)) return -1;
+    char model[1024], tok[1024];
+    snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.bin", shared_dir());
+    snprintf(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", shared_dir());
+    weft_error err;
+    weft_error_clear(&err);
+    if (weft_llama2c_convert(model, tok, stories_dir, &err) != WEFT_OK) {
+        fprintf(stderr, "convert: %s\n", err.message);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    static const char *const files[] = {"config.json", "generation_config.json",
+                                        "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    char p[1200];
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", stories_dir, files[i]);
+        unlink(p);
+    }
+    rmdir(stories_dir);
+    return 0;
+}
+
+/* NULL when the candidate cannot open for want of a GPU (then the caller skips). */
+static weft_engine *open_candidate(const char *candidate, const char *model) {
+    weft_engine_options o;
+    weft_engine_options_default(&o);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/%s.yaml", manifest_dir(), candidate);
+    o.manifest_path = path;
+    o.model_dir = model;
+    o.max_model_len = 512;
+    weft_error err;
+    weft_error_clear(&err);
+    weft_engine *e = NULL;
+    weft_status s = weft_engine_open(&o, &e, &err);
+    if (s == WEFT_OK) {
+        have_gpu = 1;
+        return e;
+    }
+    if (have_gpu != 1 && (s == WEFT_ERR_DEVICE || strstr(err.message, "libcuda") ||
+                          strstr(err.message, "cuInit") || strstr(err.message, "no plugin named") ||
+                          strstr(err.message, "cuda"))) {
+        have_gpu = 0;
+        fprintf(stderr, "(skipping: %s: %s)\n", err.source, err.message);
+        return NULL;
+    }
+    fail_msg("open %s on %s: %s: %s", candidate, model, err.source, err.message);
+    return NULL;
+}
+
+typedef struct result {
+    int32_t ids[MAX_IDS];
+    float logprobs[MAX_IDS];
+    uint32_t n_top[MAX_IDS];
+    weft_token_logprob top[MAX_IDS][4];
+    size_t n;
+    uint32_t finish;
+} result;
+
+static void on_event(void *user, const weft_token_event *ev) {
+    result *r = user;
+    if (ev->token >= 0 && r->n < MAX_IDS) {
+        r->logprobs[r->n] = ev->logprob;
+        r->n_top[r->n] = ev->n_top;
+        for (uint32_t k = 0; k < ev->n_top && k < 4; k++) r->top[r->n][k] = ev->top[k];
+        r->ids[r->n++] = ev->token;
+    }
+    if (ev->finish) r->finish = ev->finish;
+}
+
+static void generate(weft_engine *e, const int32_t *prompt, size_t n_prompt,
+                     const weft_sampler_params *sp, uint32_t max_tokens, result *out) {
+    memset(out, 0, sizeof(*out));
+    weft_request_params rp;
+    weft_request_params_default(&rp);
+    rp.sampling = *sp;
+    rp.max_tokens = max_tokens;
+    rp.ignore_eos = 1;
+    rp.detokenize = 0;
+    rp.callback = on_event;
+    rp.user = out;
+    weft_error err;
+    weft_error_clear(&err);
+    assert_int_equal(weft_request_submit(e, prompt, n_prompt, &rp, NULL, &err), WEFT_OK);
+    while (weft_engine_active(e)) {
+        weft_status s = weft_engine_step(e, &err);
+        if (s < 0) fail_msg("step: %s: %s", err.source, err.message);
+    }
+    assert_int_equal(out->finish, WEFT_FINISH_LENGTH);
+    assert_int_equal(out->n, max_tokens);
+}
+
+/* The bench's prompt: BOS, then ids spread over the vocabulary. */
+static size_t make_prompt(const weft_engine *e, int32_t *p, size_t n) {
+    const weft_model_config *cfg = weft_engine_config(e);
+    for (size_t i = 0; i < n; i++) p[i] = (int32_t)((7919u * (i + 1)) % cfg->vocab_size);
+    if (cfg->bos_token_id >= 0) p[0] = cfg->bos_token_id;
+    return n;
+}
+
+/* ---- the program layout -------------------------------------------------------------- */
+static void test_prog_layout(void **state) {
+    (void)state;
+    assert_int_equal(sizeof(pk_node), 256);
+    assert_int_equal(offsetof(pk_node, wait_nvb), 24);
+    assert_int_equal(offsetof(pk_node, pf), 32);
+    assert_int_equal(offsetof(pk_node, a), 64);
+    /* core.cu lists the same op names in the same order (its enum starts at PK_EMBED = 1) */
+    static const char *const names[] = {
+        "PK_EMBED", "PK_RMSNORM", "PK_ADD_RMSNORM", "PK_ROPE", "PK_KV_STORE", "PK_ATTENTION",
+        "PK_SWIGLU", "PK_ADD", "PK_SCALE", "PK_ACTIVATION", "PK_GATHER_ROWS", "PK_SLICE_COLS",
+        "PK_TO_F32", "PK_FROM_F32", "PK_BIAS_ADD", "PK_SPLIT_COLS", "PK_QKV_ROPE", "PK_GEMV_1",
+        "PK_GEMV_SWIGLU_1", "PK_ATTENTION_SPLIT", "PK_ATTENTION_COMBINE"};
+    assert_int_equal(PK_ATTENTION_COMBINE, 21);
+    /* (a GPU bundle carries no sources: the check then ran where it was built) */
+    FILE *f = fopen(WEFT_SOURCE_DIR "/plugins/backends/cuda/kernels/core.cu", "rb");
+    if (!f) return;
+    static char text[1 << 17];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = 0;
+    assert_true(n < sizeof(text) - 1);
+    const char *p = strstr(text, "PK_EMBED = 1,");
+    assert_non_null(p);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        while (*p == ' ' || *p == '\n' || *p == ',') p++;
+        if (strncmp(p, names[i], strlen(names[i])))
+            fail_msg("core.cu's op %zu is '%.24s', the technique's %s", i + 1, p, names[i]);
+        p += strlen(names[i]);
+        if (i == 0) p += strlen(" = 1");
+    }
+    /* every kernel of the table fits the node's argument slots and is found by name */
+    for (size_t i = 0; i < sizeof(pk_kernels) / sizeof(pk_kernels[0]); i++) {
+        assert_true(strlen(pk_kernels[i].sig) <= PK_ARGS);
+        assert_ptr_equal(pk_kernel_find(pk_kernels[i].name), &pk_kernels[i]);
+        /* the GEMV kernels are named by a macro (weft_gemv_##TT) */
+        if (strncmp(pk_kernels[i].name, "weft_gemv_", 10))
+            assert_non_null(strstr(text, pk_kernels[i].name));
+    }
+    assert_null(pk_kernel_find("weft_gemv_2")); /* more than one row: graph replay */
+    const pk_kernel *norm = pk_kernel_find("weft_add_rmsnorm");
+    assert_true(pk_threads_ok(norm, 1024) && pk_threads_ok(norm, 64) && !pk_threads_ok(norm, 768));
+    assert_false(pk_threads_ok(pk_kernel_find("weft_gemv_1"), 128));
+    assert_false(pk_threads_ok(pk_kernel_find("weft_kv_store"), 48));
+}
+
+/* A fused Qwen3 layer: add_rmsnorm, qkv, qkv_rope, kv_store, attention split and combine, o,
+ * add_rmsnorm, gate|up + swiglu, down; then the next layer's norm and qkv. */
+static void test_prefetch_plan(void **state) {
+    (void)state;
+    static const int has_w[] = {0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 1, 0, 1};
+    static const int want[] = {-1, -1, 0, -1, -1, -1, -1, 3, -1, 8, 9, -1, 11};
+    int src[13];
+    pk_prefetch_plan(has_w, 13, src);
+    for (int i = 0; i < 13; i++)
+        if (src[i] != want[i]) fail_msg("node %d prefetched from %d, expected %d", i, src[i], want[i]);
+    static const int first[] = {1, 0};
+    pk_prefetch_plan(first, 2, src); /* nothing before the first node to prefetch from */
+    assert_int_equal(src[0], -1);
+}
+
+/* ---- greedy tokens on the GPU ---------------------------------------------------------- */
+/* Runs fn with stderr sent to a file and returns how many steps the technique's closing log
+ * line reports as persistent (-1 when the line is missing). */
+static long persistent_steps(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[1024];
+    long steps = -1;
+    while (fgets(line, sizeof(line), f)) {
+        const char *m = strstr(line, "[exec.persistent] ");
+        long v;
+        if (m && sscanf(m + strlen("[exec.persistent] "), "%ld persistent steps", &v) == 1)
+            steps = v;
+        if (m) fputs(line, stdout);
+    }
+    fclose(f);
+    return steps;
+}
+
+static void greedy_on(const char *model) {
+    static result base, all, got;
+    weft_engine *e = open_candidate("baseline-cuda", model);
+    if (!e) skip();
+    int32_t prompt[128];
+    size_t n = make_prompt(e, prompt, 128);
+    weft_sampler_params sp;
+    weft_sampler_params_default(&sp);
+    sp.temperature = 0.0f;
+    generate(e, prompt, n, &sp, 256, &base);
+    weft_engine_close(e);
+    e = open_candidate("fast-cuda-all", model);
+    assert_non_null(e);
+    generate(e, prompt, n, &sp, 256, &all);
+    generate(e, prompt, n, &sp, 256, &all);
+    weft_engine_close(e);
+    for (size_t i = 0; i < 256; i++)
+        if (all.ids[i] != base.ids[i])
+            fail_msg("fast-cuda-all on %s: token %zu is %d, the baseline's %d", model, i,
+                     all.ids[i], base.ids[i]);
+    char logpath[] = "/tmp/weft-persist-log-XXXXXX";
+    int fd = mkstemp(logpath);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    e = open_candidate("fast-cuda-persistent", model);
+    assert_non_null(e);
+    /* twice: the first run warms and captures, the second runs every decode step persistent */
+    for (int rep = 0; rep < 2; rep++) {
+        generate(e, prompt, n, &sp, 256, &got);
+        for (size_t i = 0; i < 256; i++)
+            if (got.ids[i] != base.ids[i]) {
+                fflush(stderr);
+                dup2(saved, 2);
+                fail_msg("fast-cuda-persistent on %s, run %d: token %zu is %d, the baseline's %d",
+                         model, rep, i, got.ids[i], base.ids[i]);
+            }
+    }
+    weft_engine_close(e);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    long steps = persistent_steps(logpath);
+    unlink(logpath);
+    if (steps < 256)
+        fail_msg("fast-cuda-persistent on %s: %ld decode steps ran as the persistent kernel, "
+                 "expected at least 256 of the 510", model, steps);
+    fprintf(stderr, "  fast-cuda-persistent on %s: 2 x 256 greedy tokens equal baseline-cuda "
+            "and fast-cuda-all (%ld persistent steps)\n", model, steps);
+}
+
+static void test_greedy_stories(void **state) {
+    (void)state;
+    greedy_on(stories_dir);
+}
+
+static void test_greedy_models(void **state) {
+    (void)state;
+    const char *list = getenv("WEFT_EXEC_MODELS");
+    if (!list || !list[0]) skip();
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *m = strtok_r(buf, ":", &save); m; m = strtok_r(NULL, ":", &save))
+        greedy_on(m);
+}
+
+int main(void) {
+    setenv("WEFT_LOG", "info", 0); /* the technique's closing line is at info level */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prog_layout),
+        cmocka_unit_test(test_prefetch_plan),
+        cmocka_unit_test(test_greedy_stories),
+        cmocka_unit_test(test_greedy_models),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
