@@ -15,6 +15,8 @@
 #                                        cache's follow-up TTFT (2,000-token history), parity,
 #                                        and the eval gates of the serving candidate
 #                                        (WEFT_SERVE_CANDIDATES overrides the candidates)
+#   tools/scripts/gpu-check.sh verify    every GPU unit test with the synthetic models, serving
+#                                        at concurrency 32 and batch-1 decode of fast-cuda-all
 #   tools/scripts/gpu-check.sh prefill   long prompts: tensor-core prefill on/off, the prefix
 #                                        cache's follow-up TTFT, chunked prefill's arrival KPI
 # Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
@@ -217,6 +219,27 @@ EOF2
     run "arrival_$tag" weft bench decode --candidate "$out/arrival-$tag.yaml" \
       --model "$M/Qwen3-0.6B-bf16" --concurrency 8 --prompt 16 --gen 1100 --arrival 8000 --repeats 5
   done
+  ;;
+verify)
+  # every GPU unit test with the synthetic models, then the headline figures of both issues
+  for cfg in Qwen3-0.6B Llama-3.2-1B; do
+    [ -d "$M/$cfg-bf16" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 \
+      --seed 1 >/dev/null &
+  done
+  wait
+  export WEFT_EXEC_MANIFESTS=$root/manifests
+  gpu_test() {
+    [ -x "$B/tests/$1" ] && run "$1" env WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" \
+      WEFT_FUSE_CUDA_MODELS="stories,$M/Qwen3-0.6B-bf16" WEFT_FUSE_PROMPT=128 "$B/tests/$1"
+  }
+  for t in test_cuda_ops test_kv_paged_cuda test_persistent; do gpu_test $t; done
+  run serve_c32_Qwen3-0.6B weft bench decode --candidate manifests/serve-cuda-all.yaml \
+    --model "$M/Qwen3-0.6B-bf16" --prompt 128 --gen 128 --repeats 3 --concurrency 32
+  for cfg in Qwen3-0.6B Llama-3.2-1B; do
+    run "bench_fast-cuda-all_$cfg" weft bench decode --candidate manifests/fast-cuda-all.yaml \
+      --model "$M/$cfg-bf16" --prompt 128 --gen 256 --repeats 3
+  done
+  for t in test_exec test_async_gpu test_fuse; do gpu_test $t; done
   ;;
 *)
   echo "unknown phase $phase" >&2
