@@ -160,13 +160,6 @@ serve)
       done
     done
   done
-  # batch 1: the backend's contiguous attention against kv.paged's split kernel
-  for cfg in Qwen3-0.6B Llama-3.2-1B; do
-    for c in fast-cuda-all fast-cuda-paged; do
-      run "bench_${c}_$cfg" weft bench decode --candidate "manifests/$c.yaml" \
-        --model "$M/$cfg-bf16" --prompt 128 --gen 256 --repeats 3
-    done
-  done
   c=$(echo $cands | awk '{print $NF}')
   run "profile_${c}_c32" weft bench decode --candidate "manifests/$c.yaml" \
     --model "$M/Qwen3-0.6B-bf16" --prompt 128 --gen 128 --repeats 1 --concurrency 32 --profile
