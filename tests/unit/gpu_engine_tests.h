@@ -15,13 +15,10 @@
 #include "files/llama2c.h"
 #include "util/error.h"
 
+#include "stories_fixture.h"
+
 static char stories_dir[64];
 static int have_gpu = -1;
-
-static const char *shared_dir(void) {
-    const char *d = getenv("WEFT_SHARED_DIR");
-    return d && d[0] ? d : WEFT_SHARED_DIR;
-}
 
 static const char *manifest_dir(void) {
     const char *d = getenv("WEFT_EXEC_MANIFESTS"); /* the GPU bundle carries its own copy */
@@ -30,31 +27,12 @@ static const char *manifest_dir(void) {
 
 static int group_setup(void **state) {
     (void)state;
-    snprintf(stories_dir, sizeof(stories_dir), "/tmp/weft-gpu-test-XXXXXX");
-    if (!mkdtemp(stories_dir)) return -1;
-    char model[1024], tok[1024];
-    snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.bin", shared_dir());
-    snprintf(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", shared_dir());
-    weft_error err;
-    weft_error_clear(&err);
-    if (weft_llama2c_convert(model, tok, stories_dir, &err) != WEFT_OK) {
-        fprintf(stderr, "convert: %s\n", err.message);
-        return -1;
-    }
-    return 0;
+    return stories_convert(stories_dir, "weft-gpu-test");
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    static const char *const files[] = {"config.json",           "generation_config.json",
-                                        "model.safetensors",     "tokenizer.json",
-                                        "tokenizer_config.json", "serve.yaml"};
-    char p[1200];
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        snprintf(p, sizeof(p), "%s/%s", stories_dir, files[i]);
-        unlink(p);
-    }
-    rmdir(stories_dir);
+    stories_remove(stories_dir, "serve.yaml");
     return 0;
 }
 

@@ -30,45 +30,24 @@
 #include "files/llama2c.h"
 #include "util/error.h"
 
+#include "stories_fixture.h"
+
 #define MAX_IDS 600
 #define N_JOBS 16
 
 static char model_dir[64];
 static char manifest_path[128];
 
-static const char *shared_dir(void) {
-    const char *d = getenv("WEFT_SHARED_DIR");
-    return d && d[0] ? d : WEFT_SHARED_DIR;
-}
-
 static int group_setup(void **state) {
     (void)state;
-    snprintf(model_dir, sizeof(model_dir), "/tmp/weft-async-XXXXXX");
-    if (!mkdtemp(model_dir)) return -1;
+    if (stories_convert(model_dir, "weft-async")) return -1;
     snprintf(manifest_path, sizeof(manifest_path), "%s/candidate.yaml", model_dir);
-    char model[1024], tok[1024];
-    snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.bin", shared_dir());
-    snprintf(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", shared_dir());
-    weft_error err;
-    weft_error_clear(&err);
-    if (weft_llama2c_convert(model, tok, model_dir, &err) != WEFT_OK) {
-        fprintf(stderr, "convert: %s\n", err.message);
-        return -1;
-    }
     return 0;
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    static const char *const files[] = {"config.json",           "generation_config.json",
-                                        "model.safetensors",     "tokenizer.json",
-                                        "tokenizer_config.json", "candidate.yaml"};
-    char p[1200];
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        snprintf(p, sizeof(p), "%s/%s", model_dir, files[i]);
-        unlink(p);
-    }
-    rmdir(model_dir);
+    stories_remove(model_dir, "candidate.yaml");
     return 0;
 }
 

@@ -20,40 +20,18 @@
 #include "files/llama2c.h"
 #include "util/error.h"
 
-static char model_dir[64];
+#include "stories_fixture.h"
 
-static const char *shared_dir(void) {
-    const char *d = getenv("WEFT_SHARED_DIR");
-    return d && d[0] ? d : WEFT_SHARED_DIR;
-}
+static char model_dir[64];
 
 static int group_setup(void **state) {
     (void)state;
-    snprintf(model_dir, sizeof(model_dir), "/tmp/weft-engine-XXXXXX");
-    if (!mkdtemp(model_dir)) return -1;
-    char model[1024], tok[1024];
-    snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.bin", shared_dir());
-    snprintf(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", shared_dir());
-    weft_error err;
-    weft_error_clear(&err);
-    if (weft_llama2c_convert(model, tok, model_dir, &err) != WEFT_OK) {
-        fprintf(stderr, "convert: %s\n", err.message);
-        return -1;
-    }
-    return 0;
+    return stories_convert(model_dir, "weft-engine");
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    static const char *const files[] = {"config.json", "generation_config.json",
-                                        "model.safetensors", "tokenizer.json",
-                                        "tokenizer_config.json"};
-    char p[1200];
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        snprintf(p, sizeof(p), "%s/%s", model_dir, files[i]);
-        unlink(p);
-    }
-    rmdir(model_dir);
+    stories_remove(model_dir, NULL);
     return 0;
 }
 

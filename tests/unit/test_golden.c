@@ -25,12 +25,11 @@
 #include "files/safetensors.h"
 #include "util/error.h"
 
+#include "stories_fixture.h"
+
 #define REL_TOL 1e-4
 
-static const char *shared_dir(void) {
-    const char *d = getenv("WEFT_SHARED_DIR");
-    return d && d[0] ? d : WEFT_SHARED_DIR;
-}
+static const char *shared_dir(void) { return fixture_shared_dir(); }
 
 static const char *baseline_manifest(void) {
     return WEFT_SOURCE_DIR "/manifests/baseline-cpu.yaml";
@@ -185,15 +184,7 @@ static void test_tiny_qwen2(void **state) {
 }
 
 static void rm_dir(const char *dir) {
-    static const char *const files[] = {"config.json", "generation_config.json",
-                                        "model.safetensors", "tokenizer.json",
-                                        "tokenizer_config.json"};
-    char p[1200];
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        snprintf(p, sizeof(p), "%s/%s", dir, files[i]);
-        unlink(p);
-    }
-    rmdir(dir);
+    stories_remove(dir, NULL);
 }
 
 /* bf16 weights: tiny-qwen2's checkpoint rounded to bf16 (norms and biases too) runs through the
@@ -284,18 +275,7 @@ static char stories_dir[64];
 
 static int stories_setup(void **state) {
     (void)state;
-    snprintf(stories_dir, sizeof(stories_dir), "/tmp/weft-golden-XXXXXX");
-    if (!mkdtemp(stories_dir)) return -1;
-    char model[1024], tok[1024];
-    snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.bin", shared_dir());
-    snprintf(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", shared_dir());
-    weft_error err;
-    weft_error_clear(&err);
-    if (weft_llama2c_convert(model, tok, stories_dir, &err) != WEFT_OK) {
-        fprintf(stderr, "convert: %s\n", err.message);
-        return -1;
-    }
-    return 0;
+    return stories_convert(stories_dir, "weft-golden");
 }
 
 static int stories_teardown(void **state) {

@@ -24,37 +24,19 @@
 #include "plugin/host.h"
 #include "util/error.h"
 
+#include "stories_fixture.h"
+
 static inline const char *kvt_shared_dir(void) {
-    const char *d = getenv("WEFT_SHARED_DIR");
-    return d && d[0] ? d : WEFT_SHARED_DIR;
+    return fixture_shared_dir();
 }
 
 /* stories260K converted into a temporary directory (removed by kvt_stories_remove). */
 static inline int kvt_stories_convert(char dir[64]) {
-    snprintf(dir, 64, "/tmp/weft-kv-XXXXXX");
-    if (!mkdtemp(dir)) return -1;
-    char model[1024], tok[1024];
-    snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.bin", kvt_shared_dir());
-    snprintf(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", kvt_shared_dir());
-    weft_error err;
-    weft_error_clear(&err);
-    if (weft_llama2c_convert(model, tok, dir, &err) != WEFT_OK) {
-        fprintf(stderr, "convert: %s\n", err.message);
-        return -1;
-    }
-    return 0;
+    return stories_convert(dir, "weft-kv");
 }
 
 static inline void kvt_stories_remove(const char *dir) {
-    static const char *const files[] = {"config.json", "generation_config.json",
-                                        "model.safetensors", "tokenizer.json",
-                                        "tokenizer_config.json"};
-    char p[1200];
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        snprintf(p, sizeof(p), "%s/%s", dir, files[i]);
-        unlink(p);
-    }
-    rmdir(dir);
+    stories_remove(dir, NULL);
 }
 
 /* Writes a cpu candidate manifest with the given techniques block (YAML list items, each line
