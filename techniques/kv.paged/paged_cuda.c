@@ -257,6 +257,16 @@ static int32_t accepts(void *st, const weft_graph *g, const weft_node *n) {
     return 1;
 }
 
+/* Merges the S splits' partials in part into the output op (kvp_attention_combine). */
+static weft_status combine(kvp_cuda *c, int t, CUdeviceptr part, CUdeviceptr op, int T, int Hq,
+                           int hd, int S, CUstream stream, weft_error *err) {
+    void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
+    CUresult r = c->api.LaunchKernel(c->combine[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0,
+                                     stream, cargs, NULL);
+    if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_combine");
+    return WEFT_OK;
+}
+
 static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, weft_error *err) {
     kvp_cuda *c = st;
     if (!x || !x->graph || !x->data || !n)
@@ -327,12 +337,7 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
         r = c->api.LaunchKernel(c->tc[t], (unsigned)T, (unsigned)Hkv, (unsigned)S, 128, 1, 1,
                                 smem, stream, targs, NULL);
         if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_tc");
-        if (S == 1) return WEFT_OK;
-        void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
-        r = c->api.LaunchKernel(c->combine[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0, stream,
-                                cargs, NULL);
-        if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_combine");
-        return WEFT_OK;
+        return S == 1 ? WEFT_OK : combine(c, t, part, op, T, Hq, hd, S, stream, err);
     }
     int S = kvs_splits(c, T, Hkv, P * mb);
     size_t need = S > 1 ? (size_t)T * Hq * S * (hd + 2) * sizeof(float) : 0;
@@ -345,12 +350,7 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
         r = c->api.LaunchKernel(c->split[t], (unsigned)T, (unsigned)Hkv, (unsigned)S, KVS_THREADS,
                                 1, 1, (unsigned)kvs_smem(hd), stream, xargs, NULL);
         if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_split");
-        if (S == 1) return WEFT_OK;
-        void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
-        r = c->api.LaunchKernel(c->combine[t], (unsigned)T, (unsigned)Hq, 1, 128, 1, 1, 0, stream,
-                                cargs, NULL);
-        if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_combine");
-        return WEFT_OK;
+        return S == 1 ? WEFT_OK : combine(c, t, part, op, T, Hq, hd, S, stream, err);
     }
     void *aargs[] = {&qp,  &pp, &sp, &tb, &kc, &vc, &op,     &T,    &Hq,
                      &Hkv, &hd, &P,  &mb, &ns, &np, &window, &scale};
