@@ -111,6 +111,11 @@ __device__ __forceinline__ void pdl_enter() {
 }
 
 // x (T,D) <- table (V,D) rows of tokens; ids outside [0,V) give zero rows (the host refuses them).
+// The bodies' block-strided loops carry `#pragma unroll 1`: with the thread count a parameter
+// instead of blockDim.x the compiler unrolled them 4x, making the small kernels' code 2-3x longer,
+// the likely cause of the refactor's 2.5% on Qwen3-0.6B's batch-1 decode (docs/perf/persistent.md;
+// not yet re-measured). One iteration per trip is what they compiled to before the refactor, and
+// the arithmetic order is the same either way.
 // Every kernel below is a __device__ body taking its block index and thread count explicitly
 // (the kernel's blockIdx and blockDim), wrapped by a thin __global__ kernel: the persistent
 // kernel runs the same bodies, so both paths compute the same bits.
@@ -119,6 +124,7 @@ __device__ __forceinline__ void embed_body(const int *tokens, const wgt *table, 
     if (t >= T) return;
     int id = tokens[t];
     bool ok = id >= 0 && id < V;
+    #pragma unroll 1
     for (int i = threadIdx.x; i < D; i += nt)
         A::st(x, (long)t * D + i, ok ? W::ld(table, (long)id * D + i) : 0.f);
 }
@@ -142,12 +148,14 @@ __device__ __forceinline__ void rmsnorm_body(const act *x, const wgt *w, act *y,
 #pragma unroll
     for (int k = 0; k < K; k++) {
         ss[k] = 0.f;
+        #pragma unroll 1
         for (int i = threadIdx.x + k * np; i < group; i += nt) {
             float v = A::ld(x, base + i);
             ss[k] = fmaf(v, v, ss[k]);
         }
     }
     float r = rsqrtf(block_sum<K>(ss, nt) / group + eps);
+    #pragma unroll 1
     for (int i = threadIdx.x; i < group; i += np)
         A::st(y, base + i, W::ld(w, i) * A::round(A::ld(x, base + i) * r));
 }
@@ -171,6 +179,7 @@ __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, c
 #pragma unroll
     for (int k = 0; k < K; k++) {
         ss[k] = 0.f;
+        #pragma unroll 1
         for (int i = threadIdx.x + k * np; i < D; i += nt) {
             float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
             A::st(r, base + i, v);
@@ -179,6 +188,7 @@ __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, c
     }
     float rs = rsqrtf(block_sum<K>(ss, nt) / D + eps);
     // element i was stored above by physical thread i % np, which reads it back here
+    #pragma unroll 1
     for (int i = threadIdx.x; i < D; i += np)
         A::st(y, base + i, W::ld(w, i) * A::round(A::ld(r, base + i) * rs));
 }
@@ -231,6 +241,7 @@ __device__ __forceinline__ void kv_store_body(const act *k, const act *v, const 
     const int AV = 16 / (int)sizeof(act);
     if (row % AV == 0 && (((unsigned long long)k | (unsigned long long)v |
                            (unsigned long long)kc | (unsigned long long)vc) & 15) == 0) {
+        #pragma unroll 1
         for (long i = threadIdx.x; i < row / AV; i += nt) {
             uint4 a = ((const uint4 *)(k + (long)t * row))[i];
             uint4 b = ((const uint4 *)(v + (long)t * row))[i];
@@ -239,6 +250,7 @@ __device__ __forceinline__ void kv_store_body(const act *k, const act *v, const 
         }
         return;
     }
+    #pragma unroll 1
     for (int i = threadIdx.x; i < row; i += nt) {
         kc[dst + i] = k[(long)t * row + i];
         vc[dst + i] = v[(long)t * row + i];
@@ -375,6 +387,7 @@ __device__ __forceinline__ void gather_rows_body(const act *x, const int *rows, 
                                                  int D, int r, int nt) {
     if (r >= R) return;
     long src = (long)rows[r] * D;
+    #pragma unroll 1
     for (int i = threadIdx.x; i < D; i += nt) out[(long)r * D + i] = x[src + i];
 }
 extern "C" __global__ void weft_gather_rows(const act *x, const int *rows, act *out, int R, int D) {
@@ -474,21 +487,26 @@ __device__ __forceinline__ void qkv_rope_body(const act *qs, int qstride, const 
         is_v = 1;
     }
     if (is_v) {
+        #pragma unroll 1
         for (int i = threadIdx.x; i < hd; i += nt) dst[i] = src[i];
         return;
     }
+    #pragma unroll 1
     for (int i = threadIdx.x; i < hd; i += nt) buf[i] = A::ld(src, i);
     if (nw) {
         float ss = 0.f;
+        #pragma unroll 1
         for (int i = threadIdx.x; i < hd; i += nt) ss = fmaf(buf[i], buf[i], ss);
         ss = block_sum<1>(&ss, nt); // synchronises: every buf[i] is read before it is rewritten below
         float r = rsqrtf(ss / hd + eps);
+        #pragma unroll 1
         for (int i = threadIdx.x; i < hd; i += nt)
             buf[i] = A::round(W::ld(nw, i) * A::round(buf[i] * r));
     }
     bsync(nt);
     int half = rot / 2;
     float p = (float)pos[t];
+    #pragma unroll 1
     for (int i = threadIdx.x; i < half; i += nt) {
         float ang = p * inv_freq[i];
         float c = A::round(cosf(ang)), s = A::round(sinf(ang));
@@ -497,6 +515,7 @@ __device__ __forceinline__ void qkv_rope_body(const act *qs, int qstride, const 
         A::st(dst, a, A::round(xa * c) - A::round(xb * s));
         A::st(dst, b, A::round(xb * c) + A::round(xa * s));
     }
+    #pragma unroll 1
     for (int i = rot + threadIdx.x; i < hd; i += nt) A::st(dst, i, buf[i]);
 }
 extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *ks, int kstride,
@@ -804,6 +823,7 @@ __device__ __forceinline__ void attention_split_body(const act *q, const int *po
             }
         }
     } else {
+        #pragma unroll 1
         for (int i = threadIdx.x; i < n * hd; i += nt) {
             int j = i / hd, d = i % hd;
             long off = base + (long)(j0 + j) * row + d;
@@ -811,6 +831,7 @@ __device__ __forceinline__ void attention_split_body(const act *q, const int *po
             vs[j * hd + d] = A::ld(vc, off);
         }
     }
+    #pragma unroll 1
     for (int i = threadIdx.x; i < G * hd; i += nt)
         qs[i] = A::ld(q, (long)t * Hq * hd + (long)(g * G) * hd + i) * scale;
     bsync(nt);
@@ -869,6 +890,7 @@ __device__ __forceinline__ void attention_combine_body(const float *part, act *o
         float ms = pp[s * pstride + hd];
         if (ms != -INFINITY) L += pp[s * pstride + hd + 1] * __expf(ms - M);
     }
+    #pragma unroll 1
     for (int d = threadIdx.x; d < hd; d += nt) {
         float v = 0.f;
         for (int s = 0; s < S; s++) {
