@@ -60,7 +60,7 @@ typedef struct ds_state {
     CUdeviceptr a_results;
     ds_result *a_host;
     CUevent a_ev[DS_ASYNC_DEPTH];
-    uint32_t a_rows[DS_ASYNC_DEPTH];
+    uint32_t a_rows[DS_ASYNC_DEPTH], a_vocab[DS_ASYNC_DEPTH];
     uint32_t a_head, a_count;
     uint64_t rows_sampled, rows_greedy, rows_declined;
 } ds_state;
@@ -291,6 +291,30 @@ static weft_status prepare_call(ds_state *s, const weft_buffer *logits, uint32_t
     return WEFT_OK;
 }
 
+/* The tokens and log-probabilities of n kernel results (rows base.. of the call) into
+ * tokens_out / logprob_out[0..n): every good row is written, the first bad one is reported. */
+static weft_status read_results(const ds_result *o, uint32_t n, uint32_t base, uint32_t vocab,
+                                int32_t *tokens_out, float *logprob_out, weft_error *err) {
+    weft_status first = WEFT_OK;
+    for (uint32_t r = 0; r < n; r++) {
+        if (o[r].status == 0 && o[r].token >= 0 && (uint32_t)o[r].token < vocab) {
+            tokens_out[r] = o[r].token;
+            if (logprob_out) logprob_out[r] = o[r].logprob;
+            continue;
+        }
+        if (first) continue;
+        first = o[r].status == 1
+                    ? weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                                     "logits[%d]: expected a finite value or -inf, got NaN or "
+                                     "+inf (row %u)",
+                                     o[r].bad_index, base + r)
+                    : weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                                     "no token is left to sample in row %u: every logit is -inf",
+                                     base + r);
+    }
+    return first;
+}
+
 /* step: one token per row of logits (device, f32, rows of vocab). Synchronises the stream once
  * per DS_MAX_ROWS rows to read the results: the only host wait of a sampled step. */
 static weft_status ds_sample(void *st, const weft_buffer *logits, uint32_t n_rows, uint32_t vocab,
@@ -308,20 +332,9 @@ static weft_status ds_sample(void *st, const weft_buffer *logits, uint32_t n_row
         CK(cuMemcpyDtoHAsync(s->h_results, s->results, n * sizeof(ds_result), s->stream),
            "copying sampled tokens to the host");
         CK(cuStreamSynchronize(s->stream), "waiting for the sampled tokens");
-        for (uint32_t r = 0; r < n; r++) {
-            const ds_result *o = &s->h_results[r];
-            if (o->status == 1)
-                return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                                      "logits[%d]: expected a finite value or -inf, got NaN or "
-                                      "+inf (row %u)",
-                                      o->bad_index, base + r);
-            if (o->status != 0 || o->token < 0 || (uint32_t)o->token >= vocab)
-                return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                                      "no token is left to sample in row %u: every logit is -inf",
-                                      base + r);
-            tokens_out[base + r] = o->token;
-            if (logprob_out) logprob_out[base + r] = o->logprob;
-        }
+        weft_status rs = read_results(s->h_results, n, base, vocab, tokens_out + base,
+                                      logprob_out ? logprob_out + base : NULL, err);
+        if (rs) return rs;
     }
     return WEFT_OK;
 }
@@ -364,6 +377,7 @@ static weft_status ds_sample_async(void *st, const weft_buffer *logits, uint32_t
        "copying sampled tokens to pinned memory");
     CK(cuEventRecord(s->a_ev[slot], s->stream), "recording the results event");
     s->a_rows[slot] = n_rows;
+    s->a_vocab[slot] = vocab;
     s->a_count++;
     return WEFT_OK;
 }
@@ -387,26 +401,8 @@ static weft_status ds_collect(void *st, uint32_t n_rows, int32_t *tokens_out, fl
     s->a_count--;
     CK(cuCtxSetCurrent(s->ctx), "making the context current");
     CK(cuEventSynchronize(s->a_ev[slot]), "waiting for the sampled tokens");
-    const ds_result *o = s->a_host + (size_t)slot * DS_MAX_ROWS;
-    weft_status st_first = WEFT_OK;
-    for (uint32_t r = 0; r < n_rows; r++) {
-        if (o[r].status == 0 && o[r].token >= 0) {
-            tokens_out[r] = o[r].token;
-            if (logprob_out) logprob_out[r] = o[r].logprob;
-            continue;
-        }
-        if (st_first) continue;
-        st_first = o[r].status == 1
-                       ? weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                                        "logits[%d]: expected a finite value or -inf, got NaN "
-                                        "or +inf (row %u)",
-                                        o[r].bad_index, r)
-                       : weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                                        "no token is left to sample in row %u: every logit is "
-                                        "-inf",
-                                        r);
-    }
-    return st_first;
+    return read_results(s->a_host + (size_t)slot * DS_MAX_ROWS, n_rows, 0, s->a_vocab[slot],
+                        tokens_out, logprob_out, err);
 }
 
 static const weft_sampler_vtable ds_vtable = {
