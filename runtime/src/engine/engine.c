@@ -1586,10 +1586,10 @@ static void sampling_params(const request *r, weft_sampling *sp) {
     sp->request_id = r->id;
 }
 
-/* Whether request r's next token must be sampled on the host even with a sampler plugin: logit
- * bias and an active min_tokens EOS mask are not in weft_sampling. */
-static int host_only_row(const request *r) {
-    return r->sp.n_bias || (r->n_generated < r->sp.min_tokens && r->sp.n_eos);
+/* Whether request r's token `ahead` tokens after its next one must be sampled on the host even
+ * with a sampler plugin: logit bias and an active min_tokens EOS mask are not in weft_sampling. */
+static int host_only_row(const request *r, uint32_t ahead) {
+    return r->sp.n_bias || (r->n_generated + ahead < r->sp.min_tokens && r->sp.n_eos);
 }
 
 /* Samples one logits row. row is its place in the host copy, filled when on_host; otherwise
@@ -1603,7 +1603,7 @@ static weft_status sample_row(weft_engine *e, request *r, float *row, int on_hos
                               weft_error *err) {
     uint32_t V = e->cfg.vocab_size;
     int features = has_logit_features(e);
-    if (e->sampler && !features && !host_only_row(r)) {
+    if (e->sampler && !features && !host_only_row(r, 0)) {
         weft_sampling sp;
         sampling_params(r, &sp);
         weft_buffer rowbuf = v->data[v->t_logits];
@@ -1642,7 +1642,7 @@ static weft_status sample_row(weft_engine *e, request *r, float *row, int on_hos
 /* Whether seq q of the step has a row the sampler plugin may take in a batched call. */
 static int presample_row(const weft_engine *e, uint32_t q) {
     const request *r = e->b_req[q];
-    return e->b_logit_seq[q] != UINT32_MAX && !r->finish && !r->cancelled && !host_only_row(r);
+    return e->b_logit_seq[q] != UINT32_MAX && !r->finish && !r->cancelled && !host_only_row(r, 0);
 }
 
 /* Device sampling of a step in as few sampler calls as possible: the rows the plugin may take,
@@ -1732,9 +1732,9 @@ static weft_status pipe_setup(weft_engine *e, weft_error *err) {
     for (int i = 0; i < 2; i++) {
         p->h_tok[i] = calloc(S, sizeof(int32_t));
         p->h_lp[i] = calloc(S, sizeof(float));
-        if (!p->h_tok[i] || !p->h_lp[i]) p->req = (free(p->req), NULL);
     }
-    if (!p->req || !p->tok || !p->hids || !p->lp)
+    if (!p->req || !p->tok || !p->hids || !p->lp || !p->h_tok[0] || !p->h_lp[0] || !p->h_tok[1] ||
+        !p->h_lp[1])
         return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
     weft_status s = e->be->alloc(e->be_st, (uint64_t)S * 4, WEFT_MEMORY_DEVICE, &p->ids, err);
     if (s == WEFT_OK)
@@ -1767,8 +1767,7 @@ static void pipe_free(weft_engine *e) {
  * alternatives, no feature editing logits). */
 static int pipe_row_ok(const weft_engine *e, const request *r, uint32_t ahead) {
     const weft_sampler_params *sp = &r->sp;
-    return !r->finish && !r->cancelled && !sp->n_bias &&
-           !(r->n_generated + ahead < sp->min_tokens && sp->n_eos) &&
+    return !r->finish && !r->cancelled && !host_only_row(r, ahead) &&
            sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
            sp->frequency_penalty == 0.0f && sp->n_logprobs == 0 && !has_logit_features(e);
 }
