@@ -118,8 +118,9 @@ typedef struct kvp_cuda {
 #define KVS_MAXG 8
 #define KVS_THREADS 256
 #define KVS_MAXS 32
-/* kvp_attention_tc: positions per chunk, and the fewest rows a step needs before it is used */
-#define KVF_CHUNK 32
+/* kvp_attention_tc: positions per chunk (the split kernel's), and the fewest rows a step needs
+ * before it is used */
+#define KVF_CHUNK KVS_CHUNK
 #define KVF_MIN_ROWS 16
 static size_t kvs_smem(int hd) {
     return ((size_t)KVS_CHUNK * (hd + 1) + (size_t)KVS_CHUNK * hd + (size_t)KVS_MAXG * hd +
@@ -127,11 +128,12 @@ static size_t kvs_smem(int hd) {
            sizeof(float);
 }
 
-/* Splits per (row, kv head) for a step of T rows: enough blocks for two per SM, at most
- * KVS_MAXS, never more than the cache has chunks. A function of the row count alone, so a
- * captured step's grid stays valid. */
-static int kvs_splits(const kvp_cuda *c, int T, int Hkv, int max_seq) {
-    long blocks = (long)T * Hkv, want = 2L * (c->sms > 0 ? c->sms : 132);
+/* Splits of each of `blocks` units of work (the split kernel: row x kv head; the tensor-core
+ * kernel: tile x kv head) so that about per_sm blocks run on every SM, at most KVS_MAXS and
+ * never more than the cache has 32-position chunks. For the split kernel a function of the row
+ * count alone, so a captured step's grid stays valid. */
+static int kvs_splits(const kvp_cuda *c, long blocks, long per_sm, int max_seq) {
+    long want = per_sm * (c->sms > 0 ? c->sms : 132);
     int S = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
     int chunks = (max_seq + KVS_CHUNK - 1) / KVS_CHUNK;
     if (S > chunks) S = chunks;
@@ -322,12 +324,8 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
          * as the workspace and the cache's chunks allow; a long context with few new rows (a
          * follow-up turn, a chunk of a long prompt) is spread over the GPU */
         long tiles = T / R + (long)x->batch->n_seqs;
-        long want = 4L * (c->sms > 0 ? c->sms : 132), blocks = tiles * Hkv;
         size_t per = (size_t)T * Hq * (hd + 2) * sizeof(float);
-        int S = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
-        int chunks = (P * mb + KVF_CHUNK - 1) / KVF_CHUNK;
-        if (S > chunks) S = chunks;
-        if (S > KVS_MAXS) S = KVS_MAXS;
+        int S = kvs_splits(c, tiles * Hkv, 4, P * mb);
         if ((size_t)S * per > c->part_bytes) S = (int)(c->part_bytes / per);
         if (S < 1) S = 1;
         CUdeviceptr part = c->part;
@@ -339,7 +337,7 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
         if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_tc");
         return S == 1 ? WEFT_OK : combine(c, t, part, op, T, Hq, hd, S, stream, err);
     }
-    int S = kvs_splits(c, T, Hkv, P * mb);
+    int S = kvs_splits(c, (long)T * Hkv, 2, P * mb);
     size_t need = S > 1 ? (size_t)T * Hq * S * (hd + 2) * sizeof(float) : 0;
     if (Hq / Hkv <= KVS_MAXG && need <= c->part_bytes) {
         /* split-KV, GQA-packed (decode and short steps); the one-block-per-head kernel below
