@@ -27,6 +27,14 @@ url=http://127.0.0.1:$port
 curl -sf "$url/health" >/dev/null || { cat "$log"; exit 1; }
 rss() { awk '/^VmRSS:/ {print $2}' /proc/$pid/status; }
 metric() { curl -sf "$url/metrics" | awk -v n="$1" '$1 ~ "^"n"({|$)" {print $2}'; }
+# One more round of the load, measured from where the last one left memory.
+round_again() {
+  before=$after heap_before=$heap_after
+  "$WEFT_BIN" bench serve --url "$url" --concurrency 32 --requests 2000 --max-tokens 32 \
+    --stream-fraction 0.5 --check >/dev/null
+  after=$(rss)
+  heap_after=$(metric weft_process_heap_bytes)
+}
 
 "$WEFT_BIN" bench serve --url "$url" --concurrency 32 --requests 2000 --max-tokens 32 --check \
   >/dev/null
@@ -42,11 +50,7 @@ if [ "$graphs_after" != "$graphs_before" ]; then
   # The engine met a batch shape the warm-up did not and built its graph (memory it keeps by
   # design). Measure one more round with that graph in place.
   echo "engine built $((graphs_after - graphs_before)) new graph(s) during the run; measuring again"
-  before=$after heap_before=$heap_after
-  "$WEFT_BIN" bench serve --url "$url" --concurrency 32 --requests 2000 --max-tokens 32 \
-    --stream-fraction 0.5 --check >/dev/null
-  after=$(rss)
-  heap_after=$(metric weft_process_heap_bytes)
+  round_again
 fi
 if [ "$3" = rss ] && [ "$after" -gt $((before * 101 / 100)) ] && \
    [ -n "$heap_before" ] && [ "$heap_after" -le $((heap_before * 101 / 100)) ]; then
@@ -55,11 +59,7 @@ if [ "$3" = rss ] && [ "$after" -gt $((before * 101 / 100)) ] && \
   # round can raise that peak once; a leak grows every round. Measure one more round from this
   # plateau (the check below then applies to it).
   echo "RSS ${before} -> ${after} kB with a flat heap; measuring one more round from there"
-  before=$after heap_before=$heap_after
-  "$WEFT_BIN" bench serve --url "$url" --concurrency 32 --requests 2000 --max-tokens 32 \
-    --stream-fraction 0.5 --check >/dev/null
-  after=$(rss)
-  heap_after=$(metric weft_process_heap_bytes)
+  round_again
 fi
 echo "server RSS: ${before} kB after warm-up, ${after} kB after 2000 requests;" \
   "heap in use: ${heap_before} -> ${heap_after} bytes"

@@ -23,13 +23,8 @@ done
 patchelf --set-rpath '$ORIGIN/../lib' "$out/bin/weft"
 patchelf --set-rpath '$ORIGIN' "$out"/lib/libweft.so.*.*.*
 mkdir -p "$out/tests"
-for t in "$build"/tests/*; do
-  [ -f "$t" ] && [ -x "$t" ] || continue
-  cp "$t" "$out/tests/"
-  patchelf --set-rpath '$ORIGIN/../lib' "$out/tests/$(basename "$t")"
-done
-# benchmark tools built beside the CLI (weft-prefix-bench, ...)
-for t in "$build"/bin/weft-*; do
+# the tests, and the benchmark tools built beside the CLI (weft-prefix-bench, ...)
+for t in "$build"/tests/* "$build"/bin/weft-*; do
   [ -f "$t" ] && [ -x "$t" ] || continue
   cp "$t" "$out/tests/"
   patchelf --set-rpath '$ORIGIN/../lib' "$out/tests/$(basename "$t")"
