@@ -49,15 +49,27 @@ run() { # name, command...: runs, logs, records PASS/FAIL
 }
 cuda_manifest=$root/manifests/baseline-cuda.yaml
 stories=$WEFT_CACHE/models/stories260k
+# stories260K converted into the model cache ($stories)
+convert_stories() {
+  mkdir -p "$stories"
+  weft convert llama2c "$S/models/stories260K/stories260K.bin" "$S/models/stories260K/tok512.bin" \
+    "$stories" >/dev/null
+}
+# random bf16 weights of the named configs in $M/<cfg>-bf16, made in parallel where missing
+synth_bf16() {
+  for cfg in "$@"; do
+    [ -d "$M/$cfg-bf16" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 \
+      --seed 1 >/dev/null &
+  done
+  wait
+}
 
 case $phase in
 ops)
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
   run cuda_ops "$B/tests/test_cuda_ops"
   run probe weft eval probe --backend cuda -o "$out/probe-h200.json"
-  mkdir -p "$stories"
-  weft convert llama2c "$S/models/stories260K/stories260K.bin" "$S/models/stories260K/tok512.bin" \
-    "$stories" >/dev/null
+  convert_stories
   run parity_stories weft eval parity --manifest "$cuda_manifest" --model "$stories" \
     --reference "$S/reference/stories260K/reference.safetensors" --max-rel 1e-3
   for m in tiny-qwen3 tiny-llama3 tiny-qwen2; do
@@ -91,9 +103,8 @@ refs)
   done
   ;;
 bench)
+  synth_bf16 Llama-3.2-1B Qwen3-0.6B
   for cfg in Llama-3.2-1B Qwen3-0.6B; do
-    [ -d "$M/$cfg-bf16" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 \
-      --seed 1 >/dev/null
     run "bench_$cfg" weft bench decode --candidate "$cuda_manifest" --model "$M/$cfg-bf16" \
       --prompt 128 --gen 256 --repeats 5
     run "limits_$cfg" weft eval limits --model "$M/$cfg-bf16" --probe "$out/probe-h200.json" \
@@ -106,9 +117,7 @@ final)
   for t in test_cuda_ops test_kv_paged_cuda test_exec test_fuse; do
     [ -x "$B/tests/$t" ] && run "$t" "$B/tests/$t"
   done
-  mkdir -p "$stories"
-  weft convert llama2c "$S/models/stories260K/stories260K.bin" "$S/models/stories260K/tok512.bin" \
-    "$stories" >/dev/null
+  convert_stories
   for c in baseline-cuda fast-cuda serve-cuda ${WEFT_GPU_EXTRA_CANDIDATES:-}; do
     run "parity_${c}_stories" weft eval parity --manifest "manifests/$c.yaml" --model "$stories" \
       --reference "$S/reference/stories260K/reference.safetensors" --max-rel 1e-3
@@ -116,10 +125,7 @@ final)
       --model "$S/reference/tiny-qwen3" --reference "$S/reference/tiny-qwen3/reference.safetensors" \
       --max-rel 1e-3
   done
-  for cfg in Llama-3.2-1B Qwen3-0.6B; do
-    weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 --seed 1 >/dev/null &
-  done
-  wait
+  synth_bf16 Llama-3.2-1B Qwen3-0.6B
   for cfg in Llama-3.2-1B Qwen3-0.6B; do
     for c in baseline-cuda fast-cuda ${WEFT_GPU_EXTRA_CANDIDATES:-}; do
       run "bench_${c}_$cfg" weft bench decode --candidate "manifests/$c.yaml" --model "$M/$cfg-bf16" \
@@ -135,14 +141,8 @@ serve)
   [ -x "$B/tests/test_kv_paged_cuda" ] && run test_kv_paged_cuda "$B/tests/test_kv_paged_cuda"
   [ -x "$B/tests/test_exec" ] && run test_exec "$B/tests/test_exec"
   cands=${WEFT_SERVE_CANDIDATES:-serve-cuda serve-cuda-all}
-  mkdir -p "$stories"
-  weft convert llama2c "$S/models/stories260K/stories260K.bin" "$S/models/stories260K/tok512.bin" \
-    "$stories" >/dev/null
-  for cfg in Qwen3-0.6B Llama-3.2-1B; do
-    [ -d "$M/$cfg-bf16" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 \
-      --seed 1 >/dev/null &
-  done
-  wait
+  convert_stories
+  synth_bf16 Qwen3-0.6B Llama-3.2-1B
   for c in $cands; do
     run "parity_${c}_stories" weft eval parity --manifest "manifests/$c.yaml" --model "$stories" \
       --reference "$S/reference/stories260K/reference.safetensors" --max-rel 1e-3
@@ -173,11 +173,7 @@ prefill)
   # long prompts: kv.paged's tensor-core prefill, the prefix cache's follow-up TTFT, chunked
   # prefill's arrival KPI
   [ -x "$B/tests/test_kv_paged_cuda" ] && run test_kv_paged_cuda "$B/tests/test_kv_paged_cuda"
-  for cfg in Qwen3-0.6B Llama-3.2-1B; do
-    [ -d "$M/$cfg-bf16" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 \
-      --seed 1 >/dev/null &
-  done
-  wait
+  synth_bf16 Qwen3-0.6B Llama-3.2-1B
   sed 's/  - kv.paged$/  - {name: kv.paged, options: {prefill_tensor_cores: false}}/' \
     manifests/serve-cuda-all.yaml > "$out/serve-cuda-all-notc.yaml"
   for cfg in Qwen3-0.6B Llama-3.2-1B; do
@@ -215,11 +211,7 @@ EOF2
   ;;
 verify)
   # every GPU unit test with the synthetic models, then the headline figures of both issues
-  for cfg in Qwen3-0.6B Llama-3.2-1B; do
-    [ -d "$M/$cfg-bf16" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 \
-      --seed 1 >/dev/null &
-  done
-  wait
+  synth_bf16 Qwen3-0.6B Llama-3.2-1B
   export WEFT_EXEC_MANIFESTS=$root/manifests
   gpu_test() {
     [ -x "$B/tests/$1" ] && run "$1" env WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" \
