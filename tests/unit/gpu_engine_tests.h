@@ -64,6 +64,17 @@ static weft_engine *open_path(const char *path, const char *model, uint32_t max_
     return NULL;
 }
 
+/* Runs fn on every model directory in WEFT_EXEC_MODELS (colon-separated; the GPU run passes
+ * synthetic Llama-3.2-1B and Qwen3-0.6B bf16); skips the test when it is unset. */
+static void for_each_model(void (*fn)(const char *model)) {
+    const char *list = getenv("WEFT_EXEC_MODELS");
+    if (!list || !list[0]) skip();
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *m = strtok_r(buf, ":", &save); m; m = strtok_r(NULL, ":", &save))
+        fn(m);
+}
+
 /* The candidate manifests/<candidate>.yaml (or the bundle's copy). */
 static weft_engine *open_candidate(const char *candidate, const char *model) {
     char path[1200];

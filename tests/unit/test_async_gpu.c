@@ -136,12 +136,7 @@ static void test_single_stories(void **state) {
 
 static void test_single_models(void **state) {
     (void)state;
-    const char *list = getenv("WEFT_EXEC_MODELS");
-    if (!list || !list[0]) skip();
-    char buf[4096];
-    snprintf(buf, sizeof(buf), "%s", list);
-    for (char *save = NULL, *m = strtok_r(buf, ":", &save); m; m = strtok_r(NULL, ":", &save))
-        single_on(m);
+    for_each_model(single_on);
 }
 
 /* Concurrent requests, batched steps captured as graphs, with and without the pipeline. */

@@ -74,12 +74,7 @@ static void test_greedy_stories(void **state) {
 
 static void test_greedy_models(void **state) {
     (void)state;
-    const char *list = getenv("WEFT_EXEC_MODELS");
-    if (!list || !list[0]) skip();
-    char buf[4096];
-    snprintf(buf, sizeof(buf), "%s", list);
-    for (char *save = NULL, *m = strtok_r(buf, ":", &save); m; m = strtok_r(NULL, ":", &save))
-        greedy_on(m);
+    for_each_model(greedy_on);
 }
 
 /* Device vs host sampling in one engine: a zero logit bias sends a request to the host sampler
