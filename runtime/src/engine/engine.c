@@ -687,6 +687,20 @@ static weft_status kv_setup(weft_engine *e, const weft_graph *g, weft_error *err
     return WEFT_OK;
 }
 
+/* The executor's context for variant v (the step fields, n_tokens and batch, stay 0); makes v
+ * the current variant. */
+static void exec_ctx_init(weft_engine *e, variant *v, weft_exec_ctx *ctx) {
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->size = sizeof(*ctx);
+    ctx->graph = v->g;
+    ctx->data = v->data;
+    ctx->kv = e->kv->view(e->kv_st);
+    ctx->backend = e->be_st;
+    ctx->stream = e->stream;
+    ctx->host = e->hs;
+    e->current = v;
+}
+
 static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t max_logits,
                                  variant **out, weft_error *err) {
     variant *v = calloc(1, sizeof(*v));
@@ -786,15 +800,7 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
     }
     if (s == WEFT_OK) {
         weft_exec_ctx ctx;
-        memset(&ctx, 0, sizeof(ctx));
-        ctx.size = sizeof(ctx);
-        ctx.graph = g;
-        ctx.data = v->data;
-        ctx.kv = e->kv->view(e->kv_st);
-        ctx.backend = e->be_st;
-        ctx.stream = e->stream;
-        ctx.host = e->hs;
-        e->current = v;
+        exec_ctx_init(e, v, &ctx);
         s = e->exec->prepare(e->exec_st, g, v->impls, &ctx, &v->prepared, err);
         if (s != WEFT_OK) weft_error_prefix(err, "executor prepare");
     }
@@ -1528,17 +1534,9 @@ static weft_status exec_run(weft_engine *e, variant *v, uint32_t n_rows, uint32_
     batch->seqs = e->b_seqs;
     batch->logit_rows = e->b_logit_rows;
     weft_exec_ctx ctx;
-    memset(&ctx, 0, sizeof(ctx));
-    ctx.size = sizeof(ctx);
+    exec_ctx_init(e, v, &ctx);
     ctx.n_tokens = n_rows;
-    ctx.graph = v->g;
     ctx.batch = batch;
-    ctx.data = v->data;
-    ctx.kv = e->kv->view(e->kv_st);
-    ctx.backend = e->be_st;
-    ctx.stream = e->stream;
-    ctx.host = e->hs;
-    e->current = v;
     weft_status s = e->exec->run(e->exec_st, v->prepared, &ctx, err);
     *ctx_out = ctx;
     return s == WEFT_OK ? s : s < 0 ? s : WEFT_ERR_INTERNAL;
