@@ -25,6 +25,25 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
     return h;
 }
 
+// The values of a 16-byte vector of dtype code D (1 f32: 4, 2 f16 / 3 bf16: 8), as the scalar
+// loads read them.
+template <int D> __device__ __forceinline__ void unpack_vec16(uint4 v, float *f) {
+    unsigned u[4] = {v.x, v.y, v.z, v.w};
+    if (D == 1) {
+        for (int i = 0; i < 4; i++) f[i] = __uint_as_float(u[i]);
+    } else if (D == 3) {
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(u[i] << 16);
+            f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        }
+    } else {
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = f16_to_f32((u16)(u[i] & 0xffffu));
+            f[2 * i + 1] = f16_to_f32((u16)(u[i] >> 16));
+        }
+    }
+}
+
 template <int D> struct dt;
 template <> struct dt<1> {
     typedef float T;
@@ -540,21 +559,9 @@ extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *
 #define GEMV_VEC (16 / (int)sizeof(wgt))
 #define GEMV_THREADS 256
 
+// a weight vector
 __device__ __forceinline__ void unpack16(uint4 v, float *f) {
-    unsigned u[4] = {v.x, v.y, v.z, v.w};
-#if WEFT_TW == 1
-    for (int i = 0; i < 4; i++) f[i] = __uint_as_float(u[i]);
-#elif WEFT_TW == 3
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(u[i] << 16);
-        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-#else
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = f16_to_f32((u16)(u[i] & 0xffffu));
-        f[2 * i + 1] = f16_to_f32((u16)(u[i] >> 16));
-    }
-#endif
+    unpack_vec16<WEFT_TW>(v, f);
 }
 
 // One batch of a lane's weight vectors: v, v + stride, v + 2 stride, v + 3 stride of each of the
@@ -747,20 +754,7 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 #define ATS_BATCH 8
 // The AV = 16 / sizeof(act) activation values of a 16-byte vector, as A::ld reads them.
 __device__ __forceinline__ void unpack_act16(uint4 v, float *f) {
-    unsigned u[4] = {v.x, v.y, v.z, v.w};
-#if WEFT_TA == 1
-    for (int i = 0; i < 4; i++) f[i] = __uint_as_float(u[i]);
-#elif WEFT_TA == 3
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(u[i] << 16);
-        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-#else
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = f16_to_f32((u16)(u[i] & 0xffffu));
-        f[2 * i + 1] = f16_to_f32((u16)(u[i] >> 16));
-    }
-#endif
+    unpack_vec16<WEFT_TA>(v, f);
 }
 __device__ __forceinline__ void attention_split_body(const act *q, const int *pos,
                                                      const int *slots, const act *kc,
