@@ -17,6 +17,8 @@
 #                                        (WEFT_SERVE_CANDIDATES overrides the candidates)
 #   tools/scripts/gpu-check.sh verify    every GPU unit test with the synthetic models, serving
 #                                        at concurrency 32 and batch-1 decode of fast-cuda-all
+#   tools/scripts/gpu-check.sh profile   ncu: each kernel of a batch-1 decode step timed alone,
+#                                        summed by kernel (WEFT_PROFILE_MODELS, _CANDIDATES pick)
 #   tools/scripts/gpu-check.sh prefill   long prompts: tensor-core prefill on/off, the prefix
 #                                        cache's follow-up TTFT, chunked prefill's arrival KPI
 # Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
@@ -207,6 +209,22 @@ serving: {max_model_len: 8704, max_concurrency: 16}
 EOF2
     run "arrival_$tag" weft bench decode --candidate "$out/arrival-$tag.yaml" \
       --model "$M/Qwen3-0.6B-bf16" --concurrency 8 --prompt 16 --gen 1100 --arrival 8000 --repeats 5
+  done
+  ;;
+profile)
+  # where a batch-1 decode step's device time goes, kernel by kernel: ncu times every kernel node
+  # of the replayed graph alone (clocks and caches left as they are: --clock-control none
+  # --cache-control none); tools/scripts/ncu-kernels.py sums one decode step by kernel. Alone, a
+  # kernel runs without its neighbours' PDL overlap, so the sum exceeds the step's graph time.
+  synth_bf16 ${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B}
+  for cfg in ${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B}; do
+    for cand in ${WEFT_PROFILE_CANDIDATES:-fast-cuda-all}; do
+      run "ncu_${cand}_$cfg" timeout 250 ncu --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --csv -c 1500 -o /dev/null --log-file "$out/ncu_${cand}_$cfg.csv" \
+        weft bench decode --candidate "manifests/$cand.yaml" --model "$M/$cfg-bf16" --prompt 128 \
+        --gen 8 --repeats 1
+      python3 tools/scripts/ncu-kernels.py "$out/ncu_${cand}_$cfg.csv" | tee "$out/kernels_${cand}_$cfg.txt"
+    done
   done
   ;;
 verify)
