@@ -220,7 +220,7 @@ profile)
   for cfg in ${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B}; do
     for cand in ${WEFT_PROFILE_CANDIDATES:-fast-cuda-all}; do
       run "ncu_${cand}_$cfg" timeout 250 ncu --clock-control none --cache-control none \
-        --metrics gpu__time_duration.sum --csv -c 1500 -o /dev/null --log-file "$out/ncu_${cand}_$cfg.csv" \
+        --metrics gpu__time_duration.sum --csv -c 1500 --log-file "$out/ncu_${cand}_$cfg.csv" \
         weft bench decode --candidate "manifests/$cand.yaml" --model "$M/$cfg-bf16" --prompt 128 \
         --gen 8 --repeats 1
       python3 tools/scripts/ncu-kernels.py "$out/ncu_${cand}_$cfg.csv" | tee "$out/kernels_${cand}_$cfg.txt"
