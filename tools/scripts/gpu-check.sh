@@ -19,6 +19,8 @@
 #                                        at concurrency 32 and batch-1 decode of fast-cuda-all
 #   tools/scripts/gpu-check.sh profile   ncu: each kernel of a batch-1 decode step timed alone,
 #                                        summed by kernel (WEFT_PROFILE_MODELS, _CANDIDATES pick)
+#   tools/scripts/gpu-check.sh prefetch  exec.l2-prefetch: GPU test, GEMV from L2, decode A/B at
+#                                        several budgets (WEFT_PREFETCH_BUDGETS)
 #   tools/scripts/gpu-check.sh prefill   long prompts: tensor-core prefill on/off, the prefix
 #                                        cache's follow-up TTFT, chunked prefill's arrival KPI
 # Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
@@ -226,6 +228,27 @@ profile)
       python3 tools/scripts/ncu-kernels.py "$out/ncu_${cand}_$cfg.csv" | tee "$out/kernels_${cand}_$cfg.txt"
     done
   done
+  ;;
+prefetch)
+  # exec.l2-prefetch: its GPU test, the GEMV microbenchmark's L2-hot column, and batch-1 decode of
+  # fast-cuda-all against fast-cuda-prefetch at several budgets, one model at a time
+  models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
+  synth_bf16 $models
+  mkdir -p "$out/cand"
+  for mb in ${WEFT_PREFETCH_BUDGETS:-8 24 40}; do
+    sed "s/exec.l2-prefetch\]/{name: exec.l2-prefetch, options: {budget_mb: $mb}}]/" \
+      manifests/fast-cuda-prefetch.yaml > "$out/cand/prefetch-$mb.yaml"
+  done
+  run test_l2_prefetch env WEFT_EXEC_MANIFESTS=$root/manifests \
+    WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" "$B/tests/test_l2_prefetch"
+  run gemv_bench "$B/tests/cuda_gemv_bench" 4251 all 1
+  for cfg in $models; do
+    for c in manifests/fast-cuda-all.yaml "$out"/cand/prefetch-*.yaml; do
+      run "bench_$(basename "$c" .yaml)_$cfg" weft bench decode --candidate "$c" \
+        --model "$M/$cfg-bf16" --prompt 128 --gen 256 --repeats 3
+    done
+  done
+  rm -rf "$out/cand"
   ;;
 verify)
   # every GPU unit test with the synthetic models, then the headline figures of both issues

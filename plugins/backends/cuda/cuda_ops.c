@@ -737,6 +737,56 @@ static int32_t accepts_qkv_rope(void *st, const weft_graph *g, const weft_node *
     return 1;
 }
 
+/* ---- exec.l2-prefetch's op: the next products' weights pulled into L2 --------------------
+ * in: up to 8 weight tensors, in the order later nodes read them; p.i[0] = bytes to prefetch in
+ * all (the first bytes of the inputs in that order; 0 = all of them); out: one unused i32 (the
+ * graph wants an output). The kernel (core.cu weft_l2_prefetch) only reads weights, which no
+ * kernel writes, so it changes no result; it is launched with programmatic dependent launch
+ * and lets the next kernel start before it waits for the previous one. */
+#define L2PF_MAX 8
+typedef struct l2pf_ranges {
+    unsigned long long p[L2PF_MAX], n[L2PF_MAX];
+} l2pf_ranges;
+
+static weft_status op_l2_prefetch(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                  weft_error *err) {
+    cuda_backend *b = st;
+    l2pf_ranges r;
+    memset(&r, 0, sizeof(r));
+    uint64_t left = n->p.i[0] > 0 ? (uint64_t)n->p.i[0] : UINT64_MAX, total = 0;
+    int nr = 0;
+    for (uint32_t i = 0; i < n->n_in && nr < L2PF_MAX && left >= 16; i++) {
+        if (n->in[i] == WEFT_TENSOR_NONE || n->in[i] >= c->graph->n_tensors) continue;
+        const weft_buffer *d = &c->data[n->in[i]];
+        uint64_t p = (uint64_t)(uintptr_t)d->ptr, bytes = d->bytes < left ? d->bytes : left;
+        bytes &= ~(uint64_t)15; /* the bulk prefetch moves whole 16-byte units */
+        if (!p || (p & 15) || !bytes) continue;
+        r.p[nr] = p;
+        r.n[nr++] = bytes;
+        left -= bytes;
+        total += bytes;
+    }
+    if (!nr) return WEFT_OK;
+    /* 16 KiB pieces (core.cu): one 32-thread block per SM, or fewer for small totals */
+    uint64_t pieces = (total + 16383) / 16384, blocks = (pieces + 31) / 32;
+    uint64_t sms = (uint64_t)(b->sm_count > 0 ? b->sm_count : 1);
+    if (blocks > sms) blocks = sms;
+    CUfunction f;
+    uint32_t dt = c->graph->tensors[n->in[0]].dtype; /* any module has the kernel */
+    if (!is_float(dt)) dt = WEFT_DTYPE_BF16;
+    TRY(kern(b, dt, dt, "weft_l2_prefetch", &f, err));
+    void *args[] = {&r, &nr};
+    return cuda_launch_ex(b, f, "weft_l2_prefetch", (unsigned)blocks, 1, 1, 32, 0, 1, args, err);
+}
+
+static int32_t accepts_l2_prefetch(void *st, const weft_graph *g, const weft_node *n) {
+    (void)st;
+    if (n->n_in < 1 || n->n_in > L2PF_MAX || n->n_out != 1 || n->p.i[0] < 0) return 0;
+    for (uint32_t i = 0; i < n->n_in; i++)
+        if (n->in[i] >= g->n_tensors || g->tensors[n->in[i]].kind != WEFT_TENSOR_WEIGHT) return 0;
+    return n->out[0] < g->n_tensors;
+}
+
 /* ---- registration --------------------------------------------------------------------- */
 /* setup: which nodes this backend can run. */
 static int32_t accepts(void *st, const weft_graph *g, const weft_node *n) {
@@ -795,6 +845,7 @@ weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error 
     } fused[] = {
         {"fuse.linear_swiglu", op_linear_swiglu, accepts_linear_swiglu},
         {"fuse.qkv_rope", op_qkv_rope, accepts_qkv_rope},
+        {"exec.l2_prefetch", op_l2_prefetch, accepts_l2_prefetch},
     };
     for (size_t i = 0; i < sizeof(fused) / sizeof(fused[0]); i++) {
         uint32_t id = gs->op_register(fused[i].name, err);
@@ -813,7 +864,7 @@ weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error 
         weft_status s = ops->add(ops->self, &impl, err);
         if (s) return s;
         if (i == 0) b->op_linear_swiglu = id;
-        else b->op_qkv_rope = id;
+        else if (i == 1) b->op_qkv_rope = id;
     }
     return WEFT_OK;
 }

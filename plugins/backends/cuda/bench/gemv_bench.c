@@ -3,7 +3,9 @@
  * effective bandwidth (weight + x + y bytes over time) beside the device-to-device copy rate.
  * The GEMV columns use the backend's programmatic dependent launch (option pdl, on where the
  * device has it); the last column repeats the default split with it off, so the back-to-back
- * calls run strictly one after another (docs/perf/pdl.md).
+ * calls run strictly one after another (docs/perf/pdl.md); the column "L2 hot" repeats the
+ * default split on one weight copy, which after the first call is served from L2 where it fits
+ * (the cost of a product whose weights were prefetched into L2).
  * Weights rotate through a pool several times the L2 size so every call reads from HBM, as a
  * decode step does. Also checks each GEMV result against cuBLASLt's (max relative difference).
  *   cuda_gemv_bench [copy_GBps] [shapes: a name part (llama1b, qwen06b, qwen8b) | all] [max T]
@@ -93,6 +95,49 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The floor of one link in a chain of dependent kernels: 256 launches of the empty kernel
+ * weft_noop (which only runs pdl_enter) with `blocks` blocks of 256 threads, back to back in
+ * the stream (graph 0) or replayed from a captured CUDA graph (graph 1); microseconds per
+ * kernel, median of 5. */
+static double noop_chain(cuda_backend *b, int pdl, int graph, unsigned blocks) {
+    CUfunction f;
+    TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_noop", &f, &err));
+    int zero = 0;
+    void *args[] = {&zero};
+    const int n = 256;
+    CUgraphExec ge = NULL;
+    if (graph) {
+        CUgraph g;
+        CKB(cuStreamBeginCapture(b->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+        for (int i = 0; i < n; i++)
+            TRYB(cuda_launch_ex(b, f, "weft_noop", blocks, 1, 1, 256, 0, pdl, args, &err));
+        CKB(cuStreamEndCapture(b->stream, &g));
+        CKB(cuGraphInstantiate(&ge, g, 0));
+        CKB(cuGraphDestroy(g));
+    }
+    CUevent e0, e1;
+    CKB(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    double trial[5];
+    for (int tr = -1; tr < 5; tr++) {
+        CKB(cuEventRecord(e0, b->stream));
+        if (graph) CKB(cuGraphLaunch(ge, b->stream));
+        else
+            for (int i = 0; i < n; i++)
+                TRYB(cuda_launch_ex(b, f, "weft_noop", blocks, 1, 1, 256, 0, pdl, args, &err));
+        CKB(cuEventRecord(e1, b->stream));
+        CKB(cuEventSynchronize(e1));
+        float ms;
+        CKB(cuEventElapsedTime(&ms, e0, e1));
+        if (tr >= 0) trial[tr] = ms * 1e3 / n;
+    }
+    qsort(trial, 5, sizeof(double), cmp_double);
+    if (ge) CKB(cuGraphExecDestroy(ge));
+    CKB(cuEventDestroy(e0));
+    CKB(cuEventDestroy(e1));
+    return trial[2];
+}
+
 int main(int argc, char **argv) {
     double copy_gbps = argc > 1 ? atof(argv[1]) : 4251.0;
     const char *sel = argc > 2 ? argv[2] : "all";
@@ -117,9 +162,14 @@ int main(int argc, char **argv) {
     CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
     printf("device %s, copy rate %.0f GB/s (reads + writes), programmatic dependent launch %s\n",
            b->name, copy_gbps, b->pdl ? "on" : "off (device or option)");
-    printf("%-17s %6s %5s %2s | %9s %9s %9s %9s %9s | %7s %6s %5s | %8s | %9s\n", "shape", "N", "K",
+    for (int graph = 0; graph < 2; graph++)
+        for (unsigned blocks = 1; blocks <= 528; blocks = blocks == 1 ? 132 : blocks * 4)
+            printf("empty-kernel chain, %s, %3u blocks: %.2f us per kernel with PDL, %.2f without\n",
+                   graph ? "graph replay" : "stream", blocks, noop_chain(b, 1, graph, blocks),
+                   noop_chain(b, 0, graph, blocks));
+    printf("%-17s %6s %5s %2s | %9s %9s %9s %9s %9s | %7s %6s %5s | %8s | %9s %9s\n", "shape", "N", "K",
            "T", "cublasLt", "gemv s1", "gemv s2", "gemv s4", "gemv s8", "best", "GB/s", "frac",
-           "max rel", "dflt nopdl");
+           "max rel", "dflt nopdl", "L2 hot");
     const int Ts[4] = {1, 2, 4, 8};
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         const shape *s = &shapes[si];
@@ -130,7 +180,7 @@ int main(int argc, char **argv) {
         for (int ti = 0; ti < 4; ti++) {
             int T = Ts[ti];
             if (T > max_t) break;
-            double us[6];
+            double us[7];
             /* correctness of every gemv split against cuBLASLt (first weight copy) */
             double maxrel = 0;
             size_t ny = (size_t)T * s->N, es = s->f32_out ? 4 : 2;
@@ -155,15 +205,17 @@ int main(int argc, char **argv) {
             }
             free(h1);
             free(h2);
-            for (int m = 0; m <= 5; m++) {
+            for (int m = 0; m <= 6; m++) {
                 int reps = 64;
                 double trial[5];
+                /* m 6: one copy, hot in L2 after the warm-up where it fits */
+                int rot = m == 6 ? 1 : copies, mm = m == 6 ? -1 : m;
                 for (int w = 0; w < 3; w++)
-                    call(b, m, x, pool + (uint64_t)(w % copies) * wbytes, y, s, T);
+                    call(b, mm, x, pool + (uint64_t)(w % rot) * wbytes, y, s, T);
                 for (int tr = 0; tr < 5; tr++) {
                     CKB(cuEventRecord(e0, b->stream));
                     for (int r = 0; r < reps; r++)
-                        call(b, m, x, pool + (uint64_t)((r + tr) % copies) * wbytes, y, s, T);
+                        call(b, mm, x, pool + (uint64_t)((r + tr) % rot) * wbytes, y, s, T);
                     CKB(cuEventRecord(e1, b->stream));
                     CKB(cuEventSynchronize(e1));
                     float ms;
@@ -179,14 +231,14 @@ int main(int argc, char **argv) {
             double bytes = (double)wbytes + (double)T * s->K * 2 + (double)T * s->N * es;
             double gbps = bytes / (us[best] * 1e-6) / 1e9;
             printf("%-17s %6d %5d %2d | %9.2f %9.2f %9.2f %9.2f %9.2f | %7s %6.0f %5.2f | %8.1e"
-                   " | %9.2f  (default split %d)\n",
+                   " | %9.2f %9.2f  (default split %d)\n",
                    s->name, s->N, s->K, T, us[0], us[1], us[2], us[3], us[4],
                    best == 0   ? "cublas"
                    : best == 1 ? "s1"
                    : best == 2 ? "s2"
                    : best == 3 ? "s4"
                                : "s8",
-                   gbps, gbps / copy_gbps, maxrel, us[5], cuda_gemv_split(s->K));
+                   gbps, gbps / copy_gbps, maxrel, us[5], us[6], cuda_gemv_split(s->K));
             fflush(stdout);
         }
     }
