@@ -25,7 +25,7 @@
 typedef struct pf_state {
     const weft_host_services *host;
     uint32_t op;
-    int64_t budget_mb, max_tokens;
+    int64_t budget_mb, max_tokens, bulk;
     uint32_t inserted; /* prefetch nodes placed, over every graph this instance rewrote */
 } pf_state;
 
@@ -37,6 +37,7 @@ static weft_status pf_create(const weft_host_services *host, const weft_options 
     s->host = host;
     s->budget_mb = weft_sdk_option_int(opts, "budget_mb", 24);
     s->max_tokens = weft_sdk_option_int(opts, "max_tokens", 8);
+    s->bulk = weft_sdk_option_bool(opts, "bulk", 0);
     if (s->budget_mb < 1 || s->budget_mb > 1024 || s->max_tokens < 1 || s->max_tokens > 64) {
         int64_t b = s->budget_mb, t = s->max_tokens;
         host->free(s);
@@ -119,6 +120,7 @@ static weft_status pf_run(void *st, const weft_model_config *cfg, const weft_gra
         }
         if (!f.n_in) continue;
         f.p.i[0] = (int64_t)budget;
+        f.p.i[1] = s->bulk;
         char name[WEFT_NAME_MAX];
         snprintf(name, sizeof(name), "layers.%d.l2_prefetch", (int)layer);
         int64_t shape[1] = {1};

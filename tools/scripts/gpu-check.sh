@@ -235,9 +235,10 @@ prefetch)
   models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
   synth_bf16 $models
   mkdir -p "$out/cand"
-  for mb in ${WEFT_PREFETCH_BUDGETS:-8 24 40}; do
-    sed "s/exec.l2-prefetch\]/{name: exec.l2-prefetch, options: {budget_mb: $mb}}]/" \
-      manifests/fast-cuda-prefetch.yaml > "$out/cand/prefetch-$mb.yaml"
+  for v in ${WEFT_PREFETCH_BUDGETS:-8 24 40}; do # "b<MiB>": bulk prefetches
+    mb=${v#b}; bulk=false; [ "$v" != "$mb" ] && bulk=true
+    sed "s/exec.l2-prefetch\]/{name: exec.l2-prefetch, options: {budget_mb: $mb, bulk: $bulk}}]/" \
+      manifests/fast-cuda-prefetch.yaml > "$out/cand/prefetch-$v.yaml"
   done
   run test_l2_prefetch env WEFT_EXEC_MANIFESTS=$root/manifests \
     WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" "$B/tests/test_l2_prefetch"

@@ -739,7 +739,8 @@ static int32_t accepts_qkv_rope(void *st, const weft_graph *g, const weft_node *
 
 /* ---- exec.l2-prefetch's op: the next products' weights pulled into L2 --------------------
  * in: up to 8 weight tensors, in the order later nodes read them; p.i[0] = bytes to prefetch in
- * all (the first bytes of the inputs in that order; 0 = all of them); out: one unused i32 (the
+ * all (the first bytes of the inputs in that order; 0 = all of them); p.i[1] = 1 for bulk
+ * prefetches, 0 for line prefetches; out: one unused i32 (the
  * graph wants an output). The kernel (core.cu weft_l2_prefetch) only reads weights, which no
  * kernel writes, so it changes no result; it is launched with programmatic dependent launch
  * and lets the next kernel start before it waits for the previous one. */
@@ -767,16 +768,20 @@ static weft_status op_l2_prefetch(void *st, const weft_exec_ctx *c, const weft_n
         total += bytes;
     }
     if (!nr) return WEFT_OK;
-    /* 16 KiB pieces (core.cu): one 32-thread block per SM, or fewer for small totals */
-    uint64_t pieces = (total + 16383) / 16384, blocks = (pieces + 31) / 32;
+    /* p.i[1] = 1: bulk prefetches of 16 KiB pieces, 32 threads a block; 0: one 128-byte line
+     * per thread, 256 threads a block; either way at most one block per SM (core.cu) */
+    int bulk = n->p.i[1] == 1;
+    uint64_t unit = bulk ? 16384 : 128, threads = bulk ? 32 : 256;
+    uint64_t blocks = ((total + unit - 1) / unit + threads - 1) / threads;
     uint64_t sms = (uint64_t)(b->sm_count > 0 ? b->sm_count : 1);
     if (blocks > sms) blocks = sms;
     CUfunction f;
     uint32_t dt = c->graph->tensors[n->in[0]].dtype; /* any module has the kernel */
     if (!is_float(dt)) dt = WEFT_DTYPE_BF16;
     TRY(kern(b, dt, dt, "weft_l2_prefetch", &f, err));
-    void *args[] = {&r, &nr};
-    return cuda_launch_ex(b, f, "weft_l2_prefetch", (unsigned)blocks, 1, 1, 32, 0, 1, args, err);
+    void *args[] = {&r, &nr, &bulk};
+    return cuda_launch_ex(b, f, "weft_l2_prefetch", (unsigned)blocks, 1, 1, (unsigned)threads, 0,
+                          1, args, err);
 }
 
 static int32_t accepts_l2_prefetch(void *st, const weft_graph *g, const weft_node *n) {

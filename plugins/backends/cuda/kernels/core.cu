@@ -1101,39 +1101,43 @@ extern "C" __global__ void __launch_bounds__(PK_THREADS, PK_MIN_BLOCKS)
 // ---- weight prefetch into L2 (exec.l2-prefetch) ------------------------------------------------
 // Up to L2PF_MAX byte ranges of weights (which no kernel writes) are pulled into L2 while the
 // kernels before and after this one run, so a later product reads them from L2 instead of DRAM.
-// The kernel lets its dependant launch at once, issues its share of the ranges as bulk L2
-// prefetches (sm_90: no registers held, no completion to wait for), and only then waits for its
-// predecessor: it must not finish before that kernel, or a kernel after it would no longer be
-// ordered after the predecessor (see pdl_enter). The ranges are cut into 16 KiB pieces dealt
-// round-robin to every thread of the grid (one block per SM): one SM issues bulk prefetches at
-// only ~250 GB/s (measured: 8 MiB from one block cost 32 us), so they must leave from all SMs.
+// The kernel lets its dependant launch at once, issues its share of the ranges, and only then
+// waits for its predecessor: it must not finish before that kernel, or a kernel after it would no
+// longer be ordered after the predecessor (see pdl_enter). Two ways to issue (bulk):
+//   1: cp.async.bulk.prefetch.L2 of 16 KiB pieces dealt round-robin to every thread of the grid
+//      (measured on the H200: the whole node then takes ~250-375 GB/s, and the kernel does not
+//      retire before its bulk prefetches are done);
+//   0: prefetch.global.L2 of one 128-byte line per thread per trip (no register, no completion).
 #define L2PF_MAX 8
 #define L2PF_PIECE 16384ull
 struct l2pf_ranges {
     unsigned long long p[L2PF_MAX], n[L2PF_MAX]; // address and bytes (multiples of 16)
 };
-extern "C" __global__ void weft_l2_prefetch(l2pf_ranges r, int nr) {
+extern "C" __global__ void weft_l2_prefetch(l2pf_ranges r, int nr, int bulk) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
     unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    unsigned long long nth = (unsigned long long)gridDim.x * blockDim.x, piece = 0;
+    unsigned long long nth = (unsigned long long)gridDim.x * blockDim.x, unit_no = 0;
+    const unsigned long long unit = bulk ? L2PF_PIECE : 128ull;
     for (int k = 0; k < nr && k < L2PF_MAX; k++) {
-        unsigned long long n = r.n[k], np = (n + L2PF_PIECE - 1) / L2PF_PIECE;
-        // piece numbers run on across ranges so the threads stay evenly loaded
-        unsigned long long first = (tid + nth - piece % nth) % nth;
-        for (unsigned long long q = first; q < np; q += nth) {
-            unsigned long long o = q * L2PF_PIECE;
-            unsigned sz = (unsigned)(n - o < L2PF_PIECE ? n - o : L2PF_PIECE);
+        unsigned long long n = r.n[k], nu = (n + unit - 1) / unit;
+        // unit numbers run on across ranges so the threads stay evenly loaded
+        unsigned long long first = (tid + nth - unit_no % nth) % nth;
+        for (unsigned long long q = first; q < nu; q += nth) {
+            unsigned long long o = q * unit;
 #if __CUDA_ARCH__ >= 900
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(r.p[k] + o), "r"(sz)
-                         : "memory");
-#else
-            for (unsigned b = 0; b < sz; b += 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(r.p[k] + o + b));
+            if (bulk) {
+                unsigned sz = (unsigned)(n - o < unit ? n - o : unit);
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(r.p[k] + o),
+                             "r"(sz)
+                             : "memory");
+                continue;
+            }
 #endif
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(r.p[k] + o));
         }
-        piece += np;
+        unit_no += nu;
     }
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
