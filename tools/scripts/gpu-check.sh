@@ -17,8 +17,10 @@
 #                                        (WEFT_SERVE_CANDIDATES overrides the candidates)
 #   tools/scripts/gpu-check.sh verify    every GPU unit test with the synthetic models, serving
 #                                        at concurrency 32 and batch-1 decode of fast-cuda-all
-#   tools/scripts/gpu-check.sh profile   ncu: each kernel of a batch-1 decode step timed alone,
-#                                        summed by kernel (WEFT_PROFILE_MODELS, _CANDIDATES pick)
+#   tools/scripts/gpu-check.sh profile   a batch-1 decode step kernel by kernel: in-graph times
+#                                        from the backend's option trace (and, with
+#                                        WEFT_PROFILE_NCU=1, ncu's time of each kernel alone);
+#                                        WEFT_PROFILE_MODELS, _CANDIDATES pick what to profile
 #   tools/scripts/gpu-check.sh prefetch  exec.l2-prefetch: GPU test, GEMV from L2, decode A/B at
 #                                        several budgets (WEFT_PREFETCH_BUDGETS)
 #   tools/scripts/gpu-check.sh prefill   long prompts: tensor-core prefill on/off, the prefix
@@ -214,20 +216,32 @@ EOF2
   done
   ;;
 profile)
-  # where a batch-1 decode step's device time goes, kernel by kernel: ncu times every kernel node
-  # of the replayed graph alone (clocks and caches left as they are: --clock-control none
-  # --cache-control none); tools/scripts/ncu-kernels.py sums one decode step by kernel. Alone, a
-  # kernel runs without its neighbours' PDL overlap, so the sum exceeds the step's graph time.
-  synth_bf16 ${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B}
-  for cfg in ${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B}; do
+  # where a batch-1 decode step's time goes, kernel by kernel, two ways:
+  #  - trace: the backend's option trace stamps the global timer in every kernel as it passes its
+  #    wait for the previous one; the last replayed graph's gaps are each kernel's in-graph time
+  #    on the critical path (cuda_trace.c);
+  #  - ncu: every kernel timed alone (clocks and caches left as they are), summed over one step by
+  #    tools/scripts/ncu-kernels.py; alone, a kernel loses its neighbours' PDL overlap.
+  models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B}
+  synth_bf16 $models
+  mkdir -p "$out/cand"
+  for cfg in $models; do
     for cand in ${WEFT_PROFILE_CANDIDATES:-fast-cuda-all}; do
-      run "ncu_${cand}_$cfg" timeout 250 ncu --clock-control none --cache-control none \
-        --metrics gpu__time_duration.sum --csv -c 1500 --log-file "$out/ncu_${cand}_$cfg.csv" \
-        weft bench decode --candidate "manifests/$cand.yaml" --model "$M/$cfg-bf16" --prompt 128 \
-        --gen 8 --repeats 1
-      python3 tools/scripts/ncu-kernels.py "$out/ncu_${cand}_$cfg.csv" | tee "$out/kernels_${cand}_$cfg.txt"
+      sed 's/^backend: cuda$/backend: {name: cuda, options: {trace: true}}/' "manifests/$cand.yaml" \
+        > "$out/cand/$cand-trace.yaml"
+      run "trace_${cand}_$cfg" weft bench decode --candidate "$out/cand/$cand-trace.yaml" \
+        --model "$M/$cfg-bf16" --prompt 128 --gen 64 --repeats 1
+      sed -n '/cuda trace by kernel/,$p' "$out/trace_${cand}_$cfg.log"
+      if [ "${WEFT_PROFILE_NCU:-0}" = 1 ]; then
+        run "ncu_${cand}_$cfg" timeout 250 ncu --clock-control none --cache-control none \
+          --metrics gpu__time_duration.sum --csv -c 1500 --log-file "$out/ncu_${cand}_$cfg.csv" \
+          weft bench decode --candidate "manifests/$cand.yaml" --model "$M/$cfg-bf16" \
+          --prompt 128 --gen 8 --repeats 1
+        python3 tools/scripts/ncu-kernels.py "$out/ncu_${cand}_$cfg.csv" | tee "$out/kernels_${cand}_$cfg.txt"
+      fi
     done
   done
+  rm -rf "$out/cand"
   ;;
 prefetch)
   # exec.l2-prefetch: its GPU test, the GEMV microbenchmark's L2-hot column, and batch-1 decode of

@@ -306,6 +306,8 @@ static void cuda_destroy(void *st) {
     if (!b) return;
     if (b->ctx) cuCtxSetCurrent(b->ctx);
     if (b->stream) cuStreamSynchronize(b->stream);
+    if (b->trace) cuda_trace_report(b);
+    free(b->trace_names);
     cuda_kernels_fini(b);
     cuda_ops_fini(b);
     if (b->lt) cublasLtDestroy(b->lt);
@@ -340,6 +342,7 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->gemv_max_tokens = (int)opt_int(host, opts, "gemv_max_tokens", CUDA_GEMV_MAX_TOKENS);
     b->gemv_force = opt_int(host, opts, "gemv_force", 0) != 0;
     b->pdl = opt_int(host, opts, "pdl", 1) != 0;
+    b->trace = opt_int(host, opts, "trace", 0) != 0;
     if (b->gemv_max_tokens < 0 || b->gemv_max_tokens > 8) {
         weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_max_tokens: expected 0..8, "
                                   "got %d", b->gemv_max_tokens);

@@ -68,9 +68,18 @@ typedef struct cuda_backend {
     /* option pdl (on a device of compute capability 9.0 or newer): launch the kernels of
      * core.cu with programmatic stream serialization (docs/perf/pdl.md) */
     int pdl;
+    /* option trace: modules compiled with WEFT_TRACE; the names of the kernels launched during
+     * the latest stream capture, in order (cuda_trace.c) */
+    int trace, trace_capturing;
+    char (*trace_names)[48];
+    size_t trace_n, trace_cap;
     /* user op ids of the fused ops this backend implements (0 = not registered) */
     uint32_t op_linear_swiglu, op_qkv_rope;
 } cuda_backend;
+
+/* option trace (cuda_trace.c): note a launch; print the last replay of the captured graph */
+void cuda_trace_launch(cuda_backend *b, const char *name);
+void cuda_trace_report(cuda_backend *b);
 
 /* Error helper: fills err (may be NULL) and returns code. */
 weft_status cuda_fail(weft_error *err, weft_status code, const char *fmt, ...)

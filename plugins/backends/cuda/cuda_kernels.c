@@ -16,7 +16,7 @@ static weft_status compile(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule *
     char def_a[32], def_w[32];
     snprintf(def_a, sizeof(def_a), "-DWEFT_TA=%u", ta);
     snprintf(def_w, sizeof(def_w), "-DWEFT_TW=%u", tw);
-    const char *defs[] = {def_a, def_w};
+    const char *defs[] = {def_a, def_w, "-DWEFT_TRACE"};
     weft_cuda_api api;
     weft_cuda_api_link_nvrtc(&api);
     weft_cuda_api_link_driver(&api);
@@ -25,7 +25,7 @@ static weft_status compile(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule *
                              .source = weft_cuda_core_source,
                              .arch = b->arch,
                              .defines = defs,
-                             .n_defines = 2,
+                             .n_defines = b->trace ? 3 : 2,
                              .device = b->name};
     return weft_cuda_module_load(&api, &build, out, err);
 }
@@ -73,6 +73,7 @@ weft_status cuda_launch_ex(cuda_backend *b, CUfunction f, const char *name, unsi
                           .hStream = b->stream,
                           .attrs = &attr,
                           .numAttrs = pdl && b->pdl ? 1u : 0u};
+    if (b->trace) cuda_trace_launch(b, name);
     CUresult r = cuLaunchKernelEx(&cfg, f, args, NULL);
     if (r != CUDA_SUCCESS) {
         char what[128];

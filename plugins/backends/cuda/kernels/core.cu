@@ -122,11 +122,32 @@ template <int K> __device__ float block_sum(const float *v, int nt) {
 // the wait lets the next kernel's blocks launch (and issue their own weight loads) while this
 // one runs; launched without the attribute both instructions do nothing, so one kernel serves
 // both modes and the results are the same bits.
+// With the backend's option trace (WEFT_TRACE), the first thread of the first block also stamps
+// the global timer into a ring once past the wait: a kernel passes its wait when the kernel
+// before it has completed, so consecutive stamps give each kernel's time on the critical path
+// of the stream or replayed graph (cuda_backend.c prints them when the backend closes).
+#ifdef WEFT_TRACE
+#define WEFT_TRACE_RING 16384
+extern "C" __device__ unsigned long long weft_trace_ring[WEFT_TRACE_RING];
+extern "C" __device__ unsigned weft_trace_count;
+__device__ unsigned long long weft_trace_ring[WEFT_TRACE_RING];
+__device__ unsigned weft_trace_count;
+#endif
+__device__ __forceinline__ void trace_mark() {
+#ifdef WEFT_TRACE
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        weft_trace_ring[atomicAdd(&weft_trace_count, 1u) % WEFT_TRACE_RING] = t;
+    }
+#endif
+}
 __device__ __forceinline__ void pdl_enter() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+    trace_mark();
 }
 
 // x (T,D) <- table (V,D) rows of tokens; ids outside [0,V) give zero rows (the host refuses them).
@@ -1142,4 +1163,5 @@ extern "C" __global__ void weft_l2_prefetch(l2pf_ranges r, int nr, int bulk) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+    trace_mark();
 }

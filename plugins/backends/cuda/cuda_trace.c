@@ -1,0 +1,116 @@
+/* The backend's option trace: where a replayed decode graph spends its time, kernel by kernel.
+ *
+ * With the option on, core.cu is compiled with WEFT_TRACE: every kernel's first thread stamps the
+ * global timer into a ring in its module once it has passed its wait for the kernel before it
+ * (pdl_enter), i.e. right after that kernel completed. The host keeps the names of the kernels
+ * launched during the latest stream capture, in launch order. When the backend closes, the last
+ * len(names) stamps of all modules, merged in time order, are the last replay of that graph
+ * (the decode step, for a decode benchmark): the gap from one stamp to the next is the earlier
+ * kernel's time on the step's critical path. Kernels of other plugins (the device sampler, kv
+ * techniques) stamp nothing; their time falls into the gap of the backend kernel before them.
+ * Printed to stderr, one line per kernel and a table by kernel name. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define TRACE_RING 16384 /* core.cu WEFT_TRACE_RING */
+
+void cuda_trace_launch(cuda_backend *b, const char *name) {
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (cuStreamIsCapturing(b->stream, &cs) != CUDA_SUCCESS ||
+        cs != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        b->trace_capturing = 0;
+        return;
+    }
+    if (!b->trace_capturing) b->trace_n = 0; /* a new capture: its kernels replace the last's */
+    b->trace_capturing = 1;
+    if (b->trace_n == b->trace_cap) {
+        size_t cap = b->trace_cap ? 2 * b->trace_cap : 512;
+        void *p = realloc(b->trace_names, cap * sizeof(*b->trace_names));
+        if (!p) return; /* tracing is best effort; the report then says it has no names */
+        b->trace_names = p;
+        b->trace_cap = cap;
+    }
+    snprintf(b->trace_names[b->trace_n++], sizeof(b->trace_names[0]), "%s", name);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct by_name {
+    const char *name;
+    unsigned count;
+    double us;
+} by_name;
+
+void cuda_trace_report(cuda_backend *b) {
+    size_t k = b->trace_n;
+    if (!k) {
+        fprintf(stderr, "cuda trace: no captured graph to report\n");
+        return;
+    }
+    unsigned long long *all = NULL;
+    size_t n_all = 0;
+    for (size_t m = 0; m < b->n_modules; m++) {
+        CUdeviceptr ring, count;
+        size_t rb, cb;
+        unsigned cnt = 0;
+        if (cuModuleGetGlobal(&ring, &rb, b->modules[m].mod, "weft_trace_ring") != CUDA_SUCCESS ||
+            cuModuleGetGlobal(&count, &cb, b->modules[m].mod, "weft_trace_count") != CUDA_SUCCESS ||
+            cuMemcpyDtoH(&cnt, count, sizeof(cnt)) != CUDA_SUCCESS)
+            continue;
+        size_t have = cnt < TRACE_RING ? cnt : TRACE_RING;
+        unsigned long long *ringh = malloc(TRACE_RING * sizeof(*ringh));
+        void *grown = realloc(all, (n_all + have + 1) * sizeof(*all));
+        if (!ringh || !grown || cuMemcpyDtoH(ringh, ring, TRACE_RING * sizeof(*ringh))) {
+            free(ringh);
+            if (grown) all = grown;
+            continue;
+        }
+        all = grown;
+        for (size_t i = 0; i < have; i++) all[n_all++] = ringh[(cnt - have + i) % TRACE_RING];
+        free(ringh);
+    }
+    if (n_all < k) {
+        fprintf(stderr, "cuda trace: %zu stamps for a graph of %zu kernels; nothing to report\n",
+                n_all, k);
+        free(all);
+        return;
+    }
+    qsort(all, n_all, sizeof(*all), cmp_u64);
+    const unsigned long long *t = all + n_all - k;
+    by_name *agg = calloc(k, sizeof(*agg));
+    size_t n_agg = 0;
+    double total = (double)(t[k - 1] - t[0]) / 1e3;
+    fprintf(stderr, "cuda trace: last replay of the last captured graph, %zu kernels, %.1f us from "
+            "the first kernel's start to the last's (the last kernel's own time not counted)\n",
+            k, total);
+    for (size_t i = 0; i + 1 < k; i++) {
+        double us = (double)(t[i + 1] - t[i]) / 1e3;
+        fprintf(stderr, "  %4zu %-40s %8.2f us\n", i, b->trace_names[i], us);
+        size_t j = 0;
+        while (j < n_agg && strcmp(agg[j].name, b->trace_names[i])) j++;
+        if (j == n_agg && agg) agg[n_agg++].name = b->trace_names[i];
+        if (agg) {
+            agg[j].count++;
+            agg[j].us += us;
+        }
+    }
+    fprintf(stderr, "cuda trace by kernel (count, total us, mean us, share):\n");
+    for (size_t a = 0; a < n_agg; a++)
+        for (size_t c = a + 1; c < n_agg; c++)
+            if (agg[c].us > agg[a].us) {
+                by_name x = agg[a];
+                agg[a] = agg[c];
+                agg[c] = x;
+            }
+    for (size_t a = 0; a < n_agg; a++)
+        fprintf(stderr, "  %-40s %5u %9.1f %8.2f %5.1f%%\n", agg[a].name, agg[a].count, agg[a].us,
+                agg[a].us / agg[a].count, total > 0 ? 100.0 * agg[a].us / total : 0.0);
+    free(agg);
+    free(all);
+}
