@@ -202,11 +202,13 @@ weft_status cuda_gemm(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w
 
 /* ---- GEMV for small T ------------------------------------------------------------------ */
 /* Warps per output row, by K alone, so merged and separate matrices reduce every row in the
- * same order (see core.cu). Measured on the H200 at T = 1 (docs/perf/fuse.md): one warp per
- * row up to K = 1024, two up to 2048, four up to 8192 (K = 3072 and 8192 were fastest at four),
- * eight beyond. */
+ * same order (see core.cu). Measured on the H200 at T = 1 as kernel nodes of a replayed graph,
+ * the way a decode step runs them (cuda_gemv_bench's graph rows, docs/perf/l2-prefetch.md): one
+ * warp per row up to K = 1024, two up to 2048, four up to 4096, eight beyond (Llama-3.2-1B's
+ * down projection, K = 8192: 10.07 us at eight against 11.79 at four; host-launched it had
+ * measured fastest at four, docs/perf/fuse.md, a figure bound by the host's launch rate). */
 int cuda_gemv_split(int K) {
-    return K <= 1024 ? 1 : K <= 2048 ? 2 : K <= 8192 ? 4 : 8;
+    return K <= 1024 ? 1 : K <= 2048 ? 2 : K <= 4096 ? 4 : 8;
 }
 
 /* Whether the GEMV kernel is the faster product for T rows of an (N, K) weight, from the
