@@ -23,6 +23,8 @@
 #                                        WEFT_PROFILE_MODELS, _CANDIDATES pick what to profile
 #   tools/scripts/gpu-check.sh prefetch  exec.l2-prefetch: GPU test, GEMV from L2, decode A/B at
 #                                        several budgets (WEFT_PREFETCH_BUDGETS)
+#   tools/scripts/gpu-check.sh issue8    batch-1 techniques: GPU tests, decode of fast-cuda-all and
+#                                        of it without each of WEFT_ABLATE, in-graph traces
 #   tools/scripts/gpu-check.sh prefill   long prompts: tensor-core prefill on/off, the prefix
 #                                        cache's follow-up TTFT, chunked prefill's arrival KPI
 # Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
@@ -264,6 +266,46 @@ prefetch)
     done
   done
   rm -rf "$out/cand"
+  ;;
+issue8)
+  # issue 8's figures in one call: the GPU tests of the batch-1 techniques, then batch-1 decode
+  # (prompt 128, 256 out, 3 repeats) of fast-cuda-all and of fast-cuda-all without each of the
+  # techniques named in WEFT_ABLATE (each alone removed, then all of them), on every model of
+  # WEFT_PROFILE_MODELS, and the in-graph trace of fast-cuda-all on the small models
+  models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
+  synth_bf16 $models
+  export WEFT_EXEC_MANIFESTS=$root/manifests
+  for t in ${WEFT_ISSUE8_TESTS:-test_cuda_ops test_fuse test_exec test_l2_prefetch}; do
+    [ -x "$B/tests/$t" ] && run "$t" env WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" \
+      WEFT_FUSE_CUDA_MODELS="stories,$M/Qwen3-0.6B-bf16,$M/Llama-3.2-1B-bf16" \
+      WEFT_FUSE_PROMPT=128 "$B/tests/$t"
+  done
+  mkdir -p "$out/cand"
+  cands=(manifests/fast-cuda-all.yaml)
+  drop_all=manifests/fast-cuda-all.yaml
+  for tech in ${WEFT_ABLATE:-}; do
+    sed -E "s/ *$tech,?//; s/,\]/]/" manifests/fast-cuda-all.yaml > "$out/cand/without-$tech.yaml"
+    cands+=("$out/cand/without-$tech.yaml")
+    sed -E "s/ *$tech,?//; s/,\]/]/" "$drop_all" > "$out/cand/without-all.yaml.new"
+    mv "$out/cand/without-all.yaml.new" "$out/cand/without-all.yaml"
+    drop_all=$out/cand/without-all.yaml
+  done
+  [ -n "${WEFT_ABLATE:-}" ] && cands+=("$out/cand/without-all.yaml")
+  for cfg in $models; do
+    for c in "${cands[@]}" ${WEFT_ISSUE8_EXTRA:-}; do
+      run "bench_$(basename "$c" .yaml)_$cfg" weft bench decode --candidate "$c" \
+        --model "$M/$cfg-bf16" --prompt 128 --gen 256 --repeats 3
+    done
+  done
+  for cfg in $models; do
+    [ "$cfg" = Qwen3-8B ] && continue
+    sed 's/^backend: cuda$/backend: {name: cuda, options: {trace: true}}/' manifests/fast-cuda-all.yaml \
+      > "$out/cand/trace.yaml"
+    run "trace_$cfg" weft bench decode --candidate "$out/cand/trace.yaml" --model "$M/$cfg-bf16" \
+      --prompt 128 --gen 64 --repeats 1
+    sed -n '/cuda trace by kernel/,/^decode/p' "$out/trace_$cfg.log"
+  done
+  cp "$out"/cand/*.yaml "$out/" 2>/dev/null; rm -rf "$out/cand"
   ;;
 verify)
   # every GPU unit test with the synthetic models, then the headline figures of both issues
