@@ -56,7 +56,7 @@ for cand in fast-cuda-all fast-cuda-all-nora; do
   [ $smoke -ne 0 ] && [ "$cand" = fast-cuda-all ] && continue
   [ "$(left)" -gt 40 ] && bench Qwen3-8B "$cand" 60
 done 2>&1 | tee -a "$L/bench.log"
-if [ "$(left)" -gt 50 ] && command -v ncu >/dev/null; then
+if [ "${NCU:-1}" = 1 ] && [ "$(left)" -gt 50 ] && command -v ncu >/dev/null; then
   for cand in fast-cuda-all fast-cuda-all-nora; do
     [ "$(left)" -gt 35 ] || continue
     timeout 60 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
@@ -65,12 +65,12 @@ if [ "$(left)" -gt 50 ] && command -v ncu >/dev/null; then
     echo "ncu $cand rc=$?"; python3 tools/ncu-kernels.py "$L/ncu-$cand.csv" 2>&1 | head -n 14
   done
 fi
-if [ "$(left)" -gt 30 ]; then
+if [ "${SLOW:-1}" = 1 ] && [ "$(left)" -gt 30 ]; then
   WEFT_FUSE_CUDA_MODELS=stories,$M/Qwen3-0.6B WEFT_FUSE_PROMPT=128 timeout $(( $(left) - 8 )) \
     tests/test_fuse >"$L/fuse.log" 2>&1
   echo "test_fuse rc=$?"; grep -E "rope-attention|FAIL|ERROR|OK \]|DIFFERS" "$L/fuse.log" | cut -c1-200 | head -n 12
 fi
-if [ "$(left)" -gt 15 ]; then
+if [ "${SLOW:-1}" = 1 ] && [ "$(left)" -gt 15 ]; then
   timeout $(( $(left) - 3 )) tests/test_kv_paged_cuda >"$L/kvp.log" 2>&1
   echo "test_kv_paged_cuda rc=$?"; grep -E "FAIL|ERROR|OK \]" "$L/kvp.log" | head -n 6
 fi
