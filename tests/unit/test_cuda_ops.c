@@ -862,6 +862,228 @@ static void test_pdl_chain(void **state) {
     free_tensors(all, 7);
 }
 
+/* ---- fuse.rope_attention ------------------------------------------------------------------ */
+/* fuse.rope_attention against the two nodes it replaces, fuse.qkv_rope then attention (kv store,
+ * split-KV kernel, combine), each run on its own copy of the same cache history: the output and
+ * both whole caches must be the same bits (one row: the fused kernel; three rows: the unfused
+ * kernels inside the op), and the output must match a double-precision attention over the
+ * unfused q' and the cache. Consecutive steps check that the kernel's arrival counters are
+ * back at zero for the next step. */
+enum { RA_SLOTS = 2, RA_MAX_SEQ = 320, RA_SLOT = 1 };
+
+typedef struct ra_case {
+    uint32_t dt;
+    int Hq, Hkv, hd, norm, scaling, merged;
+} ra_case;
+
+typedef struct ra_cache {
+    weft_buffer k[1], v[1];
+    weft_kv_contiguous desc;
+    weft_kv_view view;
+} ra_cache;
+
+static size_t ra_es(uint32_t dt) { return dt == WEFT_DTYPE_F32 ? 4 : 2; }
+
+static void ra_cache_init(ra_cache *c, const ra_case *cs, const void *kh, const void *vh,
+                          size_t bytes) {
+    weft_error err = {.size = sizeof(err)};
+    assert_int_equal(be->alloc(bst, bytes, WEFT_MEMORY_DEVICE, &c->k[0], &err), 0);
+    assert_int_equal(be->alloc(bst, bytes, WEFT_MEMORY_DEVICE, &c->v[0], &err), 0);
+    assert_int_equal(be->upload(bst, &c->k[0], 0, kh, bytes, &err), 0);
+    assert_int_equal(be->upload(bst, &c->v[0], 0, vh, bytes, &err), 0);
+    c->desc = (weft_kv_contiguous){.size = sizeof(c->desc), .n_layers = 1, .n_slots = RA_SLOTS,
+                                   .max_seq = RA_MAX_SEQ, .n_kv_heads = (uint32_t)cs->Hkv,
+                                   .head_dim = (uint32_t)cs->hd, .dtype = cs->dt, .k = c->k,
+                                   .v = c->v};
+    c->view = (weft_kv_view){.size = sizeof(c->view), .layout = "contiguous", .desc = &c->desc};
+}
+
+/* a cache buffer's values as floats */
+static float *ra_cache_get(const weft_buffer *b, uint32_t dt, size_t n, void *raw) {
+    weft_error err = {.size = sizeof(err)};
+    assert_int_equal(be->download(bst, raw, b, 0, n * ra_es(dt), &err), 0);
+    float *f = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        f[i] = dt == WEFT_DTYPE_F32 ? ((float *)raw)[i] : from_bf16(((uint16_t *)raw)[i]);
+    return f;
+}
+
+/* One step of T rows at positions P.. of slot RA_SLOT, unfused on cache a, fused on cache b. */
+static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P, uint32_t op_ra) {
+    const uint32_t dt = cs->dt;
+    const int Hq = cs->Hq, Hkv = cs->Hkv, hd = cs->hd, C = (Hq + 2 * Hkv) * hd;
+    int32_t pos[8], slot[8];
+    for (int t = 0; t < T; t++) pos[t] = P + t, slot[t] = RA_SLOT;
+    tens qkv = {dt, T, C}, q = {dt, T, Hq * hd}, k = {dt, T, Hkv * hd}, v = {dt, T, Hkv * hd};
+    tens p = {WEFT_DTYPE_I32, T, 1}, sl = {WEFT_DTYPE_I32, T, 1};
+    tens qn = {dt, 1, hd}, kn = {dt, 1, hd};
+    tens q1 = {dt, T, Hq * hd}, k1 = {dt, T, Hkv * hd}, v1 = {dt, T, Hkv * hd},
+         o1 = {dt, T, Hq * hd};
+    tens o2 = {dt, T, Hq * hd}, q2 = {dt, T, Hq * hd}, k2 = {dt, T, Hkv * hd},
+         v2 = {dt, T, Hkv * hd};
+    p.hi = pos, sl.hi = slot;
+    uint32_t iqkv = 0, iq = 0, ik = 0, iv = 0;
+    if (cs->merged) {
+        iqkv = add_tensor(&qkv, 1);
+    } else {
+        iq = add_tensor(&q, 1), ik = add_tensor(&k, 1), iv = add_tensor(&v, 1);
+    }
+    uint32_t ip = add_tensor(&p, 1), isl = add_tensor(&sl, 1);
+    uint32_t iqn = add_tensor(&qn, 1), ikn = add_tensor(&kn, 1);
+    uint32_t iq1 = add_tensor(&q1, 0), ik1 = add_tensor(&k1, 0), iv1 = add_tensor(&v1, 0),
+             io1 = add_tensor(&o1, 0);
+    uint32_t io2 = add_tensor(&o2, 0), iq2 = add_tensor(&q2, 0), ik2 = add_tensor(&k2, 0),
+             iv2 = add_tensor(&v2, 0);
+    weft_op_params rp;
+    memset(&rp, 0, sizeof(rp));
+    rp.i[0] = Hq, rp.i[1] = hd, rp.i[4] = cs->scaling, rp.i[5] = Hkv;
+    rp.f[0] = cs->scaling ? 500000.f : 1000000.f, rp.f[1] = 32.f, rp.f[2] = 1.f, rp.f[3] = 4.f,
+    rp.f[4] = 8192.f, rp.f[5] = 1e-6f;
+    /* unfused: fuse.qkv_rope, then attention on cache a */
+    weft_node f = {.op = op_qkr, .p = rp};
+    f.p.i[6] = cs->merged, f.p.i[7] = cs->norm;
+    uint32_t n_in = 0;
+    if (cs->merged) {
+        f.in[n_in++] = iqkv;
+    } else {
+        f.in[n_in++] = iq;
+        f.in[n_in++] = ik;
+    }
+    f.in[n_in++] = ip;
+    if (cs->norm) f.in[n_in++] = iqn, f.in[n_in++] = ikn;
+    f.n_in = n_in;
+    f.out[0] = iq1, f.out[1] = ik1, f.out[2] = iv1;
+    f.n_out = cs->merged ? 3 : 2;
+    run_node(&f, (uint32_t)T, NULL, NULL);
+    weft_node a = {.op = WEFT_OP_ATTENTION, .n_in = 5, .n_out = 1};
+    a.in[0] = iq1, a.in[1] = ik1, a.in[2] = cs->merged ? iv1 : iv, a.in[3] = ip, a.in[4] = isl;
+    a.out[0] = io1;
+    a.p.i[1] = Hq, a.p.i[2] = Hkv, a.p.i[3] = hd;
+    snprintf(a.name, sizeof(a.name), "layers.0.attn");
+    run_node(&a, (uint32_t)T, NULL, &ca->view);
+    /* fused on cache b */
+    weft_node r = {.op = op_ra, .p = rp};
+    r.p.i[6] = (cs->merged ? 1 : 0) | (cs->norm ? 2 : 0);
+    r.p.i[7] = 0;
+    n_in = 0;
+    if (cs->merged) {
+        r.in[n_in++] = iqkv;
+    } else {
+        r.in[n_in++] = iq;
+        r.in[n_in++] = ik;
+        r.in[n_in++] = iv;
+    }
+    r.in[n_in++] = ip;
+    r.in[n_in++] = isl;
+    if (cs->norm) r.in[n_in++] = iqn, r.in[n_in++] = ikn;
+    r.n_in = n_in;
+    r.out[0] = io2, r.out[1] = iq2, r.out[2] = ik2, r.out[3] = iv2;
+    r.n_out = cs->merged ? 4 : 3;
+    snprintf(r.name, sizeof(r.name), "layers.0.attn.rope_attn");
+    run_node(&r, (uint32_t)T, NULL, &cb->view);
+    /* the same bits: output and both caches */
+    size_t no = (size_t)T * Hq * hd;
+    float *a1 = malloc(no * 4), *a2 = malloc(no * 4), *qf = malloc(no * 4);
+    fetch(&o1, a1);
+    fetch(&o2, a2);
+    char what[160];
+    snprintf(what, sizeof(what), "rope_attention dt=%u Hq=%d Hkv=%d hd=%d T=%d pos=%d: o", dt, Hq,
+             Hkv, hd, T, P);
+    expect_same(what, a2, a1, no);
+    size_t nc = (size_t)RA_SLOTS * RA_MAX_SEQ * Hkv * hd;
+    void *ra = malloc(nc * 4), *rb = malloc(nc * 4);
+    weft_error err = {.size = sizeof(err)};
+    for (int kv = 0; kv < 2; kv++) {
+        assert_int_equal(be->download(bst, ra, kv ? &ca->v[0] : &ca->k[0], 0, nc * ra_es(dt), &err),
+                         0);
+        assert_int_equal(be->download(bst, rb, kv ? &cb->v[0] : &cb->k[0], 0, nc * ra_es(dt), &err),
+                         0);
+        if (memcmp(ra, rb, nc * ra_es(dt)))
+            fail_msg("%s: the %s caches differ", what, kv ? "v" : "k");
+    }
+    /* double reference over the unfused q' and the cache after the step */
+    fetch(&q1, qf);
+    float *K = ra_cache_get(&cb->k[0], dt, nc, ra), *V = ra_cache_get(&cb->v[0], dt, nc, ra);
+    double *ref = malloc(no * 8), *sc = malloc(RA_MAX_SEQ * 8);
+    int G = Hq / Hkv;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < Hq; h++) {
+            size_t kb = (size_t)RA_SLOT * RA_MAX_SEQ * Hkv * hd + (size_t)(h / G) * hd;
+            double m = -1e300, l = 0;
+            for (int j = 0; j <= pos[t]; j++) {
+                double d = 0;
+                for (int e = 0; e < hd; e++)
+                    d += (double)qf[(size_t)t * Hq * hd + h * hd + e] *
+                         K[kb + (size_t)j * Hkv * hd + e];
+                sc[j] = d / sqrt((double)hd);
+                if (sc[j] > m) m = sc[j];
+            }
+            for (int j = 0; j <= pos[t]; j++) l += exp(sc[j] - m);
+            for (int e = 0; e < hd; e++) {
+                double acc = 0;
+                for (int j = 0; j <= pos[t]; j++)
+                    acc += exp(sc[j] - m) * V[kb + (size_t)j * Hkv * hd + e];
+                ref[(size_t)t * Hq * hd + h * hd + e] = acc / l;
+            }
+        }
+    double e = relerr(a2, ref, no);
+    printf("%s: rel err vs double %.2e\n", what, e);
+    assert_true(e < (dt == WEFT_DTYPE_F32 ? 1e-5 : 2e-2));
+    free(a1), free(a2), free(qf), free(ra), free(rb), free(K), free(V), free(ref), free(sc);
+    tens all[] = {qkv, q, k, v, p, sl, qn, kn, q1, k1, v1, o1, o2, q2, k2, v2};
+    all[4].h = NULL, all[5].h = NULL;
+    for (size_t i = 0; i < 16; i++) /* only the tensors this form allocated */
+        if (all[i].d.ptr) be->free(bst, &all[i].d);
+    for (size_t i = 0; i < 16; i++) free(all[i].h);
+    gn = 0;
+}
+
+static void check_rope_attention(const ra_case *cs, uint32_t op_ra) {
+    size_t nc = (size_t)RA_SLOTS * RA_MAX_SEQ * cs->Hkv * cs->hd, bytes = nc * ra_es(cs->dt);
+    /* the history: random K and V rows everywhere (positions past a step's row included, which
+     * no attention may read) */
+    void *kh = malloc(bytes), *vh = malloc(bytes);
+    for (size_t i = 0; i < nc; i++) {
+        float a = frand(), b = frand();
+        if (cs->dt == WEFT_DTYPE_F32) {
+            ((float *)kh)[i] = a, ((float *)vh)[i] = b;
+        } else {
+            ((uint16_t *)kh)[i] = to_bf16(a), ((uint16_t *)vh)[i] = to_bf16(b);
+        }
+    }
+    ra_cache ca, cb;
+    ra_cache_init(&ca, cs, kh, vh, bytes);
+    ra_cache_init(&cb, cs, kh, vh, bytes);
+    /* contexts of 1, 63, 64, 65 and 300 positions, each followed by the next step */
+    static const int ctx[] = {1, 63, 64, 65, 300};
+    for (size_t i = 0; i < sizeof(ctx) / sizeof(ctx[0]); i++) {
+        ra_step(cs, &ca, &cb, 1, ctx[i] - 1, op_ra);
+        ra_step(cs, &ca, &cb, 1, ctx[i], op_ra);
+    }
+    ra_step(cs, &ca, &cb, 3, 126, op_ra); /* several rows: the unfused kernels in the op */
+    be->free(bst, &ca.k[0]), be->free(bst, &ca.v[0]);
+    be->free(bst, &cb.k[0]), be->free(bst, &cb.v[0]);
+    free(kh), free(vh);
+}
+
+static void test_rope_attention(void **state) {
+    (void)state;
+    weft_error err = {.size = sizeof(err)};
+    uint32_t op_ra = weft_graph_service_get()->op_register("fuse.rope_attention", &err);
+    if (!op_qkr || !reg_find(op_ra)) fail_msg("the backend registered no fuse.rope_attention");
+    static const ra_case cases[] = {
+        /* Qwen3: hd 128, G 2, qk-norm, merged q|k|v */
+        {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1},
+        {WEFT_DTYPE_F32, 16, 8, 128, 1, 0, 1},
+        /* Llama-3: hd 64, G 4, llama3 rope scaling, merged and separate q, k, v */
+        {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1},
+        {WEFT_DTYPE_F32, 32, 8, 64, 0, 1, 1},
+        {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check_rope_attention(&cases[i], op_ra);
+}
+
 static int setup(void **state) {
     (void)state;
     char path[1024];
@@ -926,6 +1148,7 @@ GPU_TEST(test_qkv_rope)
 GPU_TEST(test_add_rmsnorm)
 GPU_TEST(test_head_gemv)
 GPU_TEST(test_pdl_chain)
+GPU_TEST(test_rope_attention)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -935,6 +1158,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_linear_swiglu), cmocka_unit_test(gpu_test_merged_linear_split),
         cmocka_unit_test(gpu_test_qkv_rope),     cmocka_unit_test(gpu_test_add_rmsnorm),
         cmocka_unit_test(gpu_test_head_gemv),    cmocka_unit_test(gpu_test_pdl_chain),
+        cmocka_unit_test(gpu_test_rope_attention),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

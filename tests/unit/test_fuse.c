@@ -96,6 +96,7 @@ static void on_event(void *user, const weft_token_event *ev) {
 /* Node counts of the decode graph, by op name. */
 typedef struct counts {
     int linear, add, rmsnorm, add_rmsnorm, swiglu, split, rope, fused_swiglu, fused_rope;
+    int attention, fused_rope_attention;
 } counts;
 
 static int count_of(const char *text, const char *needle) {
@@ -134,6 +135,8 @@ static void run_candidate(const char *manifest, const char *model, uint32_t n_pr
     cnt->rope = count_of(text, ": rope(");
     cnt->fused_swiglu = count_of(text, ": fuse.linear_swiglu(");
     cnt->fused_rope = count_of(text, ": fuse.qkv_rope(");
+    cnt->attention = count_of(text, ": attention(");
+    cnt->fused_rope_attention = count_of(text, ": fuse.rope_attention(");
     free(text);
     const weft_model_config *cfg = weft_engine_config(e);
     int32_t prompt[256];
@@ -352,6 +355,8 @@ static void test_cuda_models(void **state) {
         "fuse.merged-projections",
         "fuse.merged-projections, fuse.qkv-rope, fuse.swiglu",
         "fuse.rmsnorm-residual, fuse.qkv-rope, fuse.swiglu, fuse.merged-projections",
+        "fuse.qkv-rope, fuse.rope-attention",
+        "fuse.merged-projections, fuse.qkv-rope, fuse.rope-attention",
     };
     char manifest[128], list[2048];
     snprintf(manifest, sizeof(manifest), "%s/cand-cuda.yaml", tmp_dir);
@@ -375,6 +380,11 @@ static void test_cuda_models(void **state) {
             fflush(stdout);
             failures += d >= 0;
             if (strstr(combos[i], "qkv-rope")) assert_int_equal(c.rope, 0);
+            if (strstr(combos[i], "rope-attention")) { /* every attention fused */
+                assert_int_equal(c.attention, 0);
+                assert_int_equal(c.fused_rope_attention, c0.attention);
+                assert_int_equal(c.fused_rope, 0);
+            }
         }
     }
     assert_int_equal(failures, 0);

@@ -1,6 +1,6 @@
 /* Op implementations of the cuda backend: the builtin ops of weft/graph.h on f32, f16 and bf16
  * activations, plus the fused user ops the fuse.* techniques emit ("fuse.linear_swiglu",
- * "fuse.qkv_rope"). Linear layers and the LM head take one of two paths: with few rows (decode)
+ * "fuse.qkv_rope", "fuse.rope_attention"). Linear layers and the LM head take one of two paths: with few rows (decode)
  * a bandwidth-bound GEMV kernel of kernels/core.cu, with more rows cuBLASLt with the chosen
  * algorithm cached per shape; the crossover (option gemv_max_tokens) was set by measurement
  * (docs/perf/fuse.md). Everything else is a kernel of kernels/core.cu. Activations, weights
@@ -84,14 +84,27 @@ typedef struct cuda_ops_state {
     CUdeviceptr att_part; /* split-KV partials: (ATS_MAX_T, Hq, S, hd + 2) f32 */
     uint64_t att_part_bytes;
     int att_smem_set;     /* dynamic shared memory limit raised for weft_attention_split */
+    CUdeviceptr ra_count; /* weft_rope_attention's arrival counter per KV head, 0 between steps */
+    uint32_t ra_count_n;
 } cuda_ops_state;
 
 /* Split-KV decode attention (kernels/core.cu weft_attention_split): used for steps of at most
  * ATS_MAX_T rows, head_dim a multiple of 32 up to 256 and at most 8 query heads per KV head;
- * larger steps (prefill) use the one-block-per-head kernel. */
+ * larger steps (prefill) use the one-block-per-head kernel. ATS_THREADS per block: the body
+ * spreads (head, position) scores and (head, 4 dims) sums over every thread, so more threads
+ * shorten the block for any G (docs/perf/fuse-rope-attention.md). */
 #define ATS_CHUNK 64
 #define ATS_MAXG 8
 #define ATS_MAX_T 8
+#define ATS_THREADS 256
+
+/* Dynamic shared memory of a split block in bytes (core.cu ATS_KST and the layout there), plus
+ * weft_rope_attention's extra (RA_SMEM_EXTRA) when fused. */
+static unsigned ats_smem(int hd, int fused) {
+    int floats = ATS_CHUNK * (hd + 4) + ATS_CHUNK * hd + ATS_MAXG * hd + ATS_MAXG * ATS_CHUNK;
+    if (fused) floats += (ATS_MAXG + 1) * hd + 12;
+    return (unsigned)floats * (unsigned)sizeof(float);
+}
 
 static cuda_ops_state *ops_of(cuda_backend *b) {
     if (!b->ops) b->ops = calloc(1, sizeof(cuda_ops_state));
@@ -414,65 +427,72 @@ static weft_status op_rope(void *st, const weft_exec_ctx *c, const weft_node *n,
     return cuda_launch(b, f, "weft_rope", blocks_for(total, 256), 1, 256, args, err);
 }
 
-static weft_status op_attention(void *st, const weft_exec_ctx *c, const weft_node *n,
-                                weft_error *err) {
-    cuda_backend *b = st;
-    const weft_tensor *q = tin(c, n, 0);
+/* The contiguous kv cache of a layer, checked against the op's dtype. */
+static weft_status kv_contiguous(const weft_exec_ctx *c, const char *node, int layer, uint32_t dt,
+                                 CUdeviceptr *kc, CUdeviceptr *vc, int *max_seq,
+                                 weft_error *err) {
     if (!c->kv || strcmp(c->kv->layout, "contiguous") || !c->kv->desc)
         return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "attention %s: the cuda backend's kernel "
-                         "reads the contiguous kv layout, the kv slot provides '%s'", n->name,
+                         "reads the contiguous kv layout, the kv slot provides '%s'", node,
                          c->kv ? c->kv->layout : "(none)");
     const weft_kv_contiguous *kv = c->kv->desc;
-    int layer = (int)n->p.i[0];
     if (layer < 0 || (uint32_t)layer >= kv->n_layers)
         return cuda_fail(err, WEFT_ERR_INVALID, "attention %s: layer %d outside the cache's %u",
-                         n->name, layer, kv->n_layers);
-    if (kv->dtype != q->dtype)
+                         node, layer, kv->n_layers);
+    if (kv->dtype != dt)
         return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "attention %s: kv cache dtype %u differs "
-                         "from the activation dtype %u", n->name, kv->dtype, q->dtype);
-    int T = (int)c->n_tokens, Hq = (int)n->p.i[1], Hkv = (int)n->p.i[2], hd = (int)n->p.i[3];
-    int window = (int)n->p.i[4], max_seq = (int)kv->max_seq;
-    if (hd > 256 || Hkv <= 0 || Hq % Hkv)
-        return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "attention %s: head_dim %d (max 256), heads "
-                         "%d / kv heads %d", n->name, hd, Hq, Hkv);
-    float scale = n->p.f[0] != 0.f ? n->p.f[0] : 1.0f / sqrtf((float)hd);
-    CUdeviceptr slots;
-    TRY(row_slots(b, c, n, 4, &slots, err));
-    CUdeviceptr qp = din(c, n, 0), kp = din(c, n, 1), vp = din(c, n, 2), pp = din(c, n, 3);
-    CUdeviceptr kc = (CUdeviceptr)(uintptr_t)kv->k[layer].ptr;
-    CUdeviceptr vc = (CUdeviceptr)(uintptr_t)kv->v[layer].ptr;
-    CUdeviceptr op = dout(c, n, 0);
+                         "from the activation dtype %u", node, kv->dtype, dt);
+    *kc = (CUdeviceptr)(uintptr_t)kv->k[layer].ptr;
+    *vc = (CUdeviceptr)(uintptr_t)kv->v[layer].ptr;
+    *max_seq = (int)kv->max_seq;
+    return WEFT_OK;
+}
+
+/* The split-KV partials workspace for Hq heads of S splits (reused by every layer: the kernels
+ * of one stream never overlap in its use). First step of a larger cache: setup, not per step. */
+static weft_status ats_workspace(cuda_backend *b, int Hq, int hd, int S, CUdeviceptr *out,
+                                 weft_error *err) {
+    cuda_ops_state *o = ops_of(b);
+    if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+    uint64_t need = (uint64_t)ATS_MAX_T * Hq * S * (hd + 2) * sizeof(float);
+    if (need > o->att_part_bytes) {
+        if (o->att_part) cuda_arena_free(b, o->att_part);
+        o->att_part = 0;
+        o->att_part_bytes = 0;
+        TRY(cuda_arena_alloc(b, need, &o->att_part, err));
+        o->att_part_bytes = need;
+    }
+    *out = o->att_part;
+    return WEFT_OK;
+}
+
+/* kv store, then attention of T rows over the contiguous cache (kc, vc): the split-KV kernels
+ * for small T, the one-block-per-head kernel otherwise. */
+static weft_status attention_kernels(cuda_backend *b, uint32_t dt, int T, int Hq, int Hkv, int hd,
+                                     int window, float scale, int max_seq, CUdeviceptr qp,
+                                     CUdeviceptr kp, CUdeviceptr vp, CUdeviceptr pp,
+                                     CUdeviceptr slots, CUdeviceptr kc, CUdeviceptr vc,
+                                     CUdeviceptr op, weft_error *err) {
     CUfunction fs, fa;
-    TRY(kern(b, q->dtype, q->dtype, "weft_kv_store", &fs, err));
-    TRY(kern(b, q->dtype, q->dtype, "weft_attention", &fa, err));
+    TRY(kern(b, dt, dt, "weft_kv_store", &fs, err));
+    TRY(kern(b, dt, dt, "weft_attention", &fa, err));
     void *sargs[] = {&kp, &vp, &pp, &slots, &kc, &vc, &T, &Hkv, &hd, &max_seq};
     TRY(cuda_launch(b, fs, "weft_kv_store", (unsigned)T, 1, 128, sargs, err));
     int G = Hq / Hkv;
     if (T <= ATS_MAX_T && hd % 32 == 0 && G <= ATS_MAXG) {
-        cuda_ops_state *o = ops_of(b);
-        if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
         int S = (max_seq + ATS_CHUNK - 1) / ATS_CHUNK;
-        uint64_t need = (uint64_t)ATS_MAX_T * Hq * S * (hd + 2) * sizeof(float);
-        if (need > o->att_part_bytes) { /* first step of a larger cache: setup, not per step */
-            if (o->att_part) cuda_arena_free(b, o->att_part);
-            o->att_part = 0;
-            o->att_part_bytes = 0;
-            TRY(cuda_arena_alloc(b, need, &o->att_part, err));
-            o->att_part_bytes = need;
-        }
+        CUdeviceptr part;
+        TRY(ats_workspace(b, Hq, hd, S, &part, err));
         CUfunction fsp, fc;
-        TRY(kern(b, q->dtype, q->dtype, "weft_attention_split", &fsp, err));
-        TRY(kern(b, q->dtype, q->dtype, "weft_attention_combine", &fc, err));
-        unsigned smem = (unsigned)((ATS_CHUNK * (hd + 1) + ATS_CHUNK * hd + ATS_MAXG * hd +
-                                    ATS_MAXG * ATS_CHUNK) * sizeof(float));
+        TRY(kern(b, dt, dt, "weft_attention_split", &fsp, err));
+        TRY(kern(b, dt, dt, "weft_attention_combine", &fc, err));
+        unsigned smem = ats_smem(hd, 0);
         CK(cuFuncSetAttribute(fsp, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of weft_attention_split");
-        unsigned threads = 32u * (unsigned)(G < 4 ? 4 : G);
-        CUdeviceptr part = o->att_part;
         void *pargs[] = {&qp, &pp, &slots, &kc, &vc, &part, &T, &Hq, &Hkv, &hd, &max_seq,
                          &window, &scale, &S};
         TRY(cuda_launch_ex(b, fsp, "weft_attention_split", (unsigned)T, (unsigned)Hkv,
-                           (unsigned)S, threads, smem, 1, pargs, err));
+                           (unsigned)S, ATS_THREADS, smem, 1, pargs, err));
         void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
         return cuda_launch(b, fc, "weft_attention_combine", (unsigned)T, (unsigned)Hq,
                            hd >= 128 ? 128 : 64, cargs, err);
@@ -482,6 +502,26 @@ static weft_status op_attention(void *st, const weft_exec_ctx *c, const weft_nod
     /* 4 warps x 256 floats of per-warp accumulators in dynamic shared memory (core.cu) */
     return cuda_launch_ex(b, fa, "weft_attention", (unsigned)T, (unsigned)Hq, 1, 128,
                           4 * 256 * sizeof(float), 1, aargs, err);
+}
+
+static weft_status op_attention(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *q = tin(c, n, 0);
+    int layer = (int)n->p.i[0], max_seq = 0;
+    CUdeviceptr kc = 0, vc = 0;
+    TRY(kv_contiguous(c, n->name, layer, q->dtype, &kc, &vc, &max_seq, err));
+    int T = (int)c->n_tokens, Hq = (int)n->p.i[1], Hkv = (int)n->p.i[2], hd = (int)n->p.i[3];
+    int window = (int)n->p.i[4];
+    if (hd > 256 || Hkv <= 0 || Hq % Hkv)
+        return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "attention %s: head_dim %d (max 256), heads "
+                         "%d / kv heads %d", n->name, hd, Hq, Hkv);
+    float scale = n->p.f[0] != 0.f ? n->p.f[0] : 1.0f / sqrtf((float)hd);
+    CUdeviceptr slots;
+    TRY(row_slots(b, c, n, 4, &slots, err));
+    return attention_kernels(b, q->dtype, T, Hq, Hkv, hd, window, scale, max_seq, din(c, n, 0),
+                             din(c, n, 1), din(c, n, 2), din(c, n, 3), slots, kc, vc,
+                             dout(c, n, 0), err);
 }
 
 static weft_status elementwise(cuda_backend *b, const weft_exec_ctx *c, const weft_node *n,
@@ -670,6 +710,39 @@ static int32_t accepts_linear_swiglu(void *st, const weft_graph *g, const weft_n
  * scaling, f[0..4]) plus i[5] = kv heads, i[6] = 1 when in[0] is one merged q|k|v row (then
  * out[2] receives v), f[5] = the norm's eps. Inputs: separate q, k, positions [, q_norm,
  * k_norm]; merged qkv, positions [, q_norm, k_norm]. Outputs q', k' [, v]. */
+/* Where the q, k (and v) rows of a step start and their row strides in elements: one merged
+ * q|k|v row (v included) or separate q and k tensors (vs = 0). */
+typedef struct qkv_rows {
+    CUdeviceptr qs, ks, vs;
+    int qstride, kstride, vstride;
+} qkv_rows;
+
+static qkv_rows merged_rows(CUdeviceptr qkv, int cols, int Hq, int Hkv, int hd, uint32_t dt) {
+    size_t es = (size_t)elem_size(dt);
+    qkv_rows r = {.qs = qkv, .qstride = cols, .kstride = cols, .vstride = cols};
+    r.ks = qkv + (CUdeviceptr)Hq * hd * es;
+    r.vs = r.ks + (CUdeviceptr)Hkv * hd * es;
+    return r;
+}
+
+/* weft_qkv_rope over T rows: q' and k' (and v when r->vs) out of the rows of r. n carries the
+ * rope parameters (p.i[4], p.f[0..4]) of the frequency table. */
+static weft_status qkv_rope_kernel(cuda_backend *b, const weft_node *n, uint32_t dt, uint32_t tw,
+                                   int T, int Hq, int Hkv, int hd, int rot, int layout, float eps,
+                                   const qkv_rows *r, CUdeviceptr qn, CUdeviceptr kn,
+                                   CUdeviceptr pp, CUdeviceptr qo, CUdeviceptr ko, CUdeviceptr vo,
+                                   weft_error *err) {
+    CUdeviceptr freqs;
+    TRY(rope_freqs(b, n, rot, &freqs, err));
+    CUfunction f;
+    TRY(kern(b, dt, tw, "weft_qkv_rope", &f, err));
+    qkv_rows a = *r;
+    void *args[] = {&a.qs, &a.qstride, &a.ks, &a.kstride, &a.vs, &a.vstride, &qn, &kn, &pp,
+                    &freqs, &qo, &ko, &vo, &T, &Hq, &Hkv, &hd, &rot, &layout, &eps};
+    unsigned heads = (unsigned)(Hq + Hkv + (a.vs ? Hkv : 0));
+    return cuda_launch(b, f, "weft_qkv_rope", (unsigned)T, heads, norm_block(hd), args, err);
+}
+
 static weft_status op_qkv_rope(void *st, const weft_exec_ctx *c, const weft_node *n,
                                weft_error *err) {
     cuda_backend *b = st;
@@ -677,36 +750,16 @@ static weft_status op_qkv_rope(void *st, const weft_exec_ctx *c, const weft_node
     int Hq = (int)n->p.i[0], hd = (int)n->p.i[1], Hkv = (int)n->p.i[5];
     int rot = n->p.i[2] > 0 ? (int)n->p.i[2] : hd, layout = (int)n->p.i[3];
     int T = (int)c->n_tokens;
-    float eps = n->p.f[5];
     const weft_tensor *x = tin(c, n, 0);
     uint32_t ip = merged ? 1 : 2; /* positions */
-    CUdeviceptr qs, ks, vs = 0, qo = dout(c, n, 0), ko = dout(c, n, 1), vo = 0;
-    int qstride, kstride, vstride = 0;
-    size_t es = (size_t)elem_size(x->dtype);
-    if (merged) {
-        int C = (int)cols_of(x);
-        qs = din(c, n, 0);
-        ks = qs + (CUdeviceptr)Hq * hd * es;
-        vs = ks + (CUdeviceptr)Hkv * hd * es;
-        qstride = kstride = vstride = C;
-        vo = dout(c, n, 2);
-    } else {
-        qs = din(c, n, 0);
-        ks = din(c, n, 1);
-        qstride = Hq * hd;
-        kstride = Hkv * hd;
-    }
-    CUdeviceptr pp = din(c, n, ip);
+    qkv_rows r = {.qs = din(c, n, 0), .ks = din(c, n, 1), .qstride = Hq * hd,
+                  .kstride = Hkv * hd};
+    if (merged) r = merged_rows(din(c, n, 0), (int)cols_of(x), Hq, Hkv, hd, x->dtype);
     CUdeviceptr qn = has_norm ? din(c, n, ip + 1) : 0, kn = has_norm ? din(c, n, ip + 2) : 0;
     uint32_t tw = has_norm ? tin(c, n, ip + 1)->dtype : x->dtype;
-    CUdeviceptr freqs;
-    TRY(rope_freqs(b, n, rot, &freqs, err));
-    CUfunction f;
-    TRY(kern(b, x->dtype, tw, "weft_qkv_rope", &f, err));
-    void *args[] = {&qs, &qstride, &ks, &kstride, &vs, &vstride, &qn, &kn, &pp, &freqs,
-                    &qo, &ko, &vo, &T, &Hq, &Hkv, &hd, &rot, &layout, &eps};
-    unsigned heads = (unsigned)(Hq + Hkv + (merged ? Hkv : 0));
-    return cuda_launch(b, f, "weft_qkv_rope", (unsigned)T, heads, norm_block(hd), args, err);
+    return qkv_rope_kernel(b, n, x->dtype, tw, T, Hq, Hkv, hd, rot, layout, n->p.f[5], &r, qn, kn,
+                           din(c, n, ip), dout(c, n, 0), dout(c, n, 1),
+                           merged ? dout(c, n, 2) : 0, err);
 }
 
 static int32_t accepts_qkv_rope(void *st, const weft_graph *g, const weft_node *n) {
@@ -794,6 +847,148 @@ static int32_t accepts_l2_prefetch(void *st, const weft_graph *g, const weft_nod
     return n->out[0] < g->n_tensors;
 }
 
+/* fuse.rope_attention (techniques/fuse.rope-attention, whose README has the contract): a
+ * fuse.qkv_rope node and the attention that alone reads its outputs. Params: i[0] = q heads,
+ * i[1] = head_dim, i[2] = rotary dims, i[3] = layout, i[4] = rope scaling, f[0..4] = rope
+ * (as ROPE's); i[5] = kv heads; i[6] = flags: bit 0 merged q|k|v input, bit 1 qk-norm, bits 8..
+ * the sliding window (0 = none); i[7] = layer; f[5] = norm eps, f[6] = attention scale (0 =
+ * 1/sqrt(head_dim)). Inputs: merged qkv, positions, kv_slots|NONE [, q_norm, k_norm]; separate
+ * q, k, v, positions, kv_slots|NONE [, q_norm, k_norm]. Outputs: o, q', k' [, v' when merged]
+ * (the unfused path's intermediates). One row: weft_rope_attention, one kernel; more rows (or
+ * shapes it does not take): weft_qkv_rope then the attention kernels, as the two nodes ran. */
+typedef struct ra_params {
+    int merged, has_norm, Hq, Hkv, hd, rot, layout, window, layer;
+    float eps, scale;
+    uint32_t ipos, islots, inorm; /* input indices */
+} ra_params;
+
+static void ra_decode(const weft_node *n, ra_params *r) {
+    int64_t flags = n->p.i[6];
+    r->merged = (int)(flags & 1);
+    r->has_norm = (int)((flags >> 1) & 1);
+    r->window = (int)(flags >> 8);
+    r->Hq = (int)n->p.i[0];
+    r->hd = (int)n->p.i[1];
+    r->rot = n->p.i[2] > 0 ? (int)n->p.i[2] : r->hd;
+    r->layout = (int)n->p.i[3];
+    r->Hkv = (int)n->p.i[5];
+    r->layer = (int)n->p.i[7];
+    r->eps = n->p.f[5];
+    r->scale = n->p.f[6] != 0.f ? n->p.f[6] : 1.0f / sqrtf((float)(r->hd > 0 ? r->hd : 1));
+    r->ipos = r->merged ? 1 : 3;
+    r->islots = r->ipos + 1;
+    r->inorm = r->ipos + 2;
+}
+
+/* The arrival counters of weft_rope_attention: one per KV head, zero when no kernel runs. */
+static weft_status ra_counters(cuda_backend *b, int Hkv, CUdeviceptr *out, weft_error *err) {
+    cuda_ops_state *o = ops_of(b);
+    if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+    if ((uint32_t)Hkv > o->ra_count_n) { /* first step: setup, not per step */
+        if (o->ra_count) cuda_arena_free(b, o->ra_count);
+        o->ra_count = 0;
+        o->ra_count_n = 0;
+        TRY(cuda_arena_alloc(b, (uint64_t)Hkv * sizeof(uint32_t), &o->ra_count, err));
+        CK(cuMemsetD32Async(o->ra_count, 0, (size_t)Hkv, b->stream),
+           "zeroing the attention counters");
+        o->ra_count_n = (uint32_t)Hkv;
+    }
+    *out = o->ra_count;
+    return WEFT_OK;
+}
+
+static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                     weft_error *err) {
+    cuda_backend *b = st;
+    ra_params r;
+    ra_decode(n, &r);
+    int T = (int)c->n_tokens;
+    if (T == 0) return WEFT_OK;
+    const weft_tensor *x = tin(c, n, 0);
+    uint32_t dt = x->dtype;
+    int max_seq = 0;
+    CUdeviceptr kc = 0, vc = 0;
+    TRY(kv_contiguous(c, n->name, r.layer, dt, &kc, &vc, &max_seq, err));
+    CK(cuCtxSetCurrent(b->ctx), "making the context current");
+    qkv_rows rows = {.qs = din(c, n, 0), .ks = din(c, n, 1), .qstride = r.Hq * r.hd,
+                     .kstride = r.Hkv * r.hd};
+    CUdeviceptr vin = r.merged ? 0 : din(c, n, 2);
+    if (r.merged) rows = merged_rows(din(c, n, 0), (int)cols_of(x), r.Hq, r.Hkv, r.hd, dt);
+    CUdeviceptr pp = din(c, n, r.ipos), slots;
+    TRY(row_slots(b, c, n, r.islots, &slots, err));
+    CUdeviceptr qn = r.has_norm ? din(c, n, r.inorm) : 0;
+    CUdeviceptr kn = r.has_norm ? din(c, n, r.inorm + 1) : 0;
+    uint32_t tw = r.has_norm ? tin(c, n, r.inorm)->dtype : dt;
+    CUdeviceptr o = dout(c, n, 0);
+    int G = r.Hq / r.Hkv;
+    if (T == 1 && r.hd % 32 == 0 && G <= ATS_MAXG) {
+        int S = (max_seq + ATS_CHUNK - 1) / ATS_CHUNK;
+        CUdeviceptr part, cnt, freqs;
+        TRY(ats_workspace(b, r.Hq, r.hd, S, &part, err));
+        TRY(ra_counters(b, r.Hkv, &cnt, err));
+        TRY(rope_freqs(b, n, r.rot, &freqs, err));
+        CUfunction f;
+        TRY(kern(b, dt, tw, "weft_rope_attention", &f, err));
+        unsigned smem = ats_smem(r.hd, 1);
+        CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
+           "raising the shared memory limit of weft_rope_attention");
+        CUdeviceptr vs = r.merged ? rows.vs : vin;
+        int nnorm = (int)norm_block(r.hd);
+        void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
+                        &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
+                        &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,
+                        &r.eps,   &nnorm,   &max_seq, &r.window, &r.scale, &S};
+        return cuda_launch_ex(b, f, "weft_rope_attention", 1, (unsigned)r.Hkv, (unsigned)S,
+                              ATS_THREADS, smem, 1, args, err);
+    }
+    /* the unfused sequence, through the node's intermediate outputs */
+    CUdeviceptr qo = dout(c, n, 1), ko = dout(c, n, 2), vo = r.merged ? dout(c, n, 3) : 0;
+    TRY(qkv_rope_kernel(b, n, dt, tw, T, r.Hq, r.Hkv, r.hd, r.rot, r.layout, r.eps, &rows, qn, kn,
+                        pp, qo, ko, vo, err));
+    return attention_kernels(b, dt, T, r.Hq, r.Hkv, r.hd, r.window, r.scale, max_seq, qo, ko,
+                             r.merged ? vo : vin, pp, slots, kc, vc, o, err);
+}
+
+static int32_t accepts_rope_attention(void *st, const weft_graph *g, const weft_node *n) {
+    (void)st;
+    ra_params r;
+    ra_decode(n, &r);
+    uint32_t need_in = r.inorm + (r.has_norm ? 2u : 0u);
+    if (n->n_in != need_in || n->n_out != (r.merged ? 4u : 3u)) return 0;
+    if (r.Hq <= 0 || r.Hkv <= 0 || r.Hq % r.Hkv || r.hd <= 0 || r.hd > 256 || r.hd % 2 ||
+        r.rot > r.hd || r.rot % 2 || r.layout < 0 || r.layout > 1 || r.window < 0 ||
+        n->p.i[6] < 0 || (n->p.i[6] & 0xfc) || r.layer < 0)
+        return 0;
+    for (uint32_t i = 0; i < need_in; i++)
+        if (n->in[i] >= g->n_tensors && !(i == r.islots && n->in[i] == WEFT_TENSOR_NONE))
+            return 0;
+    for (uint32_t i = 0; i < n->n_out; i++)
+        if (n->out[i] >= g->n_tensors) return 0;
+    const weft_tensor *x = &g->tensors[n->in[0]];
+    if (!is_float(x->dtype)) return 0;
+    int64_t qw = (int64_t)r.Hq * r.hd, kw = (int64_t)r.Hkv * r.hd;
+    if (r.merged && cols_of(x) != qw + 2 * kw) return 0;
+    if (!r.merged)
+        for (uint32_t i = 1; i < 3; i++)
+            if (cols_of(&g->tensors[n->in[i]]) != kw || g->tensors[n->in[i]].dtype != x->dtype)
+                return 0;
+    if (!r.merged && cols_of(x) != qw) return 0;
+    if (g->tensors[n->in[r.ipos]].dtype != WEFT_DTYPE_I32) return 0;
+    if (n->in[r.islots] != WEFT_TENSOR_NONE && g->tensors[n->in[r.islots]].dtype != WEFT_DTYPE_I32)
+        return 0;
+    if (r.has_norm) {
+        const weft_tensor *qn = &g->tensors[n->in[r.inorm]], *kn = &g->tensors[n->in[r.inorm + 1]];
+        if (!is_float(qn->dtype) || qn->dtype != kn->dtype || numel(qn) != r.hd ||
+            numel(kn) != r.hd)
+            return 0;
+    }
+    int64_t want[4] = {qw, qw, kw, kw};
+    for (uint32_t i = 0; i < n->n_out; i++)
+        if (g->tensors[n->out[i]].dtype != x->dtype || cols_of(&g->tensors[n->out[i]]) != want[i])
+            return 0;
+    return 1;
+}
+
 /* ---- registration --------------------------------------------------------------------- */
 /* setup: which nodes this backend can run. */
 static int32_t accepts(void *st, const weft_graph *g, const weft_node *n) {
@@ -853,6 +1048,7 @@ weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error 
         {"fuse.linear_swiglu", op_linear_swiglu, accepts_linear_swiglu},
         {"fuse.qkv_rope", op_qkv_rope, accepts_qkv_rope},
         {"exec.l2_prefetch", op_l2_prefetch, accepts_l2_prefetch},
+        {"fuse.rope_attention", op_rope_attention, accepts_rope_attention},
     };
     for (size_t i = 0; i < sizeof(fused) / sizeof(fused[0]); i++) {
         uint32_t id = gs->op_register(fused[i].name, err);

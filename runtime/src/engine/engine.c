@@ -651,22 +651,25 @@ static void variant_free(weft_engine *e, variant *v) {
     free(v);
 }
 
-/* The kv cache dtype: what the model feeds the attention node's k input. */
+/* The kv cache dtype: what the graph feeds the attention node's k input, 0 when it has no
+ * ATTENTION node (a pass fused it into a user op, e.g. fuse.rope-attention). */
 static uint32_t attention_dtype(const weft_graph *g) {
     for (uint32_t i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].op == WEFT_OP_ATTENTION && g->nodes[i].in[1] < g->n_tensors)
             return g->tensors[g->nodes[i].in[1]].dtype;
-    return WEFT_DTYPE_F32;
+    return 0;
 }
 
-static weft_status kv_setup(weft_engine *e, const weft_graph *g, weft_error *err) {
+/* kv_dtype: attention_dtype of the graph after the passes, else of the model's graph before
+ * them, else f32. */
+static weft_status kv_setup(weft_engine *e, uint32_t kv_dtype, weft_error *err) {
     weft_kv_geometry geo;
     memset(&geo, 0, sizeof(geo));
     geo.size = sizeof(geo);
     geo.n_layers = e->cfg.n_layers;
     geo.n_kv_heads = e->cfg.n_kv_heads;
     geo.head_dim = e->cfg.head_dim;
-    geo.dtype = attention_dtype(g);
+    geo.dtype = kv_dtype;
     geo.max_seq = e->max_model_len;
     geo.max_requests = e->max_requests;
     /* A token budget becomes the pool's byte budget: k and v of every layer per token. */
@@ -725,8 +728,12 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
         s = weft_graph_validate(v->g, err);
         if (s != WEFT_OK) weft_error_prefix(err, "graph of model %s", e->model_pl->name);
     }
+    uint32_t model_kv_dtype = s == WEFT_OK ? attention_dtype(v->g) : 0;
     if (s == WEFT_OK) s = weft_passes_run(e->cand, &e->cfg, v->g, NULL, err);
-    if (s == WEFT_OK && !e->kv_ready) s = kv_setup(e, v->g, err);
+    if (s == WEFT_OK && !e->kv_ready) {
+        uint32_t dt = attention_dtype(v->g);
+        s = kv_setup(e, dt ? dt : model_kv_dtype ? model_kv_dtype : WEFT_DTYPE_F32, err);
+    }
     const weft_graph *g = v->g;
     if (s == WEFT_OK) {
         v->impls = calloc(g->n_nodes, sizeof(*v->impls));

@@ -770,47 +770,42 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 // running max m, the sum l and the unnormalised accumulator; weft_attention_combine merges the
 // splits. S comes from max_seq (not the step's positions) so a captured graph stays valid as the
 // context grows; splits past a row's position exit at once.
+// Work distribution (docs/perf/fuse-rope-attention.md): every thread of the block takes a
+// (head, position) score and then a (head, 4 dims) slice of the weighted sum, so all warps are
+// busy whatever G is, and each serial chain reads 16-byte vectors from shared memory. The
+// arithmetic is the earlier one-warp-per-head kernel's: each score one FMA chain over the head
+// dims in ascending order, each weighted sum one FMA chain over the positions in ascending
+// order, the softmax of a head by one warp with lane l holding positions l and l + 32.
+// fuse.rope_attention's kernel (weft_rope_attention below) runs the same stages, so both give
+// the same bits.
 #define ATS_CHUNK 64
 #define ATS_MAXG 8
 #define ATS_BATCH 8
+// Row stride of the staged K rows in floats: a multiple of 4 (16-byte rows for vector loads)
+// that is 4 mod 32 for the head sizes used, so the 8 lanes of a quarter-warp reading 8
+// different rows hit 8 different bank groups.
+#define ATS_KST(hd) ((hd) + 4)
+// Shared memory of a split block in floats (cuda_ops.c sizes the launch with the same sum):
+// ks (ATS_CHUNK, ATS_KST) | vs (ATS_CHUNK, hd) | qs (ATS_MAXG, hd) | ps (ATS_MAXG, ATS_CHUNK)
+extern __shared__ __align__(16) float ats_smem[];
 // The AV = 16 / sizeof(act) activation values of a 16-byte vector, as A::ld reads them.
 __device__ __forceinline__ void unpack_act16(uint4 v, float *f) {
     unpack_vec16<WEFT_TA>(v, f);
 }
-__device__ __forceinline__ void attention_split_body(const act *q, const int *pos,
-                                                     const int *slots, const act *kc,
-                                                     const act *vc, float *part, int T, int Hq,
-                                                     int Hkv, int hd, int max_seq, int window,
-                                                     float scale, int S, int t, int g, int s,
-                                                     int nt) {
-    int G = Hq / Hkv;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
-    int p = pos[t], slot = slots[t];
-    int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-    int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
-    if (j0 < lo) j0 = lo;
-    if (j1 > p) j1 = p;
-    int n = j1 - j0 + 1;
-    long pstride = (long)hd + 2;
-    if (n <= 0) { // an empty split: mark it so the combine skips it
-        for (int h = warp; h < G; h += nw)
-            if (lane == 0) part[(((long)t * Hq + g * G + h) * S + s) * pstride + hd] = -INFINITY;
-        return;
-    }
-    extern __shared__ float smem[];
-    int kst = hd + 1; // padded row stride: lanes reading different rows hit different banks
-    float *ks = smem;                       // (ATS_CHUNK, hd+1)
-    float *vs = ks + ATS_CHUNK * kst;       // (ATS_CHUNK, hd)
-    float *qs = vs + ATS_CHUNK * hd;        // (G, hd)
-    float *ps = qs + ATS_MAXG * hd;         // (G, ATS_CHUNK)
-    long row = (long)Hkv * hd;
-    long base = ((long)slot * max_seq) * row + (long)g * hd;
-    // Stage the chunk's K and V rows: 16-byte loads, ATS_BATCH of K and of V per thread issued
-    // before any is stored, so the chunk arrives in about one memory latency instead of one
-    // latency per element a thread copies. The shared copies hold the same values as the
-    // element-wise path below, so the result does not depend on which path ran.
+
+// Stages rows [j0, j0 + n) of one KV head into ks / vs (base: the cache offset of that head at
+// position 0, row: elements per position). 16-byte loads, ATS_BATCH of K and of V per thread
+// issued before any is stored, so the chunk arrives in about one memory latency. mid() runs
+// once while the first batch is in flight (the caller's own loads overlap with them). The
+// shared copies hold A::ld's values whichever path ran.
+template <class F>
+__device__ __forceinline__ void ats_stage(const act *kc, const act *vc, long base, long row,
+                                          int j0, int n, int hd, float *ks, float *vs, int nt,
+                                          F &&mid) {
+    const int kst = ATS_KST(hd);
     const int AV = 16 / (int)sizeof(act), rv = hd / AV, nvec = n * rv;
-    if (hd % AV == 0 && (((unsigned long long)kc | (unsigned long long)vc) & 15) == 0) {
+    if (hd % AV == 0 && (((unsigned long long)kc | (unsigned long long)vc) & 15) == 0 &&
+        nvec > 0) {
         for (int i0 = 0; i0 < nvec; i0 += ATS_BATCH * nt) {
             uint4 kr[ATS_BATCH], vr[ATS_BATCH];
 #pragma unroll
@@ -822,6 +817,7 @@ __device__ __forceinline__ void attention_split_body(const act *q, const int *po
                     vr[b] = *(const uint4 *)(vc + off);
                 }
             }
+            if (i0 == 0) mid();
 #pragma unroll
             for (int b = 0; b < ATS_BATCH; b++) {
                 int i = i0 + b * nt + (int)threadIdx.x;
@@ -837,53 +833,126 @@ __device__ __forceinline__ void attention_split_body(const act *q, const int *po
                 }
             }
         }
-    } else {
-        #pragma unroll 1
-        for (int i = threadIdx.x; i < n * hd; i += nt) {
-            int j = i / hd, d = i % hd;
-            long off = base + (long)(j0 + j) * row + d;
-            ks[j * kst + d] = A::ld(kc, off);
-            vs[j * hd + d] = A::ld(vc, off);
-        }
+        return;
     }
+    mid();
     #pragma unroll 1
-    for (int i = threadIdx.x; i < G * hd; i += nt)
-        qs[i] = A::ld(q, (long)t * Hq * hd + (long)(g * G) * hd + i) * scale;
+    for (int i = threadIdx.x; i < n * hd; i += nt) {
+        int j = i / hd, d = i % hd;
+        long off = base + (long)(j0 + j) * row + d;
+        ks[j * kst + d] = A::ld(kc, off);
+        vs[j * hd + d] = A::ld(vc, off);
+    }
+}
+
+// The chunk's attention for the G heads of a group, from qs (G, hd: scaled queries) and the n
+// staged rows; the block's threads all synchronised before. Writes head h's partial (acc[hd],
+// m, l) at part[o0 + h * hstride].
+__device__ __forceinline__ void ats_attend(const float *qs, const float *ks, const float *vs,
+                                           float *ps, float *part, long o0, long hstride, int G,
+                                           int hd, int n, int nt) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
+    const int kst = ATS_KST(hd), h4 = hd / 4;
+    // scores: thread -> (head, position); positions past n score -infinity
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < G * ATS_CHUNK; i += nt) {
+        int h = i / ATS_CHUNK, j = i % ATS_CHUNK;
+        float d = -INFINITY;
+        if (j < n) {
+            const float4 *qv = (const float4 *)(qs + h * hd), *kv = (const float4 *)(ks + j * kst);
+            d = 0.f;
+            #pragma unroll 1
+            for (int e = 0; e < h4; e += 8) {
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    float4 a = qv[e + u], b = kv[e + u];
+                    d = fmaf(a.x, b.x, d);
+                    d = fmaf(a.y, b.y, d);
+                    d = fmaf(a.z, b.z, d);
+                    d = fmaf(a.w, b.w, d);
+                }
+            }
+        }
+        ps[h * ATS_CHUNK + j] = d;
+    }
     bsync(nt);
+    // softmax of head h by warp h: lane l holds positions l and l + 32
     for (int h = warp; h < G; h += nw) {
-        // scores: lane l takes positions l and l + 32 of the chunk
         float sc[2], m = -INFINITY;
         for (int k = 0; k < 2; k++) {
-            int j = lane + 32 * k;
-            float d = -INFINITY;
-            if (j < n) {
-                d = 0.f;
-                for (int e = 0; e < hd; e++) d += qs[h * hd + e] * ks[j * kst + e];
-            }
-            sc[k] = d;
-            m = fmaxf(m, d);
+            sc[k] = ps[h * ATS_CHUNK + lane + 32 * k];
+            m = fmaxf(m, sc[k]);
         }
         m = warp_max(m);
         float l = 0.f;
         for (int k = 0; k < 2; k++) {
             int j = lane + 32 * k;
             float w = j < n ? __expf(sc[k] - m) : 0.f;
-            if (j < ATS_CHUNK) ps[h * ATS_CHUNK + j] = w;
+            ps[h * ATS_CHUNK + j] = w;
             l += w;
         }
         l = warp_sum(l);
-        __syncwarp();
-        long o = (((long)t * Hq + g * G + h) * S + s) * pstride;
-        for (int d = lane; d < hd; d += 32) {
-            float acc = 0.f;
-            for (int j = 0; j < n; j++) acc += ps[h * ATS_CHUNK + j] * vs[j * hd + d];
-            part[o + d] = acc;
-        }
         if (lane == 0) {
-            part[o + hd] = m;
-            part[o + hd + 1] = l;
+            part[o0 + h * hstride + hd] = m;
+            part[o0 + h * hstride + hd + 1] = l;
         }
     }
+    bsync(nt);
+    // weighted sums: thread -> (head, 4 consecutive dims), one chain per dim over the positions
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < G * h4; i += nt) {
+        int h = i / h4, d = (i % h4) * 4;
+        const float *pr = ps + h * ATS_CHUNK;
+        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll 4
+        for (int j = 0; j < n; j++) {
+            float w = pr[j];
+            float4 v = *(const float4 *)(vs + j * hd + d);
+            a0 = fmaf(w, v.x, a0);
+            a1 = fmaf(w, v.y, a1);
+            a2 = fmaf(w, v.z, a2);
+            a3 = fmaf(w, v.w, a3);
+        }
+        float *dst = part + o0 + h * hstride + d;
+        dst[0] = a0;
+        dst[1] = a1;
+        dst[2] = a2;
+        dst[3] = a3;
+    }
+}
+
+__device__ __forceinline__ void attention_split_body(const act *q, const int *pos,
+                                                     const int *slots, const act *kc,
+                                                     const act *vc, float *part, int T, int Hq,
+                                                     int Hkv, int hd, int max_seq, int window,
+                                                     float scale, int S, int t, int g, int s,
+                                                     int nt) {
+    int G = Hq / Hkv;
+    int p = pos[t], slot = slots[t];
+    int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
+    if (j0 < lo) j0 = lo;
+    if (j1 > p) j1 = p;
+    int n = j1 - j0 + 1;
+    long pstride = (long)hd + 2, hstride = (long)S * pstride;
+    long o0 = (((long)t * Hq + g * G) * S + s) * pstride;
+    if (n <= 0) { // an empty split: mark it so the combine skips it
+        for (int h = threadIdx.x; h < G; h += nt) part[o0 + h * hstride + hd] = -INFINITY;
+        return;
+    }
+    float *ks = ats_smem;                        // (ATS_CHUNK, ATS_KST)
+    float *vs = ks + ATS_CHUNK * ATS_KST(hd);   // (ATS_CHUNK, hd)
+    float *qs = vs + ATS_CHUNK * hd;            // (G, hd)
+    float *ps = qs + ATS_MAXG * hd;             // (G, ATS_CHUNK)
+    long row = (long)Hkv * hd;
+    long base = ((long)slot * max_seq) * row + (long)g * hd;
+    ats_stage(kc, vc, base, row, j0, n, hd, ks, vs, nt, [&]() {
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < G * hd; i += nt)
+            qs[i] = A::ld(q, (long)t * Hq * hd + (long)(g * G) * hd + i) * scale;
+    });
+    bsync(nt);
+    ats_attend(qs, ks, vs, ps, part, o0, hstride, G, hd, n, nt);
 }
 extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
     const act *q, const int *pos, const int *slots, const act *kc, const act *vc,
@@ -893,32 +962,221 @@ extern "C" __global__ void __launch_bounds__(256) weft_attention_split(
                          blockIdx.x, blockIdx.y, blockIdx.z, blockDim.x);
 }
 
+// Merging splits [s0, s1] of one head's partials pp (stride pstride): M the largest m, L the
+// l's rescaled to it, then each dim's accumulators likewise; splits marked -infinity are
+// skipped. CG: load through L2 only (partials other blocks of the same kernel wrote).
+__device__ __forceinline__ float ld_cg(const float *p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+template <bool CG> __device__ __forceinline__ float part_ld(const float *p) { return *p; }
+template <> __device__ __forceinline__ float part_ld<true>(const float *p) { return ld_cg(p); }
+template <bool CG>
+__device__ __forceinline__ void combine_ml(const float *pp, long pstride, int hd, int s0, int s1,
+                                           float &M, float &L) {
+    M = -INFINITY;
+    for (int s = s0; s <= s1; s++) M = fmaxf(M, part_ld<CG>(pp + s * pstride + hd));
+    L = 0.f;
+    for (int s = s0; s <= s1; s++) {
+        float ms = part_ld<CG>(pp + s * pstride + hd);
+        if (ms != -INFINITY) L += part_ld<CG>(pp + s * pstride + hd + 1) * __expf(ms - M);
+    }
+}
+template <bool CG>
+__device__ __forceinline__ float combine_val(const float *pp, long pstride, int hd, int s0,
+                                             int s1, float M, float L, int d) {
+    float v = 0.f;
+    for (int s = s0; s <= s1; s++) {
+        float ms = part_ld<CG>(pp + s * pstride + hd);
+        if (ms != -INFINITY) v += part_ld<CG>(pp + s * pstride + d) * __expf(ms - M);
+    }
+    return L > 0.f ? v / L : 0.f;
+}
+
 // Merges the S splits of weft_attention_split: o = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
 __device__ __forceinline__ void attention_combine_body(const float *part, act *o, int T, int Hq,
                                                        int hd, int S, int t, int h, int nt) {
     long pstride = (long)hd + 2;
     const float *pp = part + ((long)t * Hq + h) * S * pstride;
-    float M = -INFINITY;
-    for (int s = 0; s < S; s++) M = fmaxf(M, pp[s * pstride + hd]);
-    float L = 0.f;
-    for (int s = 0; s < S; s++) {
-        float ms = pp[s * pstride + hd];
-        if (ms != -INFINITY) L += pp[s * pstride + hd + 1] * __expf(ms - M);
-    }
+    float M, L;
+    combine_ml<false>(pp, pstride, hd, 0, S - 1, M, L);
     #pragma unroll 1
-    for (int d = threadIdx.x; d < hd; d += nt) {
-        float v = 0.f;
-        for (int s = 0; s < S; s++) {
-            float ms = pp[s * pstride + hd];
-            if (ms != -INFINITY) v += pp[s * pstride + d] * __expf(ms - M);
-        }
-        A::st(o, (long)t * Hq * hd + (long)h * hd + d, L > 0.f ? v / L : 0.f);
-    }
+    for (int d = threadIdx.x; d < hd; d += nt)
+        A::st(o, (long)t * Hq * hd + (long)h * hd + d,
+              combine_val<false>(pp, pstride, hd, 0, S - 1, M, L, d));
 }
 extern "C" __global__ void weft_attention_combine(const float *part, act *o, int T, int Hq,
                                                   int hd, int S) {
     pdl_enter();
     attention_combine_body(part, o, T, Hq, hd, S, blockIdx.x, blockIdx.y, blockDim.x);
+}
+
+// ---- fuse.rope_attention at one row: qk-norm, RoPE, kv store, split-KV attention, combine ----
+// One kernel for what weft_qkv_rope, weft_kv_store, weft_attention_split and
+// weft_attention_combine do for a batch-1 decode step, with their bits. Grid (1, Hkv, S) as
+// the split kernel's for T = 1. Block (g, s) normalises and rotates its group's G query heads
+// itself (weft_qkv_rope's arithmetic: the sum of squares as its block of nnorm threads adds it,
+// rounding where it stores). The block whose chunk holds the row's position p also makes k' and
+// v of head g, stores them into the cache at p (as weft_kv_store) and uses them for row p of
+// its chunk; the other blocks read only positions below p, which earlier steps wrote, so no
+// block waits for another. Each non-empty split writes its partial, then counts itself in on
+// the group's counter; the block that arrives last merges the splits in weft_attention_combine's
+// order and sets the counter back to 0 for the next layer, step or graph replay. Every block
+// derives the number of non-empty splits from p the same way and empty ones exit at once.
+// Shared memory: the split block's, then X ((ATS_MAXG + 1) * hd: raw q heads and the k head)
+// and rs (ATS_MAXG + 1 norm factors, padded to 12). Launched only by cuda_ops.c
+// op_rope_attention (the persistent kernel does not know it: exec.persistent replays the CUDA
+// graph of a step that has it).
+#define RA_SMEM_EXTRA(hd) ((ATS_MAXG + 1) * (hd) + 12)
+
+// One head's sum of squares as block_sum<1> adds it over nn threads (nn a multiple of 32, at
+// most 1024), run by one warp: lane l sums for threads l, l + 32, ... in turn.
+__device__ __forceinline__ float ra_head_sumsq(const float *x, int hd, int nn, int lane) {
+    float mine = 0.f;
+    #pragma unroll 1
+    for (int w = 0; w < (nn >> 5); w++) {
+        float ss = 0.f;
+        #pragma unroll 1
+        for (int i = lane + 32 * w; i < hd; i += nn) ss = fmaf(x[i], x[i], ss);
+        ss = warp_sum(ss);
+        if (lane == w) mine = ss;
+    }
+    return warp_sum(mine);
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
+    const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
+    const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
+    unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
+    int max_seq, int window, float scale, int S) {
+    __shared__ int ra_last;
+    pdl_enter();
+    const int nt = blockDim.x, g = blockIdx.y, s = blockIdx.z;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
+    const int G = Hq / Hkv;
+    const int p = pos[0], slot = slots[0];
+    if (p < 0 || p >= max_seq || slot < 0) { // no cache row to write or read: a zero output
+        if (s == 0)
+            for (int i = threadIdx.x; i < G * hd; i += nt) A::st(o, (long)(g * G) * hd + i, 0.f);
+        return;
+    }
+    const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    const int s_lo = lo / ATS_CHUNK, s_hi = p / ATS_CHUNK;
+    int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
+    if (j0 < lo) j0 = lo;
+    if (j1 > p) j1 = p;
+    const int n = j1 - j0 + 1;
+    if (n <= 0) return; // not counted: the target is the number of non-empty splits
+    const bool own = s == s_hi;    // row p is this chunk's last
+    const int nh = G + (own ? 1 : 0); // heads to normalise and rotate
+    const long pstride = (long)hd + 2, hstride = (long)S * pstride;
+    const long o0 = ((long)(g * G) * S + s) * pstride;
+    float *ks = ats_smem;
+    float *vs = ks + ATS_CHUNK * ATS_KST(hd);
+    float *qs = vs + ATS_CHUNK * hd;
+    float *ps = qs + ATS_MAXG * hd;
+    float *X = ps + ATS_MAXG * ATS_CHUNK; // (nh, hd)
+    float *rs = X + (ATS_MAXG + 1) * hd;  // (nh)
+    const long row = (long)Hkv * hd;
+    const long base = ((long)slot * max_seq) * row + (long)g * hd;
+    const long prow = base + (long)p * row; // head g of row p in the cache
+    ats_stage(kc, vc, base, row, j0, own ? n - 1 : n, hd, ks, vs, nt, [&]() {
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < nh * hd; i += nt) {
+            int hh = i / hd, e = i % hd;
+            X[i] = hh < G ? A::ld(qsrc, (long)(g * G + hh) * hd + e) : A::ld(ksrc, (long)g * hd + e);
+        }
+        if (own) {
+            #pragma unroll 1
+            for (int i = threadIdx.x; i < hd; i += nt) {
+                vc[prow + i] = vsrc[(long)g * hd + i];
+                vs[(n - 1) * hd + i] = A::ld(vsrc, (long)g * hd + i);
+            }
+        }
+    });
+    bsync(nt);
+    if (qn) {
+        for (int hh = warp; hh < nh; hh += nw) {
+            float ss = ra_head_sumsq(X + hh * hd, hd, nnorm, lane);
+            if (lane == 0) rs[hh] = rsqrtf(ss / hd + eps);
+        }
+        bsync(nt);
+    }
+    // q heads -> qs (rounded as stored, then scaled as the split kernel loads them); the k head
+    // -> the cache and the chunk's last staged row
+    const int half = rot / 2;
+    const float pf = (float)p;
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < nh * half; i += nt) {
+        int hh = i / half, k = i % half;
+        const float *x = X + hh * hd;
+        int a = layout == 0 ? k : 2 * k, b = layout == 0 ? k + half : 2 * k + 1;
+        float xa = x[a], xb = x[b];
+        if (qn) {
+            const wgt *nwt = hh < G ? qn : kn;
+            float r = rs[hh];
+            xa = A::round(W::ld(nwt, a) * A::round(xa * r));
+            xb = A::round(W::ld(nwt, b) * A::round(xb * r));
+        }
+        float ang = pf * inv_freq[k];
+        float c = A::round(cosf(ang)), sn = A::round(sinf(ang));
+#if WEFT_TA == 1
+        // f32: weft_qkv_rope's two expressions below compile (fmad on) to xa*c - xb*s with both
+        // products rounded and to fma(xa, s, xb*c); spelled out so that these bits do not hang
+        // on how the compiler contracts this kernel's copy (it chose fma(xb, c, xa*s) here)
+        float ya = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, sn));
+        float yb = __fmaf_rn(xa, sn, __fmul_rn(xb, c));
+#else
+        float ya = A::round(xa * c) - A::round(xb * sn);
+        float yb = A::round(xb * c) + A::round(xa * sn);
+#endif
+        if (hh < G) {
+            qs[hh * hd + a] = A::round(ya) * scale;
+            qs[hh * hd + b] = A::round(yb) * scale;
+        } else {
+            A::st(kc, prow + a, ya);
+            A::st(kc, prow + b, yb);
+            ks[(n - 1) * ATS_KST(hd) + a] = A::round(ya);
+            ks[(n - 1) * ATS_KST(hd) + b] = A::round(yb);
+        }
+    }
+    const int pass = hd - rot; // dims past the rotary ones: normalised only
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < nh * pass; i += nt) {
+        int hh = i / pass, e = rot + i % pass;
+        float y = X[hh * hd + e];
+        if (qn) {
+            const wgt *nwt = hh < G ? qn : kn;
+            y = A::round(W::ld(nwt, e) * A::round(y * rs[hh]));
+        }
+        if (hh < G) {
+            qs[hh * hd + e] = A::round(y) * scale;
+        } else {
+            A::st(kc, prow + e, y);
+            ks[(n - 1) * ATS_KST(hd) + e] = A::round(y);
+        }
+    }
+    bsync(nt);
+    ats_attend(qs, ks, vs, ps, part, o0, hstride, G, hd, n, nt);
+    // count in; the last of the group's non-empty splits merges them
+    __threadfence();
+    bsync(nt);
+    if (threadIdx.x == 0)
+        ra_last = atomicAdd(counters + g, 1u) == (unsigned)(s_hi - s_lo);
+    bsync(nt);
+    if (!ra_last) return;
+    __threadfence();
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < G * hd; i += nt) {
+        int h = i / hd, d = i % hd;
+        const float *pp = part + (long)(g * G + h) * hstride;
+        float M, L;
+        combine_ml<true>(pp, pstride, hd, s_lo, s_hi, M, L);
+        A::st(o, (long)(g * G + h) * hd + d,
+              combine_val<true>(pp, pstride, hd, s_lo, s_hi, M, L, d));
+    }
+    if (threadIdx.x == 0) atomicExch(counters + g, 0u);
 }
 
 #if WEFT_TA == WEFT_TW
