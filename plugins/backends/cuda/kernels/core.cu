@@ -1051,12 +1051,18 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
     int max_seq, int window, float scale, int S) {
     __shared__ int ra_last;
-    pdl_enter();
     const int nt = blockDim.x, g = blockIdx.y, s = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
     const int G = Hq / Hkv;
+    // Before griddepcontrol.wait (pdl_enter, in the staging's mid() below) this kernel reads
+    // only what kernels at least two launches back wrote: the step's positions and kv slots
+    // and the cache rows below p (earlier steps). Its predecessor lets it launch only after
+    // waiting for its own predecessor to complete, so those writes are done; the chunk's K
+    // and V then stream in while the q|k|v projection finishes. Everything the predecessor
+    // writes (the q, k, v rows) is read after the wait, and every exit waits first.
     const int p = pos[0], slot = slots[0];
     if (p < 0 || p >= max_seq || slot < 0) { // no cache row to write or read: a zero output
+        pdl_enter();
         if (s == 0)
             for (int i = threadIdx.x; i < G * hd; i += nt) A::st(o, (long)(g * G) * hd + i, 0.f);
         return;
@@ -1067,7 +1073,10 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     if (j0 < lo) j0 = lo;
     if (j1 > p) j1 = p;
     const int n = j1 - j0 + 1;
-    if (n <= 0) return; // not counted: the target is the number of non-empty splits
+    if (n <= 0) { // not counted: the target is the number of non-empty splits
+        pdl_enter();
+        return;
+    }
     const bool own = s == s_hi;    // row p is this chunk's last
     const int nh = G + (own ? 1 : 0); // heads to normalise and rotate
     const long pstride = (long)hd + 2, hstride = (long)S * pstride;
@@ -1082,6 +1091,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     const long base = ((long)slot * max_seq) * row + (long)g * hd;
     const long prow = base + (long)p * row; // head g of row p in the cache
     ats_stage(kc, vc, base, row, j0, own ? n - 1 : n, hd, ks, vs, nt, [&]() {
+        pdl_enter();
         #pragma unroll 1
         for (int i = threadIdx.x; i < nh * hd; i += nt) {
             int hh = i / hd, e = i % hd;
@@ -1167,6 +1177,30 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     bsync(nt);
     if (!ra_last) return;
     __threadfence();
+    if (threadIdx.x == 0) atomicExch(counters + g, 0u);
+    // the merge: the group's partials of splits [s_lo, s_hi] into shared memory in one round
+    // of L2 loads (the staging area is free again) when they fit, then the same arithmetic
+    const int ns = s_hi - s_lo + 1;
+    const long per = (long)ns * pstride; // one head's partials
+    if ((long)G * per <= (long)ATS_CHUNK * (ATS_KST(hd) + hd)) {
+        float *pc = ats_smem;
+        #pragma unroll 1
+        for (long i = threadIdx.x; i < (long)G * per; i += nt) {
+            long h = i / per, r = i % per;
+            pc[i] = ld_cg(part + (long)(g * G) * hstride + h * hstride + s_lo * pstride + r);
+        }
+        bsync(nt);
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < G * hd; i += nt) {
+            int h = i / hd, d = i % hd;
+            const float *pp = pc + h * per;
+            float M, L;
+            combine_ml<false>(pp, pstride, hd, 0, ns - 1, M, L);
+            A::st(o, (long)(g * G + h) * hd + d,
+                  combine_val<false>(pp, pstride, hd, 0, ns - 1, M, L, d));
+        }
+        return;
+    }
     #pragma unroll 1
     for (int i = threadIdx.x; i < G * hd; i += nt) {
         int h = i / hd, d = i % hd;
@@ -1176,7 +1210,6 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
         A::st(o, (long)(g * G + h) * hd + d,
               combine_val<true>(pp, pstride, hd, s_lo, s_hi, M, L, d));
     }
-    if (threadIdx.x == 0) atomicExch(counters + g, 0u);
 }
 
 #if WEFT_TA == WEFT_TW
