@@ -275,7 +275,8 @@ issue8)
   models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
   synth_bf16 $models
   export WEFT_EXEC_MANIFESTS=$root/manifests
-  for t in ${WEFT_ISSUE8_TESTS:-test_cuda_ops test_fuse test_exec test_l2_prefetch}; do
+  for t in ${WEFT_ISSUE8_TESTS:-test_cuda_ops test_fuse test_exec test_persistent test_async_gpu \
+      test_l2_prefetch test_kv_paged_cuda}; do
     [ -x "$B/tests/$t" ] && run "$t" env WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" \
       WEFT_FUSE_CUDA_MODELS="stories,$M/Qwen3-0.6B-bf16,$M/Llama-3.2-1B-bf16" \
       WEFT_FUSE_PROMPT=128 "$B/tests/$t"
@@ -290,7 +291,8 @@ issue8)
     mv "$out/cand/without-all.yaml.new" "$out/cand/without-all.yaml"
     drop_all=$out/cand/without-all.yaml
   done
-  [ -n "${WEFT_ABLATE:-}" ] && cands+=("$out/cand/without-all.yaml")
+  set -- ${WEFT_ABLATE:-}
+  [ $# -gt 1 ] && cands+=("$out/cand/without-all.yaml")
   for cfg in $models; do
     for c in "${cands[@]}" ${WEFT_ISSUE8_EXTRA:-}; do
       run "bench_$(basename "$c" .yaml)_$cfg" weft bench decode --candidate "$c" \
