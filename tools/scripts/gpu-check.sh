@@ -278,7 +278,7 @@ issue8)
   for t in ${WEFT_ISSUE8_TESTS:-test_cuda_ops test_fuse test_exec test_persistent test_async_gpu \
       test_l2_prefetch test_kv_paged_cuda}; do
     [ -x "$B/tests/$t" ] && run "$t" env WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" \
-      WEFT_FUSE_CUDA_MODELS="stories,$M/Qwen3-0.6B-bf16,$M/Llama-3.2-1B-bf16" \
+      WEFT_FUSE_CUDA_MODELS="${WEFT_FUSE_MODELS:-stories,$M/Qwen3-0.6B-bf16}" \
       WEFT_FUSE_PROMPT=128 "$B/tests/$t"
   done
   mkdir -p "$out/cand"
