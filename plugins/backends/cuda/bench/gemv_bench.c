@@ -95,22 +95,16 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The floor of one link in a chain of dependent kernels: 256 launches of the empty kernel
- * weft_noop (which only runs pdl_enter) with `blocks` blocks of 256 threads, back to back in
- * the stream (graph 0) or replayed from a captured CUDA graph (graph 1); microseconds per
- * kernel, median of 5. */
-static double noop_chain(cuda_backend *b, int pdl, int graph, unsigned blocks) {
-    CUfunction f;
-    TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_noop", &f, &err));
-    int zero = 0;
-    void *args[] = {&zero};
-    const int n = 256;
+/* Microseconds per call of issue(ctx, i) for i = 0..n-1, issued straight into the stream
+ * (graph 0) or captured once into a CUDA graph and replayed (graph 1); 5 timed rounds after a
+ * warm-up round, the median. */
+typedef void (*issue_fn)(cuda_backend *b, void *ctx, int i);
+static double time_calls(cuda_backend *b, issue_fn issue, void *ctx, int n, int graph) {
     CUgraphExec ge = NULL;
     if (graph) {
         CUgraph g;
         CKB(cuStreamBeginCapture(b->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-        for (int i = 0; i < n; i++)
-            TRYB(cuda_launch_ex(b, f, "weft_noop", blocks, 1, 1, 256, 0, pdl, args, &err));
+        for (int i = 0; i < n; i++) issue(b, ctx, i);
         CKB(cuStreamEndCapture(b->stream, &g));
         CKB(cuGraphInstantiate(&ge, g, 0));
         CKB(cuGraphDestroy(g));
@@ -123,8 +117,7 @@ static double noop_chain(cuda_backend *b, int pdl, int graph, unsigned blocks) {
         CKB(cuEventRecord(e0, b->stream));
         if (graph) CKB(cuGraphLaunch(ge, b->stream));
         else
-            for (int i = 0; i < n; i++)
-                TRYB(cuda_launch_ex(b, f, "weft_noop", blocks, 1, 1, 256, 0, pdl, args, &err));
+            for (int i = 0; i < n; i++) issue(b, ctx, i);
         CKB(cuEventRecord(e1, b->stream));
         CKB(cuEventSynchronize(e1));
         float ms;
@@ -138,37 +131,43 @@ static double noop_chain(cuda_backend *b, int pdl, int graph, unsigned blocks) {
     return trial[2];
 }
 
+/* The floor of one link in a chain of dependent kernels: the empty kernel weft_noop (it only
+ * runs pdl_enter) with `blocks` blocks of 256 threads, 256 launches back to back. */
+typedef struct noop_ctx {
+    CUfunction f;
+    unsigned blocks;
+    int pdl;
+} noop_ctx;
+static void issue_noop(cuda_backend *b, void *ctx, int i) {
+    noop_ctx *c = ctx;
+    (void)i;
+    int zero = 0;
+    void *args[] = {&zero};
+    TRYB(cuda_launch_ex(b, c->f, "weft_noop", c->blocks, 1, 1, 256, 0, c->pdl, args, &err));
+}
+static double noop_chain(cuda_backend *b, int pdl, int graph, unsigned blocks) {
+    noop_ctx c = {.blocks = blocks, .pdl = pdl};
+    TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_noop", &c.f, &err));
+    return time_calls(b, issue_noop, &c, 256, graph);
+}
+
 /* One call of method m as a kernel node of a replayed CUDA graph, as a decode step runs it: 64
- * calls rotating through the weight pool captured once, replayed 5 times after a warm-up;
- * microseconds per call, median. */
+ * calls rotating through the weight pool. */
+typedef struct gemv_ctx {
+    int m, copies, T;
+    CUdeviceptr x, pool, y;
+    uint64_t wbytes;
+    const shape *s;
+} gemv_ctx;
+static void issue_gemv(cuda_backend *b, void *ctx, int i) {
+    gemv_ctx *c = ctx;
+    call(b, c->m, c->x, c->pool + (uint64_t)(i % c->copies) * c->wbytes, c->y, c->s, c->T);
+}
 static double graph_time(cuda_backend *b, int m, CUdeviceptr x, CUdeviceptr pool, uint64_t wbytes,
                          int copies, CUdeviceptr y, const shape *s, int T) {
-    const int reps = 64;
-    CUgraph g;
-    CUgraphExec ge;
-    CKB(cuStreamBeginCapture(b->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-    for (int r = 0; r < reps; r++) call(b, m, x, pool + (uint64_t)(r % copies) * wbytes, y, s, T);
-    CKB(cuStreamEndCapture(b->stream, &g));
-    CKB(cuGraphInstantiate(&ge, g, 0));
-    CKB(cuGraphDestroy(g));
-    CUevent e0, e1;
-    CKB(cuEventCreate(&e0, CU_EVENT_DEFAULT));
-    CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
-    double trial[5];
-    for (int tr = -1; tr < 5; tr++) {
-        CKB(cuEventRecord(e0, b->stream));
-        CKB(cuGraphLaunch(ge, b->stream));
-        CKB(cuEventRecord(e1, b->stream));
-        CKB(cuEventSynchronize(e1));
-        float ms;
-        CKB(cuEventElapsedTime(&ms, e0, e1));
-        if (tr >= 0) trial[tr] = ms * 1e3 / reps;
-    }
-    qsort(trial, 5, sizeof(double), cmp_double);
-    CKB(cuGraphExecDestroy(ge));
-    CKB(cuEventDestroy(e0));
-    CKB(cuEventDestroy(e1));
-    return trial[2];
+    gemv_ctx c = {.m = m, .copies = copies, .T = T, .x = x, .pool = pool, .y = y,
+                  .wbytes = wbytes, .s = s};
+    return time_calls(b, issue_gemv, &c, 64, 1);
 }
 
 int main(int argc, char **argv) {
