@@ -41,6 +41,38 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The stages of weft_rope_attention's last `launches` launches (core.cu STAGE_MARK): mean time
+ * from the last block passing its wait to the last block reaching each later stage. */
+static void report_stages(cuda_backend *b, size_t launches) {
+    static const char *const label[8] = {"launch -> wait passed (max over blocks)",
+                                         "wait -> K/V staged, q|k|v rows read",
+                                         "-> qk-norm and RoPE done",
+                                         "-> scores, softmax, sums written",
+                                         "-> fence and arrival counted",
+                                         "-> merge done (last block)", "", ""};
+    for (size_t m = 0; m < b->n_modules && launches; m++) {
+        CUdeviceptr st, cnt;
+        size_t sb, cb;
+        unsigned n = 0;
+        unsigned long long t[64][8];
+        if (cuModuleGetGlobal(&st, &sb, b->modules[m].mod, "weft_trace_stage") != CUDA_SUCCESS ||
+            cuModuleGetGlobal(&cnt, &cb, b->modules[m].mod, "weft_trace_launch") != CUDA_SUCCESS ||
+            sb != sizeof(t) || cuMemcpyDtoH(&n, cnt, sizeof(n)) != CUDA_SUCCESS ||
+            cuMemcpyDtoH(t, st, sizeof(t)) != CUDA_SUCCESS || n == 0)
+            continue;
+        size_t k = launches < n ? launches : n;
+        if (k > 64) k = 64;
+        double sum[8] = {0};
+        for (size_t i = 0; i < k; i++) {
+            const unsigned long long *r = t[(n - 1 - i) % 64];
+            sum[0] += (double)(r[1] - r[0]) / 1e3;
+            for (int j = 2; j <= 6; j++) sum[j - 1] += (double)(r[j] - r[j - 1]) / 1e3;
+        }
+        fprintf(stderr, "weft_rope_attention stages (mean of its last %zu launches, us):\n", k);
+        for (int j = 0; j < 6; j++) fprintf(stderr, "  %-45s %7.2f\n", label[j], sum[j] / k);
+    }
+}
+
 typedef struct by_name {
     const char *name;
     unsigned count;
@@ -111,6 +143,9 @@ void cuda_trace_report(cuda_backend *b) {
     for (size_t a = 0; a < n_agg; a++)
         fprintf(stderr, "  %-40s %5u %9.1f %8.2f %5.1f%%\n", agg[a].name, agg[a].count, agg[a].us,
                 agg[a].us / agg[a].count, total > 0 ? 100.0 * agg[a].us / total : 0.0);
+    size_t ra = 0;
+    for (size_t i = 0; i < k; i++) ra += !strcmp(b->trace_names[i], "weft_rope_attention");
+    report_stages(b, ra);
     free(agg);
     free(all);
 }

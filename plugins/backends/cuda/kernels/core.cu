@@ -142,6 +142,33 @@ __device__ __forceinline__ void trace_mark() {
     }
 #endif
 }
+// Stages inside one kernel (weft_rope_attention): for each of the last 64 launches, the time
+// the last block reached stage L (atomicMax of the global timer), indexed by a launch counter
+// that the launch's merging block advances at its end. Trace builds only.
+#ifdef WEFT_TRACE
+#define WEFT_TRACE_STAGES 8
+extern "C" __device__ unsigned long long weft_trace_stage[64][WEFT_TRACE_STAGES];
+extern "C" __device__ unsigned weft_trace_launch;
+__device__ unsigned long long weft_trace_stage[64][WEFT_TRACE_STAGES];
+__device__ unsigned weft_trace_launch;
+#define STAGE_MARK(inv, L)                                                                         \
+    do {                                                                                           \
+        if (threadIdx.x == 0) {                                                                    \
+            unsigned long long t_;                                                                 \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                 \
+            atomicMax(&weft_trace_stage[(inv) % 64][L], t_);                                       \
+        }                                                                                          \
+    } while (0)
+#define STAGE_LAUNCH() (*(volatile unsigned *)&weft_trace_launch)
+#define STAGE_NEXT()                                                                               \
+    do {                                                                                           \
+        if (threadIdx.x == 0) atomicAdd(&weft_trace_launch, 1u);                                   \
+    } while (0)
+#else
+#define STAGE_MARK(inv, L) ((void)(inv))
+#define STAGE_LAUNCH() 0u
+#define STAGE_NEXT() ((void)0)
+#endif
 __device__ __forceinline__ void pdl_enter() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -1054,6 +1081,8 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     const int nt = blockDim.x, g = blockIdx.y, s = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
     const int G = Hq / Hkv;
+    const unsigned inv = STAGE_LAUNCH(); // stage trace (trace builds): this launch's slot
+    STAGE_MARK(inv, 0);
     // Before griddepcontrol.wait (pdl_enter, in the staging's mid() below) this kernel reads
     // only what kernels at least two launches back wrote: the step's positions and kv slots
     // and the cache rows below p (earlier steps). Its predecessor lets it launch only after
@@ -1092,6 +1121,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     const long prow = base + (long)p * row; // head g of row p in the cache
     ats_stage(kc, vc, base, row, j0, own ? n - 1 : n, hd, ks, vs, nt, [&]() {
         pdl_enter();
+        STAGE_MARK(inv, 1);
         #pragma unroll 1
         for (int i = threadIdx.x; i < nh * hd; i += nt) {
             int hh = i / hd, e = i % hd;
@@ -1106,6 +1136,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
         }
     });
     bsync(nt);
+    STAGE_MARK(inv, 2);
     if (qn) {
         for (int hh = warp; hh < nh; hh += nw) {
             float ss = ra_head_sumsq(X + hh * hd, hd, nnorm, lane);
@@ -1168,13 +1199,16 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
         }
     }
     bsync(nt);
+    STAGE_MARK(inv, 3);
     ats_attend(qs, ks, vs, ps, part, o0, hstride, G, hd, n, nt);
+    STAGE_MARK(inv, 4);
     // count in; the last of the group's non-empty splits merges them
     __threadfence();
     bsync(nt);
     if (threadIdx.x == 0)
         ra_last = atomicAdd(counters + g, 1u) == (unsigned)(s_hi - s_lo);
     bsync(nt);
+    STAGE_MARK(inv, 5);
     if (!ra_last) return;
     __threadfence();
     if (threadIdx.x == 0) atomicExch(counters + g, 0u);
@@ -1199,6 +1233,8 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
             A::st(o, (long)(g * G + h) * hd + d,
                   combine_val<false>(pp, pstride, hd, 0, ns - 1, M, L, d));
         }
+        STAGE_MARK(inv, 6);
+        if (g == 0) STAGE_NEXT();
         return;
     }
     #pragma unroll 1
@@ -1210,6 +1246,8 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
         A::st(o, (long)(g * G + h) * hd + d,
               combine_val<true>(pp, pstride, hd, s_lo, s_hi, M, L, d));
     }
+    STAGE_MARK(inv, 6);
+    if (g == 0) STAGE_NEXT();
 }
 
 #if WEFT_TA == WEFT_TW
