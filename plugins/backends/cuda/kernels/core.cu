@@ -1072,8 +1072,6 @@ __device__ __forceinline__ float ra_head_sumsq(const float *x, int hd, int nn, i
     return warp_sum(mine);
 }
 
-#define RA_XMAX 9    // (ATS_MAXG + 1) heads x 256 dims / 256 threads: q|k|v row loads a thread
-#define RA_MBATCH 8  // partial loads a thread keeps in flight in the merge
 extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
@@ -1121,62 +1119,17 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     const long row = (long)Hkv * hd;
     const long base = ((long)slot * max_seq) * row + (long)g * hd;
     const long prow = base + (long)p * row; // head g of row p in the cache
-    // The RoPE stage's constants (inverse frequencies, norm weights), which no kernel writes,
-    // for this thread's first (head, pair): loaded before the wait so the stage after it does
-    // not wait on L2 for them.
-    const int half = rot / 2;
-    const int i_pre = threadIdx.x < nh * half ? (int)threadIdx.x : -1;
-    float f_pre = 0.f, wa_pre = 0.f, wb_pre = 0.f;
-    if (i_pre >= 0) {
-        int hh = i_pre / half, k = i_pre % half;
-        int a = layout == 0 ? k : 2 * k, b = layout == 0 ? k + half : 2 * k + 1;
-        f_pre = inv_freq[k];
-        if (qn) {
-            const wgt *nwt = hh < G ? qn : kn;
-            wa_pre = W::ld(nwt, a);
-            wb_pre = W::ld(nwt, b);
-        }
-    }
     ats_stage(kc, vc, base, row, j0, own ? n - 1 : n, hd, ks, vs, nt, [&]() {
         pdl_enter();
         STAGE_MARK(inv, 1);
-        // the group's q heads (and the k head) and the own block's v row: every load of the
-        // thread issued before any is used (RA_XMAX per thread covers nh * hd <= 9 x 256 at
-        // 256 threads; a smaller block takes the loop after), one L2 latency in all
-        float xr[RA_XMAX];
-        act vraw = 0;
-        const bool vmine = own && (int)threadIdx.x < hd;
-#pragma unroll
-        for (int k = 0; k < RA_XMAX; k++) {
-            int i = (int)threadIdx.x + k * nt;
-            if (i < nh * hd) {
-                int hh = i / hd, e = i % hd;
-                xr[k] = hh < G ? A::ld(qsrc, (long)(g * G + hh) * hd + e)
-                               : A::ld(ksrc, (long)g * hd + e);
-            }
-        }
-        float vf = 0.f;
-        if (vmine) {
-            vraw = vsrc[(long)g * hd + threadIdx.x];
-            vf = A::ld(vsrc, (long)g * hd + threadIdx.x);
-        }
-#pragma unroll
-        for (int k = 0; k < RA_XMAX; k++) {
-            int i = (int)threadIdx.x + k * nt;
-            if (i < nh * hd) X[i] = xr[k];
-        }
         #pragma unroll 1
-        for (int i = (int)threadIdx.x + RA_XMAX * nt; i < nh * hd; i += nt) {
+        for (int i = threadIdx.x; i < nh * hd; i += nt) {
             int hh = i / hd, e = i % hd;
             X[i] = hh < G ? A::ld(qsrc, (long)(g * G + hh) * hd + e) : A::ld(ksrc, (long)g * hd + e);
         }
-        if (vmine) {
-            vc[prow + threadIdx.x] = vraw;
-            vs[(n - 1) * hd + threadIdx.x] = vf;
-        }
         if (own) {
             #pragma unroll 1
-            for (int i = (int)threadIdx.x + nt; i < hd; i += nt) {
+            for (int i = threadIdx.x; i < hd; i += nt) {
                 vc[prow + i] = vsrc[(long)g * hd + i];
                 vs[(n - 1) * hd + i] = A::ld(vsrc, (long)g * hd + i);
             }
@@ -1193,6 +1146,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     }
     // q heads -> qs (rounded as stored, then scaled as the split kernel loads them); the k head
     // -> the cache and the chunk's last staged row
+    const int half = rot / 2;
     const float pf = (float)p;
     #pragma unroll 1
     for (int i = threadIdx.x; i < nh * half; i += nt) {
@@ -1200,14 +1154,13 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
         const float *x = X + hh * hd;
         int a = layout == 0 ? k : 2 * k, b = layout == 0 ? k + half : 2 * k + 1;
         float xa = x[a], xb = x[b];
-        const bool pre = i == i_pre; // the constants loaded before the wait
         if (qn) {
             const wgt *nwt = hh < G ? qn : kn;
             float r = rs[hh];
-            xa = A::round((pre ? wa_pre : W::ld(nwt, a)) * A::round(xa * r));
-            xb = A::round((pre ? wb_pre : W::ld(nwt, b)) * A::round(xb * r));
+            xa = A::round(W::ld(nwt, a) * A::round(xa * r));
+            xb = A::round(W::ld(nwt, b) * A::round(xb * r));
         }
-        float ang = pf * (pre ? f_pre : inv_freq[k]);
+        float ang = pf * inv_freq[k];
         float c = A::round(cosf(ang)), sn = A::round(sinf(ang));
 #if WEFT_TA == 1
         // f32: weft_qkv_rope's two expressions below compile (fmad on) to xa*c - xb*s with both
@@ -1265,22 +1218,10 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     const long per = (long)ns * pstride; // one head's partials
     if ((long)G * per <= (long)ATS_CHUNK * (ATS_KST(hd) + hd)) {
         float *pc = ats_smem;
-        const long total = (long)G * per;
-        // RA_MBATCH loads per thread in flight before any is stored: one L2 latency a round
         #pragma unroll 1
-        for (long i0 = threadIdx.x; i0 < total; i0 += (long)RA_MBATCH * nt) {
-            float v[RA_MBATCH];
-#pragma unroll
-            for (int k = 0; k < RA_MBATCH; k++) {
-                long i = i0 + (long)k * nt, h = i / per, r = i % per;
-                if (i < total)
-                    v[k] = ld_cg(part + (long)(g * G) * hstride + h * hstride + s_lo * pstride + r);
-            }
-#pragma unroll
-            for (int k = 0; k < RA_MBATCH; k++) {
-                long i = i0 + (long)k * nt;
-                if (i < total) pc[i] = v[k];
-            }
+        for (long i = threadIdx.x; i < (long)G * per; i += nt) {
+            long h = i / per, r = i % per;
+            pc[i] = ld_cg(part + (long)(g * G) * hstride + h * hstride + s_lo * pstride + r);
         }
         bsync(nt);
         #pragma unroll 1
