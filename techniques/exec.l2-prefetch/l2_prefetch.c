@@ -60,8 +60,9 @@ static uint64_t tensor_bytes(const weft_tensor *t) {
     for (uint32_t i = 0; i < t->rank && i < WEFT_MAX_DIMS; i++)
         n *= t->shape[i] > 0 ? (uint64_t)t->shape[i] : 0;
     uint32_t d = t->dtype;
-    uint64_t es = d == WEFT_DTYPE_F32 || d == WEFT_DTYPE_I32 ? 4 : d == WEFT_DTYPE_F16 ||
-                  d == WEFT_DTYPE_BF16 || d == WEFT_DTYPE_I16 ? 2 : 1;
+    uint64_t es = d == WEFT_DTYPE_F32 || d == WEFT_DTYPE_I32                           ? 4
+                  : d == WEFT_DTYPE_F16 || d == WEFT_DTYPE_BF16 || d == WEFT_DTYPE_I16 ? 2
+                                                                                       : 1;
     return n * es; /* block formats: a lower bound, which is all a size threshold needs */
 }
 
@@ -98,8 +99,7 @@ static weft_status pf_run(void *st, const weft_model_config *cfg, const weft_gra
     for (int32_t layer = last_layer; layer >= 0; layer--) {
         int64_t anchor = -1;
         for (uint32_t i = 0; i < g->n_nodes && anchor < 0; i++)
-            if (g->nodes[i].layer == layer &&
-                product_weight(g, &g->nodes[i]) != WEFT_TENSOR_NONE)
+            if (g->nodes[i].layer == layer && product_weight(g, &g->nodes[i]) != WEFT_TENSOR_NONE)
                 anchor = i;
         if (anchor < 0) continue;
         weft_node f;
@@ -107,13 +107,13 @@ static weft_status pf_run(void *st, const weft_model_config *cfg, const weft_gra
         f.op = s->op;
         f.layer = layer;
         uint64_t listed = 0;
-        for (uint32_t i = (uint32_t)anchor + 1; i < g->n_nodes && f.n_in < MAX_RANGES &&
-                                                listed < budget;
-             i++) {
+        for (uint32_t i = (uint32_t)anchor + 1;
+             i < g->n_nodes && f.n_in < MAX_RANGES && listed < budget; i++) {
             uint32_t w = product_weight(g, &g->nodes[i]);
             if (w == WEFT_TENSOR_NONE) continue;
             int seen = 0; /* a tied head reads the embedding table another node may list */
-            for (uint32_t k = 0; k < f.n_in; k++) seen |= f.in[k] == w;
+            for (uint32_t k = 0; k < f.n_in; k++)
+                seen |= f.in[k] == w;
             if (seen) continue;
             f.in[f.n_in++] = w;
             listed += tensor_bytes(&g->tensors[w]);
@@ -124,7 +124,8 @@ static weft_status pf_run(void *st, const weft_model_config *cfg, const weft_gra
         char name[WEFT_NAME_MAX];
         snprintf(name, sizeof(name), "layers.%d.l2_prefetch", (int)layer);
         int64_t shape[1] = {1};
-        uint32_t out = gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_I32, 1, shape, name, err);
+        uint32_t out =
+            gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_I32, 1, shape, name, err);
         if (out == WEFT_TENSOR_NONE) return err && err->code ? err->code : WEFT_ERR_INTERNAL;
         f.n_out = 1;
         f.out[0] = out;

@@ -43,10 +43,10 @@ static uint32_t tensor(weft_graph *g, uint32_t kind, uint32_t dtype, int64_t row
                        const char *name) {
     int64_t dims[2] = {rows, cols};
     weft_error err = {.size = sizeof(err)};
-    uint32_t id = kind == WEFT_TENSOR_WEIGHT
-                      ? gs->weight_add(g, name, name, dtype, cols ? 2 : 1,
-                                       cols ? dims : &dims[0], &err)
-                      : gs->tensor_add(g, kind, dtype, cols ? 2 : 1, dims, name, &err);
+    uint32_t id =
+        kind == WEFT_TENSOR_WEIGHT
+            ? gs->weight_add(g, name, name, dtype, cols ? 2 : 1, cols ? dims : &dims[0], &err)
+            : gs->tensor_add(g, kind, dtype, cols ? 2 : 1, dims, name, &err);
     if (id == WEFT_TENSOR_NONE) fail_msg("tensor %s: %s", name, err.message);
     return id;
 }
@@ -161,7 +161,8 @@ static void run_pass(weft_graph *g) {
 
 static int count_op(const weft_graph *g, uint32_t op) {
     int n = 0;
-    for (uint32_t i = 0; i < g->n_nodes; i++) n += g->nodes[i].op == op;
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        n += g->nodes[i].op == op;
     return n;
 }
 

@@ -25,7 +25,8 @@
 #define GEN 256
 
 /* Counts lines of the printed graph that contain needle; fills the node names' layers. */
-static int graph_lines(weft_engine *e, uint32_t tokens, const char *needle, char *text, size_t cap) {
+static int graph_lines(weft_engine *e, uint32_t tokens, const char *needle, char *text,
+                       size_t cap) {
     weft_error err;
     weft_error_clear(&err);
     FILE *f = fmemopen(text, cap, "w");
@@ -34,7 +35,8 @@ static int graph_lines(weft_engine *e, uint32_t tokens, const char *needle, char
         fail_msg("print graph: %s: %s", err.source, err.message);
     fclose(f);
     int n = 0;
-    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
     return n;
 }
 
@@ -85,7 +87,8 @@ static void greedy_same(const char *model) {
         weft_engine *e = open_candidate(names[c], model);
         if (!e) skip();
         if (!n_prompt) n_prompt = make_prompt(e, prompt, 128);
-        for (int run = 0; run < 2; run++) generate(e, prompt, n_prompt, &sp, GEN, &r[c][run]);
+        for (int run = 0; run < 2; run++)
+            generate(e, prompt, n_prompt, &sp, GEN, &r[c][run]);
         weft_engine_close(e);
     }
     for (int c = 1; c < 3; c++)
@@ -134,10 +137,8 @@ static void test_cpu_refused(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cpu_refused),
-        cmocka_unit_test(test_graph_stories),
-        cmocka_unit_test(test_graph_models),
-        cmocka_unit_test(test_greedy_stories),
+        cmocka_unit_test(test_cpu_refused),   cmocka_unit_test(test_graph_stories),
+        cmocka_unit_test(test_graph_models),  cmocka_unit_test(test_greedy_stories),
         cmocka_unit_test(test_greedy_models),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

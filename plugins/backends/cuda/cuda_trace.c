@@ -49,7 +49,9 @@ static void report_stages(cuda_backend *b, size_t launches) {
                                          "-> qk-norm and RoPE done",
                                          "-> scores, softmax, sums written",
                                          "-> fence and arrival counted",
-                                         "-> merge done (last block)", "", ""};
+                                         "-> merge done (last block)",
+                                         "",
+                                         ""};
     for (size_t m = 0; m < b->n_modules && launches; m++) {
         CUdeviceptr st, cnt;
         size_t sb, cb;
@@ -66,10 +68,12 @@ static void report_stages(cuda_backend *b, size_t launches) {
         for (size_t i = 0; i < k; i++) {
             const unsigned long long *r = t[(n - 1 - i) % 64];
             sum[0] += (double)(r[1] - r[0]) / 1e3;
-            for (int j = 2; j <= 6; j++) sum[j - 1] += (double)(r[j] - r[j - 1]) / 1e3;
+            for (int j = 2; j <= 6; j++)
+                sum[j - 1] += (double)(r[j] - r[j - 1]) / 1e3;
         }
         fprintf(stderr, "weft_rope_attention stages (mean of its last %zu launches, us):\n", k);
-        for (int j = 0; j < 6; j++) fprintf(stderr, "  %-45s %7.2f\n", label[j], sum[j] / k);
+        for (int j = 0; j < 6; j++)
+            fprintf(stderr, "  %-45s %7.2f\n", label[j], sum[j] / k);
     }
 }
 
@@ -104,7 +108,8 @@ void cuda_trace_report(cuda_backend *b) {
             continue;
         }
         all = grown;
-        for (size_t i = 0; i < have; i++) all[n_all++] = ringh[(cnt - have + i) % TRACE_RING];
+        for (size_t i = 0; i < have; i++)
+            all[n_all++] = ringh[(cnt - have + i) % TRACE_RING];
         free(ringh);
     }
     if (n_all < k) {
@@ -118,14 +123,16 @@ void cuda_trace_report(cuda_backend *b) {
     by_name *agg = calloc(k, sizeof(*agg));
     size_t n_agg = 0;
     double total = (double)(t[k - 1] - t[0]) / 1e3;
-    fprintf(stderr, "cuda trace: last replay of the last captured graph, %zu kernels, %.1f us from "
+    fprintf(stderr,
+            "cuda trace: last replay of the last captured graph, %zu kernels, %.1f us from "
             "the first kernel's start to the last's (the last kernel's own time not counted)\n",
             k, total);
     for (size_t i = 0; i + 1 < k; i++) {
         double us = (double)(t[i + 1] - t[i]) / 1e3;
         fprintf(stderr, "  %4zu %-40s %8.2f us\n", i, b->trace_names[i], us);
         size_t j = 0;
-        while (j < n_agg && strcmp(agg[j].name, b->trace_names[i])) j++;
+        while (j < n_agg && strcmp(agg[j].name, b->trace_names[i]))
+            j++;
         if (j == n_agg && agg) agg[n_agg++].name = b->trace_names[i];
         if (agg) {
             agg[j].count++;
@@ -144,7 +151,8 @@ void cuda_trace_report(cuda_backend *b) {
         fprintf(stderr, "  %-40s %5u %9.1f %8.2f %5.1f%%\n", agg[a].name, agg[a].count, agg[a].us,
                 agg[a].us / agg[a].count, total > 0 ? 100.0 * agg[a].us / total : 0.0);
     size_t ra = 0;
-    for (size_t i = 0; i < k; i++) ra += !strcmp(b->trace_names[i], "weft_rope_attention");
+    for (size_t i = 0; i < k; i++)
+        ra += !strcmp(b->trace_names[i], "weft_rope_attention");
     report_stages(b, ra);
     free(agg);
     free(all);

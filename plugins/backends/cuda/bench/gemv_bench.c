@@ -104,7 +104,8 @@ static double time_calls(cuda_backend *b, issue_fn issue, void *ctx, int n, int 
     if (graph) {
         CUgraph g;
         CKB(cuStreamBeginCapture(b->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-        for (int i = 0; i < n; i++) issue(b, ctx, i);
+        for (int i = 0; i < n; i++)
+            issue(b, ctx, i);
         CKB(cuStreamEndCapture(b->stream, &g));
         CKB(cuGraphInstantiate(&ge, g, 0));
         CKB(cuGraphDestroy(g));
@@ -115,9 +116,11 @@ static double time_calls(cuda_backend *b, issue_fn issue, void *ctx, int n, int 
     double trial[5];
     for (int tr = -1; tr < 5; tr++) {
         CKB(cuEventRecord(e0, b->stream));
-        if (graph) CKB(cuGraphLaunch(ge, b->stream));
+        if (graph)
+            CKB(cuGraphLaunch(ge, b->stream));
         else
-            for (int i = 0; i < n; i++) issue(b, ctx, i);
+            for (int i = 0; i < n; i++)
+                issue(b, ctx, i);
         CKB(cuEventRecord(e1, b->stream));
         CKB(cuEventSynchronize(e1));
         float ms;
@@ -165,8 +168,8 @@ static void issue_gemv(cuda_backend *b, void *ctx, int i) {
 }
 static double graph_time(cuda_backend *b, int m, CUdeviceptr x, CUdeviceptr pool, uint64_t wbytes,
                          int copies, CUdeviceptr y, const shape *s, int T) {
-    gemv_ctx c = {.m = m, .copies = copies, .T = T, .x = x, .pool = pool, .y = y,
-                  .wbytes = wbytes, .s = s};
+    gemv_ctx c = {
+        .m = m, .copies = copies, .T = T, .x = x, .pool = pool, .y = y, .wbytes = wbytes, .s = s};
     return time_calls(b, issue_gemv, &c, 64, 1);
 }
 
@@ -196,11 +199,12 @@ int main(int argc, char **argv) {
            b->name, copy_gbps, b->pdl ? "on" : "off (device or option)");
     for (int graph = 0; graph < 2; graph++)
         for (unsigned blocks = 1; blocks <= 528; blocks = blocks == 1 ? 132 : blocks * 4)
-            printf("empty-kernel chain, %s, %3u blocks: %.2f us per kernel with PDL, %.2f without\n",
-                   graph ? "graph replay" : "stream", blocks, noop_chain(b, 1, graph, blocks),
-                   noop_chain(b, 0, graph, blocks));
-    printf("%-17s %6s %5s %2s | %9s %9s %9s %9s %9s | %7s %6s %5s | %8s | %9s %9s\n", "shape", "N", "K",
-           "T", "cublasLt", "gemv s1", "gemv s2", "gemv s4", "gemv s8", "best", "GB/s", "frac",
+            printf(
+                "empty-kernel chain, %s, %3u blocks: %.2f us per kernel with PDL, %.2f without\n",
+                graph ? "graph replay" : "stream", blocks, noop_chain(b, 1, graph, blocks),
+                noop_chain(b, 0, graph, blocks));
+    printf("%-17s %6s %5s %2s | %9s %9s %9s %9s %9s | %7s %6s %5s | %8s | %9s %9s\n", "shape", "N",
+           "K", "T", "cublasLt", "gemv s1", "gemv s2", "gemv s4", "gemv s8", "best", "GB/s", "frac",
            "max rel", "dflt nopdl", "L2 hot");
     const int Ts[4] = {1, 2, 4, 8};
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
@@ -279,9 +283,10 @@ int main(int argc, char **argv) {
                 if (gt[m] < gt[gbest]) gbest = m;
             }
             double ggbps = bytes / (gt[gbest] * 1e-6) / 1e9;
-            printf("%-17s %6s %5s %2s | graph: %9.2f %9.2f %9.2f %9.2f | best s%d %6.0f GB/s %5.2f\n",
-                   "", "", "", "", gt[1], gt[2], gt[3], gt[4], 1 << (gbest - 1), ggbps,
-                   ggbps / copy_gbps);
+            printf(
+                "%-17s %6s %5s %2s | graph: %9.2f %9.2f %9.2f %9.2f | best s%d %6.0f GB/s %5.2f\n",
+                "", "", "", "", gt[1], gt[2], gt[3], gt[4], 1 << (gbest - 1), ggbps,
+                ggbps / copy_gbps);
             fflush(stdout);
         }
     }
