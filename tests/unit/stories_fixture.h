@@ -1,12 +1,13 @@
 /* The stories260K fixture of the engine tests (included, not compiled alone): where the shared
  * data is (WEFT_SHARED_DIR at run time, else the build's ../shared), the llama2.c checkpoint
- * converted into a fresh temporary directory, and that directory removed again with the files
- * a test wrote beside the model. */
+ * converted into a fresh temporary directory, a candidate manifest for it, and that directory
+ * removed again with the files a test wrote beside the model. */
 #ifndef WEFT_STORIES_FIXTURE_H
 #define WEFT_STORIES_FIXTURE_H
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "files/llama2c.h"
@@ -32,6 +33,26 @@ static inline int stories_convert(char dir[64], const char *prefix) {
         return -1;
     }
     return 0;
+}
+
+/* Writes a candidate manifest for the model directory `model` to path: backend "cpu" (one
+ * thread) or "cuda" (device-side step inputs), the llama plugin, `techniques` as the body of a
+ * YAML flow list ("" = none), max_model_len 512 and one request at a time. 0, or -1 when path
+ * cannot be written. */
+static inline int stories_manifest(const char *path, const char *candidate, const char *model,
+                                   const char *backend, const char *techniques) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "format: 1\ncandidate: %s\nmodel: %s\n", candidate, model);
+    if (!strcmp(backend, "cpu"))
+        fprintf(f, "backend: {name: cpu, options: {threads: 1}}\nmodel_plugin: llama\n");
+    else
+        fprintf(f, "backend: %s\nmodel_plugin:\n  name: llama\n  options: {activation_dtype: "
+                   "auto, device_inputs: true}\n",
+                backend);
+    fprintf(f, "techniques: [%s]\nserving: {max_model_len: 512, max_concurrency: 1, threads: 1}\n",
+            techniques);
+    return fclose(f) ? -1 : 0;
 }
 
 /* Removes the converted model's files, the extra file a test wrote there (or NULL), and dir. */

@@ -53,14 +53,8 @@ static int group_teardown(void **state) {
 
 static weft_status try_open(const char *techniques, uint32_t max_requests, uint64_t kv_tokens,
                             weft_engine **out, weft_error *err) {
-    FILE *f = fopen(manifest_path, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "format: 1\ncandidate: async-test\nmodel: %s\n"
-            "backend: {name: cpu, options: {threads: 1}}\nmodel_plugin: llama\n"
-            "techniques: [%s]\nserving: {max_model_len: 512, max_concurrency: 1, threads: 1}\n",
-            model_dir, techniques);
-    fclose(f);
+    assert_int_equal(
+        stories_manifest(manifest_path, "async-test", model_dir, "cpu", techniques), 0);
     weft_engine_options o;
     weft_engine_options_default(&o);
     o.manifest_path = manifest_path;

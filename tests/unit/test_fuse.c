@@ -31,30 +31,19 @@
 #include "plugin/host.h"
 #include "util/error.h"
 
+#include "stories_fixture.h"
+
 #define GEN 256
 
 static char tmp_dir[64];
 static char stories[128];
 
-static const char *shared_dir(void) {
-    const char *d = getenv("WEFT_SHARED_DIR");
-    return d && d[0] ? d : WEFT_SHARED_DIR;
-}
-
+/* stories260K converted straight into the group's temporary directory (the manifests the tests
+ * write go beside it; teardown removes the whole directory) */
 static int group_setup(void **state) {
     (void)state;
-    snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/weft-fuse-XXXXXX");
-    if (!mkdtemp(tmp_dir)) return -1;
-    snprintf(stories, sizeof(stories), "%s/stories", tmp_dir);
-    char model[1024], tok[1024];
-    snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.bin", shared_dir());
-    snprintf(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", shared_dir());
-    weft_error err;
-    weft_error_clear(&err);
-    if (weft_llama2c_convert(model, tok, stories, &err) != WEFT_OK) {
-        fprintf(stderr, "convert: %s\n", err.message);
-        return -1;
-    }
+    if (stories_convert(tmp_dir, "weft-fuse")) return -1;
+    snprintf(stories, sizeof(stories), "%s", tmp_dir);
     return 0;
 }
 
@@ -68,17 +57,7 @@ static int group_teardown(void **state) {
 /* A candidate manifest in the temp dir: backend cpu (one thread) or cuda, the given
  * techniques (comma-separated names, "" for none). */
 static void write_manifest(const char *path, const char *backend, const char *techniques) {
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, "format: 1\ncandidate: fuse-test\nmodel: %s\n", stories);
-    if (!strcmp(backend, "cpu"))
-        fprintf(f, "backend: {name: cpu, options: {threads: 1}}\nmodel_plugin: llama\n");
-    else
-        fprintf(f, "backend: cuda\nmodel_plugin:\n  name: llama\n  options: {activation_dtype: "
-                   "auto, device_inputs: true}\n");
-    fprintf(f, "techniques: [%s]\nserving: {max_model_len: 512, max_concurrency: 1, threads: 1}\n",
-            techniques);
-    fclose(f);
+    assert_int_equal(stories_manifest(path, "fuse-test", stories, backend, techniques), 0);
 }
 
 typedef struct collected {

@@ -116,11 +116,8 @@ static void test_cpu_refused(void **state) {
     (void)state;
     char path[256];
     snprintf(path, sizeof(path), "%s/cpu-prefetch.yaml", stories_dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, "format: 1\ncandidate: cpu-prefetch\nmodel: stories260k\nbackend: cpu\n"
-               "techniques: [exec.l2-prefetch]\n");
-    fclose(f);
+    assert_int_equal(stories_manifest(path, "cpu-prefetch", stories_dir, "cpu", "exec.l2-prefetch"),
+                     0);
     weft_engine_options o;
     weft_engine_options_default(&o);
     o.manifest_path = path;
