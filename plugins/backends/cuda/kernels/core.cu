@@ -132,14 +132,16 @@ extern "C" __device__ unsigned long long weft_trace_ring[WEFT_TRACE_RING];
 extern "C" __device__ unsigned weft_trace_count;
 __device__ unsigned long long weft_trace_ring[WEFT_TRACE_RING];
 __device__ unsigned weft_trace_count;
+__device__ __forceinline__ unsigned long long globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 #endif
 __device__ __forceinline__ void trace_mark() {
 #ifdef WEFT_TRACE
-    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        weft_trace_ring[atomicAdd(&weft_trace_count, 1u) % WEFT_TRACE_RING] = t;
-    }
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
+        weft_trace_ring[atomicAdd(&weft_trace_count, 1u) % WEFT_TRACE_RING] = globaltimer();
 #endif
 }
 // Stages inside one kernel (weft_rope_attention): for each of the last 64 launches, the time
@@ -153,11 +155,7 @@ __device__ unsigned long long weft_trace_stage[64][WEFT_TRACE_STAGES];
 __device__ unsigned weft_trace_launch;
 #define STAGE_MARK(inv, L)                                                                         \
     do {                                                                                           \
-        if (threadIdx.x == 0) {                                                                    \
-            unsigned long long t_;                                                                 \
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                 \
-            atomicMax(&weft_trace_stage[(inv) % 64][L], t_);                                       \
-        }                                                                                          \
+        if (threadIdx.x == 0) atomicMax(&weft_trace_stage[(inv) % 64][L], globaltimer());          \
     } while (0)
 #define STAGE_LAUNCH() (*(volatile unsigned *)&weft_trace_launch)
 #define STAGE_NEXT()                                                                               \
