@@ -71,6 +71,33 @@ synth_bf16() {
   done
   wait
 }
+# the GPU unit test $1 with the synthetic Qwen3-0.6B and Llama-3.2-1B, stories260K and Qwen3-0.6B
+# for test_fuse's cuda combinations (WEFT_FUSE_MODELS overrides those), prompts of 128 tokens
+gpu_test() {
+  [ -x "$B/tests/$1" ] && run "$1" env WEFT_EXEC_MANIFESTS="$root/manifests" \
+    WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" \
+    WEFT_FUSE_CUDA_MODELS="${WEFT_FUSE_MODELS:-stories,$M/Qwen3-0.6B-bf16}" WEFT_FUSE_PROMPT=128 \
+    "$B/tests/$1"
+}
+# batch-1 decode as issue 8 measures it (prompt 128, 256 out, 3 repeats): log name, candidate
+# manifest, config
+bench_batch1() {
+  run "$1" weft bench decode --candidate "$2" --model "$M/$3-bf16" --prompt 128 --gen 256 \
+    --repeats 3
+}
+# the backend's in-graph trace of one decode of candidate manifest $2 on config $3 (log name $1;
+# the manifest's copy with trace on goes to $out/trace-src.yaml); prints the per-kernel table
+trace_decode() {
+  sed 's/^backend: cuda$/backend: {name: cuda, options: {trace: true}}/' "$2" > "$out/trace-src.yaml"
+  run "$1" weft bench decode --candidate "$out/trace-src.yaml" --model "$M/$3-bf16" --prompt 128 \
+    --gen 64 --repeats 1
+  sed -n '/cuda trace by kernel/,/^decode/p' "$out/$1.log"
+  rm -f "$out/trace-src.yaml"
+}
+# candidate manifest $2 without the technique $1 (a name in its flow list), written to $3
+drop_technique() {
+  sed -E "s/ *$1,?//; s/,\]/]/" "$2" > "$3.new" && mv "$3.new" "$3"
+}
 
 case $phase in
 ops)
@@ -226,14 +253,9 @@ profile)
   #    tools/scripts/ncu-kernels.py; alone, a kernel loses its neighbours' PDL overlap.
   models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B}
   synth_bf16 $models
-  mkdir -p "$out/cand"
   for cfg in $models; do
     for cand in ${WEFT_PROFILE_CANDIDATES:-fast-cuda-all}; do
-      sed 's/^backend: cuda$/backend: {name: cuda, options: {trace: true}}/' "manifests/$cand.yaml" \
-        > "$out/cand/$cand-trace.yaml"
-      run "trace_${cand}_$cfg" weft bench decode --candidate "$out/cand/$cand-trace.yaml" \
-        --model "$M/$cfg-bf16" --prompt 128 --gen 64 --repeats 1
-      sed -n '/cuda trace by kernel/,$p' "$out/trace_${cand}_$cfg.log"
+      trace_decode "trace_${cand}_$cfg" "manifests/$cand.yaml" "$cfg"
       if [ "${WEFT_PROFILE_NCU:-0}" = 1 ]; then
         run "ncu_${cand}_$cfg" timeout 250 ncu --clock-control none --cache-control none \
           --metrics gpu__time_duration.sum --csv -c 1500 --log-file "$out/ncu_${cand}_$cfg.csv" \
@@ -243,7 +265,6 @@ profile)
       fi
     done
   done
-  rm -rf "$out/cand"
   ;;
 prefetch)
   # exec.l2-prefetch: its GPU test, the GEMV microbenchmark's L2-hot column, and batch-1 decode of
@@ -256,13 +277,11 @@ prefetch)
     sed "s/exec.l2-prefetch\]/{name: exec.l2-prefetch, options: {budget_mb: $mb, bulk: $bulk}}]/" \
       manifests/fast-cuda-prefetch.yaml > "$out/cand/prefetch-$v.yaml"
   done
-  run test_l2_prefetch env WEFT_EXEC_MANIFESTS=$root/manifests \
-    WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" "$B/tests/test_l2_prefetch"
-  run gemv_bench "$B/tests/cuda_gemv_bench" 4251 all 1
+  gpu_test test_l2_prefetch
+  run gemv_bench "$B/tests/cuda_gemv_bench" 4251 ${WEFT_GEMV_SHAPES:-all} 1
   for cfg in $models; do
     for c in manifests/fast-cuda-all.yaml "$out"/cand/prefetch-*.yaml; do
-      run "bench_$(basename "$c" .yaml)_$cfg" weft bench decode --candidate "$c" \
-        --model "$M/$cfg-bf16" --prompt 128 --gen 256 --repeats 3
+      bench_batch1 "bench_$(basename "$c" .yaml)_$cfg" "$c" "$cfg"
     done
   done
   rm -rf "$out/cand"
@@ -274,55 +293,38 @@ issue8)
   # WEFT_PROFILE_MODELS, and the in-graph trace of fast-cuda-all on the small models
   models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
   synth_bf16 $models
-  export WEFT_EXEC_MANIFESTS=$root/manifests
   for t in ${WEFT_ISSUE8_TESTS:-test_cuda_ops test_fuse test_exec test_persistent test_async_gpu \
       test_l2_prefetch test_kv_paged_cuda}; do
-    [ -x "$B/tests/$t" ] && run "$t" env WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" \
-      WEFT_FUSE_CUDA_MODELS="${WEFT_FUSE_MODELS:-stories,$M/Qwen3-0.6B-bf16}" \
-      WEFT_FUSE_PROMPT=128 "$B/tests/$t"
+    gpu_test "$t"
   done
   mkdir -p "$out/cand"
   cands=(manifests/fast-cuda-all.yaml)
-  drop_all=manifests/fast-cuda-all.yaml
+  cp manifests/fast-cuda-all.yaml "$out/cand/without-all.yaml"
   for tech in ${WEFT_ABLATE:-}; do
-    sed -E "s/ *$tech,?//; s/,\]/]/" manifests/fast-cuda-all.yaml > "$out/cand/without-$tech.yaml"
+    drop_technique "$tech" manifests/fast-cuda-all.yaml "$out/cand/without-$tech.yaml"
     cands+=("$out/cand/without-$tech.yaml")
-    sed -E "s/ *$tech,?//; s/,\]/]/" "$drop_all" > "$out/cand/without-all.yaml.new"
-    mv "$out/cand/without-all.yaml.new" "$out/cand/without-all.yaml"
-    drop_all=$out/cand/without-all.yaml
+    drop_technique "$tech" "$out/cand/without-all.yaml" "$out/cand/without-all.yaml"
   done
   set -- ${WEFT_ABLATE:-}
   [ $# -gt 1 ] && cands+=("$out/cand/without-all.yaml")
   for cfg in $models; do
     for c in "${cands[@]}" ${WEFT_ISSUE8_EXTRA:-}; do
-      run "bench_$(basename "$c" .yaml)_$cfg" weft bench decode --candidate "$c" \
-        --model "$M/$cfg-bf16" --prompt 128 --gen 256 --repeats 3
+      bench_batch1 "bench_$(basename "$c" .yaml)_$cfg" "$c" "$cfg"
     done
   done
   for cfg in $models; do
-    [ "$cfg" = Qwen3-8B ] && continue
-    sed 's/^backend: cuda$/backend: {name: cuda, options: {trace: true}}/' manifests/fast-cuda-all.yaml \
-      > "$out/cand/trace.yaml"
-    run "trace_$cfg" weft bench decode --candidate "$out/cand/trace.yaml" --model "$M/$cfg-bf16" \
-      --prompt 128 --gen 64 --repeats 1
-    sed -n '/cuda trace by kernel/,/^decode/p' "$out/trace_$cfg.log"
+    [ "$cfg" = Qwen3-8B ] || trace_decode "trace_$cfg" manifests/fast-cuda-all.yaml "$cfg"
   done
   cp "$out"/cand/*.yaml "$out/" 2>/dev/null; rm -rf "$out/cand"
   ;;
 verify)
   # every GPU unit test with the synthetic models, then the headline figures of both issues
   synth_bf16 Qwen3-0.6B Llama-3.2-1B
-  export WEFT_EXEC_MANIFESTS=$root/manifests
-  gpu_test() {
-    [ -x "$B/tests/$1" ] && run "$1" env WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" \
-      WEFT_FUSE_CUDA_MODELS="stories,$M/Qwen3-0.6B-bf16" WEFT_FUSE_PROMPT=128 "$B/tests/$1"
-  }
   for t in test_cuda_ops test_kv_paged_cuda test_persistent; do gpu_test $t; done
   run serve_c32_Qwen3-0.6B weft bench decode --candidate manifests/serve-cuda-all.yaml \
     --model "$M/Qwen3-0.6B-bf16" --prompt 128 --gen 128 --repeats 3 --concurrency 32
   for cfg in Qwen3-0.6B Llama-3.2-1B; do
-    run "bench_fast-cuda-all_$cfg" weft bench decode --candidate manifests/fast-cuda-all.yaml \
-      --model "$M/$cfg-bf16" --prompt 128 --gen 256 --repeats 3
+    bench_batch1 "bench_fast-cuda-all_$cfg" manifests/fast-cuda-all.yaml "$cfg"
   done
   for t in test_exec test_async_gpu test_fuse; do gpu_test $t; done
   ;;
