@@ -29,17 +29,25 @@
 /* What a captured shape became: the program and its launch (cg_shape.ext). */
 typedef struct pk_shape {
     CUfunction mk;
-    CUdeviceptr prog, done;
+    CUdeviceptr prog, done, stamps; /* stamps: the streaming kernel's node finish times (trace) */
     int32_t n_prog;
-    uint32_t epoch, grid, smem;
+    uint32_t epoch, grid, smem, threads;
+    int stream;                   /* weft_megakernel (1) or weft_persistent (0) */
+    uint32_t ring_off, ring_bytes; /* the streaming kernel's weight ring in dynamic shared memory */
+    uint32_t vs_off;               /* and its folded norms' row */
+    int32_t *ops;                  /* each node's op code, for the trace report */
 } pk_shape;
 
 typedef struct pk_state {
     cg_core core; /* capture, replay, eager fallback: exec.cuda-graph's mechanism */
-    int persistent, prefetch, blocks_per_sm;
+    int persistent, prefetch, blocks_per_sm, stream, trace;
     uint64_t prefetch_bytes;
     uint64_t persistent_runs;
 } pk_state;
+
+/* The streaming kernel (core.cu weft_megakernel): 256 consumer threads and one producer warp
+ * per block, one block per SM. */
+#define MK_THREADS 288
 
 /* ---- the persistent program --------------------------------------------------------------- */
 #define WHY(...) (snprintf(why, why_n, __VA_ARGS__), WEFT_ERR_UNSUPPORTED)
@@ -110,6 +118,124 @@ done:
     free(ei);
     free(ed);
     return r;
+}
+
+/* The streaming kernel's launch for a program, or the reason it cannot run it. */
+typedef struct pk_stream_plan {
+    CUfunction fn;
+    uint32_t smem, ring_off, ring_bytes, max_chunk, vs_off;
+    int folded; /* norms folded into the product after them */
+} pk_stream_plan;
+
+static int gemv_op(int op) {
+    return op == PK_GEMV_1 || op == PK_GEMV_SWIGLU_1;
+}
+
+static int ranges_overlap(uint64_t a, uint64_t an, uint64_t b, uint64_t bn) {
+    return a < b + bn && b < a + an;
+}
+
+/* Whether the one-row norm at node i can be folded into the product at node i + 1 (which then
+ * computes it in every block, core.cu mk_norm): the product reads the norm's output, the norm
+ * covers whole rows at a thread count the kernel runs, and the product's output overlaps none
+ * of the norm's buffers (block 0 writes them while the others already run the product).
+ * Returns the row length, 0 when it cannot. */
+static uint32_t foldable_norm(const pk_node *prog, size_t n, size_t i, uint64_t asz) {
+    if (i + 1 >= n || !gemv_op(prog[i + 1].op) || prog[i].nvb != 1) return 0;
+    const pk_node *nm = &prog[i], *g = &prog[i + 1];
+    uint64_t x, res = 0, y, r = 0, D;
+    if (nm->op == PK_ADD_RMSNORM) { /* x, res, w, y, r, T, D, eps */
+        x = nm->a[0], res = nm->a[1], y = nm->a[3], r = nm->a[4], D = (uint32_t)nm->a[6];
+        if ((uint32_t)nm->a[5] != 1) return 0;
+    } else if (nm->op == PK_RMSNORM) { /* x, w, y, T, cols, group, eps */
+        x = nm->a[0], y = nm->a[2], D = (uint32_t)nm->a[4];
+        if ((uint32_t)nm->a[3] != 1 || (uint32_t)nm->a[5] != D) return 0;
+    } else
+        return 0;
+    uint32_t nt = (uint32_t)nm->nt;
+    if (!(nt <= PK_THREADS || nt == 2 * PK_THREADS || nt == 4 * PK_THREADS)) return 0;
+    int sw = g->op == PK_GEMV_SWIGLU_1;
+    uint64_t K = (uint32_t)g->a[sw ? 6 : 7], N = (uint32_t)g->a[sw ? 5 : 6];
+    if (g->a[0] != y || K != D || D == 0) return 0;
+    uint64_t out = g->a[3], outn = N * (!sw && g->a[4] ? 4 : asz), rb = D * asz;
+    if (ranges_overlap(out, outn, x, rb) || ranges_overlap(out, outn, y, rb) ||
+        (res && ranges_overlap(out, outn, res, rb)) || (r && ranges_overlap(out, outn, r, rb)))
+        return 0;
+    return (uint32_t)D;
+}
+
+static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t n,
+                               uint64_t wsize, unsigned node_smem, pk_stream_plan *pl, char *why,
+                               size_t why_n) {
+    int major = 0, optin = 0, per_sm = 0, stat = 0;
+    if (cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) !=
+            CUDA_SUCCESS ||
+        major < 9)
+        return WHY("bulk copies need compute capability 9.0, the device has %d.x", major);
+    if (!wsize) return WHY("the weights' element size is unknown");
+    if (cuModuleGetFunction(&pl->fn, mod, "weft_megakernel") != CUDA_SUCCESS)
+        return WHY("the backend's module has no weft_megakernel");
+    /* every chunk (one virtual block of a product: 8/S rows, twice for gate|up) is one or two
+     * bulk copies: 16-byte aligned rows of a multiple of 16 bytes */
+    uint64_t max_chunk = 0, max_k = 0, max_d = 0;
+    for (size_t i = 0; i < n; i++) {
+        const pk_node *nd = &prog[i];
+        if (i + 1 < n) {
+            uint64_t d = foldable_norm(prog, n, i, wsize);
+            if (d > max_d) max_d = d;
+        }
+        if (nd->op != PK_GEMV_1 && nd->op != PK_GEMV_SWIGLU_1) continue;
+        int sw = nd->op == PK_GEMV_SWIGLU_1;
+        uint64_t w0 = nd->a[1], w1 = sw ? nd->a[2] : 0;
+        uint32_t K = (uint32_t)nd->a[sw ? 6 : 7], S = (uint32_t)nd->a[sw ? 7 : 8];
+        if (S == 0 || S > 8 || 8 % S) return WHY("node %zu: GEMV split %u", i, S);
+        uint64_t rowb = K * wsize, chunk = (8 / S) * rowb * (sw ? 2 : 1);
+        if (rowb % 16 || w0 % 16 || w1 % 16)
+            return WHY("node %zu: weight rows of %llu bytes at %#llx are not 16-byte aligned", i,
+                       (unsigned long long)rowb, (unsigned long long)w0);
+        if (chunk > max_chunk) max_chunk = chunk;
+        if (K > max_k) max_k = K;
+        if (K % (16 / wsize) || nd->a[0] % 16)
+            return WHY("node %zu: x of %u columns at %#llx cannot be read in 16-byte vectors", i,
+                       K, (unsigned long long)nd->a[0]);
+    }
+    if (!max_chunk) return WHY("the step has no GEMV node");
+    if (cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev) !=
+            CUDA_SUCCESS ||
+        cuFuncGetAttribute(&stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, pl->fn) != CUDA_SUCCESS)
+        return WHY("cannot read the shared memory limits");
+    /* the start of dynamic shared memory is the attention bodies' area, a product's staged x
+     * (max K activations, the activation size being the weights' here) and a folded norm's row
+     * (max D floats) at vs_off; the ring follows */
+    uint64_t vs_off = (max_k * wsize + 127u) & ~(uint64_t)127u, xs_end = vs_off + max_d * 4;
+    if (xs_end > node_smem) node_smem = (unsigned)xs_end;
+    uint32_t off = (node_smem + 127u) & ~127u;
+    int64_t ring = ((int64_t)optin - stat - off - 1024) & ~(int64_t)127;
+    if (ring < 2 * (int64_t)max_chunk)
+        return WHY("a %lld-byte ring cannot hold two %llu-byte chunks", (long long)ring,
+                   (unsigned long long)max_chunk);
+    pl->ring_off = off;
+    pl->vs_off = (uint32_t)vs_off;
+    pl->ring_bytes = (uint32_t)ring;
+    pl->smem = off + (uint32_t)ring;
+    pl->max_chunk = (uint32_t)max_chunk;
+    if (cuFuncSetAttribute(pl->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                           (int)pl->smem) != CUDA_SUCCESS ||
+        cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pl->fn, MK_THREADS, pl->smem) !=
+            CUDA_SUCCESS ||
+        per_sm < 1)
+        return WHY("weft_megakernel does not fit an SM with %u bytes of shared memory", pl->smem);
+    /* fold: the product computes the norm (reserved = the norm's index + 1) and waits for what
+     * the norm waited for; the norm's node runs nowhere (no block has work in it) */
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (!foldable_norm(prog, n, i, wsize)) continue;
+        prog[i + 1].reserved = (uint32_t)i + 1;
+        prog[i + 1].wait = prog[i].wait;
+        prog[i + 1].wait_nvb = prog[i].wait_nvb;
+        prog[i].nvb = 0;
+        pl->folded++;
+    }
+    return WEFT_OK;
 }
 
 /* Reads the captured graph into a program for weft_persistent; WEFT_ERR_UNSUPPORTED with the
@@ -246,6 +372,28 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
             }
         }
     }
+    CUdevice dev;
+    int sms = 0;
+    if (cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+        cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS) {
+        r = WHY("cannot query the device");
+        goto fail;
+    }
+    pk_stream_plan plan;
+    memset(&plan, 0, sizeof(plan));
+    if (s->stream) {
+        char swhy[200] = "";
+        if (stream_plan(mod, dev, prog, n, wsize, smem, &plan, swhy, sizeof(swhy)) == WEFT_OK) {
+            mk = plan.fn;
+        } else {
+            plan.fn = NULL;
+            if (s->core.host->log)
+                s->core.host->log(WEFT_LOG_WARN, NAME,
+                                  "the streaming persistent kernel cannot run this step (%s): "
+                                  "weft_persistent runs it", swhy);
+        }
+    }
+    if (plan.fn) goto alloc;
     /* the launch: as many 256-thread blocks as fit on every SM at once (cooperative) */
     if (smem > 48 * 1024 &&
         cuFuncSetAttribute(mk, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem) !=
@@ -253,42 +401,68 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
         r = WHY("cannot give weft_persistent %u bytes of dynamic shared memory", smem);
         goto fail;
     }
-    int per_sm = 0, sms = 0;
-    CUdevice dev;
-    if (cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
-        cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS ||
-        cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mk, PK_THREADS, smem) !=
+    int per_sm = 0;
+    if (cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mk, PK_THREADS, smem) !=
             CUDA_SUCCESS ||
         per_sm < 1) {
         r = WHY("weft_persistent does not fit an SM with %u bytes of shared memory", smem);
         goto fail;
     }
     if (s->blocks_per_sm && s->blocks_per_sm < per_sm) per_sm = s->blocks_per_sm;
-    CUdeviceptr dprog = 0, ddone = 0;
+alloc:;
+    CUdeviceptr dprog = 0, ddone = 0, dstamps = 0;
     pk_shape *ps = calloc(1, sizeof(*ps));
-    if (!ps || cuMemAlloc(&dprog, n * sizeof(pk_node)) != CUDA_SUCCESS ||
+    int32_t *ops = calloc(n, sizeof(*ops));
+    int want_stamps = plan.fn && s->trace;
+    if (!ps || !ops || cuMemAlloc(&dprog, n * sizeof(pk_node)) != CUDA_SUCCESS ||
         cuMemAlloc(&ddone, n * sizeof(uint32_t)) != CUDA_SUCCESS ||
         cuMemcpyHtoD(dprog, prog, n * sizeof(pk_node)) != CUDA_SUCCESS ||
-        cuMemsetD32(ddone, 0, n) != CUDA_SUCCESS) {
+        cuMemsetD32(ddone, 0, n) != CUDA_SUCCESS ||
+        (want_stamps && (cuMemAlloc(&dstamps, (2 * n + 9) * sizeof(uint64_t)) != CUDA_SUCCESS ||
+                         cuMemsetD32(dstamps, 0, 2 * (2 * n + 9)) != CUDA_SUCCESS))) {
         if (dprog) cuMemFree(dprog);
         if (ddone) cuMemFree(ddone);
+        if (dstamps) cuMemFree(dstamps);
         free(ps);
+        free(ops);
         r = WHY("cannot allocate the program (%zu nodes)", n);
         goto fail;
     }
+    for (size_t i = 0; i < n; i++) ops[i] = prog[i].op;
     ps->prog = dprog;
     ps->done = ddone;
+    ps->stamps = dstamps;
+    ps->ops = ops;
     ps->mk = mk;
     ps->n_prog = (int32_t)n;
     ps->epoch = 0;
-    ps->grid = (uint32_t)(per_sm * sms);
-    ps->smem = smem;
+    if (plan.fn) {
+        ps->stream = 1;
+        ps->grid = (uint32_t)sms;
+        ps->threads = MK_THREADS;
+        ps->smem = plan.smem;
+        ps->ring_off = plan.ring_off;
+        ps->ring_bytes = plan.ring_bytes;
+        ps->vs_off = plan.vs_off;
+        if (s->core.host->log)
+            s->core.host->log(WEFT_LOG_INFO, NAME,
+                              "step of %u rows runs as one streaming persistent kernel: %zu "
+                              "nodes (%d norms folded into the product after them), %u "
+                              "blocks of %d threads (1 per SM), weights streamed through a %u "
+                              "KiB ring of shared memory (largest chunk %u KiB)",
+                              sh->n_tokens, n, plan.folded, ps->grid, MK_THREADS,
+                              plan.ring_bytes >> 10, plan.max_chunk >> 10);
+    } else {
+        ps->grid = (uint32_t)(per_sm * sms);
+        ps->threads = PK_THREADS;
+        ps->smem = smem;
+        if (s->core.host->log)
+            s->core.host->log(WEFT_LOG_INFO, NAME,
+                              "step of %u rows runs as one persistent kernel: %zu nodes, %u "
+                              "blocks of %d threads (%d per SM), %u bytes of shared memory",
+                              sh->n_tokens, n, ps->grid, PK_THREADS, per_sm, smem);
+    }
     sh->ext = ps;
-    if (s->core.host->log)
-        s->core.host->log(WEFT_LOG_INFO, NAME,
-                          "step of %u rows runs as one persistent kernel: %zu nodes, %u blocks "
-                          "of %d threads (%d per SM), %u bytes of shared memory",
-                          sh->n_tokens, n, ps->grid, PK_THREADS, per_sm, smem);
     r = WEFT_OK;
 fail:
     free(order);
@@ -309,7 +483,7 @@ static weft_status run_persistent(const cg_core *c, pk_shape *sh, CUstream strea
     CUlaunchConfig cfg = {.gridDimX = sh->grid,
                           .gridDimY = 1,
                           .gridDimZ = 1,
-                          .blockDimX = PK_THREADS,
+                          .blockDimX = sh->threads,
                           .blockDimY = 1,
                           .blockDimZ = 1,
                           .sharedMemBytes = sh->smem,
@@ -318,9 +492,12 @@ static weft_status run_persistent(const cg_core *c, pk_shape *sh, CUstream strea
                           .numAttrs = 1};
     int32_t n = sh->n_prog;
     void *args[] = {&sh->prog, &n, &sh->done, &epoch};
-    weft_status r =
-        cg_core_check(c, cuLaunchKernelEx(&cfg, sh->mk, args, NULL), "launching weft_persistent",
-                      err);
+    void *margs[] = {&sh->prog,       &n,         &sh->done,  &epoch,
+                     &sh->ring_off,   &sh->ring_bytes, &sh->vs_off, &sh->stamps};
+    weft_status r = cg_core_check(c, cuLaunchKernelEx(&cfg, sh->mk, sh->stream ? margs : args, NULL),
+                                  sh->stream ? "launching weft_megakernel"
+                                             : "launching weft_persistent",
+                                  err);
     if (r == WEFT_OK) sh->epoch = epoch;
     return r;
 }
@@ -351,12 +528,69 @@ static weft_status pk_run(void *self, cg_shape *sh, weft_exec_ctx *ctx, int *ran
     return r;
 }
 
+/* The trace (option trace, streaming kernel): the last launch's node times, summed by op: a
+ * node's time on the step's critical path (its finish minus the previous node's), split into
+ * the wait (until the last block with work in it is past its wait) and the work after it. */
+static void trace_report(pk_state *s, const pk_shape *ps) {
+    int32_t n = ps->n_prog;
+    size_t nt = 2 * (size_t)n + 9;
+    uint64_t *t = calloc(nt, sizeof(*t));
+    if (!t || cuCtxSynchronize() != CUDA_SUCCESS ||
+        cuMemcpyDtoH(t, ps->stamps, nt * sizeof(*t)) != CUDA_SUCCESS || !t[n]) {
+        free(t);
+        return;
+    }
+    enum { NOPS = 32 };
+    double sum[NOPS] = {0}, wait[NOPS] = {0};
+    int cnt[NOPS] = {0};
+    uint64_t prev = t[n];
+    for (int32_t i = 0; i < n; i++) {
+        int op = ps->ops[i] > 0 && ps->ops[i] < NOPS ? ps->ops[i] : 0;
+        uint64_t ready = t[n + 1 + i];
+        if (t[i] > prev) sum[op] += (double)(t[i] - prev) / 1000.0;
+        if (ready > prev && ready <= t[i]) wait[op] += (double)(ready - prev) / 1000.0;
+        cnt[op]++;
+        if (t[i] > prev) prev = t[i];
+    }
+    s->core.host->log(WEFT_LOG_INFO, NAME,
+                      "trace of the last streaming step: %.1f us from start to the last node",
+                      (double)(prev - t[n]) / 1000.0);
+    /* cycles by activity, summed over blocks and launches: per block and step, in us at the
+     * SM clock the device reports */
+    const uint64_t *acc = t + 2 * (size_t)n + 1;
+    int khz = 0;
+    CUdevice dev;
+    if (acc[7] && cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
+        cuDeviceGetAttribute(&khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev) == CUDA_SUCCESS && khz > 0) {
+        double per = 1000.0 / khz / (double)acc[7] / ps->grid;
+        s->core.host->log(WEFT_LOG_INFO, NAME,
+                          "trace per block and step (us at %d MHz, %llu steps): consumers %.1f = "
+                          "node waits %.1f + chunk waits %.1f + products %.1f + other nodes "
+                          "%.1f; producer %.1f, of which waiting for ring space %.1f",
+                          khz / 1000, (unsigned long long)acc[7], acc[4] * per, acc[0] * per,
+                          acc[1] * per, acc[2] * per, acc[3] * per, acc[5] * per, acc[6] * per);
+    }
+    for (int op = 0; op < NOPS; op++) {
+        if (!cnt[op]) continue;
+        const char *name = "?";
+        for (size_t k = 0; k < sizeof(pk_kernels) / sizeof(pk_kernels[0]); k++)
+            if (pk_kernels[k].op == op) name = pk_kernels[k].name;
+        s->core.host->log(WEFT_LOG_INFO, NAME,
+                          "trace: %-24s %4d nodes %9.1f us (%.2f us each, of which %.2f waiting)",
+                          name, cnt[op], sum[op], sum[op] / cnt[op], wait[op] / cnt[op]);
+    }
+    free(t);
+}
+
 static void pk_drop(void *self, cg_shape *sh) {
-    (void)self;
+    pk_state *s = self;
     pk_shape *ps = sh->ext;
     if (!ps) return;
+    if (ps->stamps && s && s->core.host->log) trace_report(s, ps);
     if (ps->prog) cuMemFree(ps->prog);
     if (ps->done) cuMemFree(ps->done);
+    if (ps->stamps) cuMemFree(ps->stamps);
+    free(ps->ops);
     free(ps);
     sh->ext = NULL;
 }
@@ -386,6 +620,8 @@ static weft_status pk_create(const weft_host_services *host, const weft_options 
     s->prefetch = weft_sdk_option_bool(opts, "prefetch", 1);
     s->prefetch_bytes = (uint64_t)pkb << 10;
     s->blocks_per_sm = (int)bps;
+    s->stream = weft_sdk_option_bool(opts, "stream", 1);
+    s->trace = weft_sdk_option_bool(opts, "trace", 0);
     *st = s;
     return WEFT_OK;
 }

@@ -24,7 +24,7 @@ enum {
     PK_EMBED = 1, PK_RMSNORM, PK_ADD_RMSNORM, PK_ROPE, PK_KV_STORE, PK_ATTENTION, PK_SWIGLU,
     PK_ADD, PK_SCALE, PK_ACTIVATION, PK_GATHER_ROWS, PK_SLICE_COLS, PK_TO_F32, PK_FROM_F32,
     PK_BIAS_ADD, PK_SPLIT_COLS, PK_QKV_ROPE, PK_GEMV_1, PK_GEMV_SWIGLU_1, PK_ATTENTION_SPLIT,
-    PK_ATTENTION_COMBINE
+    PK_ATTENTION_COMBINE, PK_ROPE_ATTENTION
 };
 
 /* Thread counts a node may have: 'n' = a norm (any multiple of 32 up to 256, or 512 / 1024,
@@ -59,6 +59,7 @@ static const pk_kernel pk_kernels[] = {
     {"weft_gemv_swiglu_1", PK_GEMV_SWIGLU_1, "ppppiiii", 256},
     {"weft_attention_split", PK_ATTENTION_SPLIT, "ppppppiiiiiifi", 0},
     {"weft_attention_combine", PK_ATTENTION_COMBINE, "ppiiii", 0},
+    {"weft_rope_attention", PK_ROPE_ATTENTION, "pppppppppppppiiiiifiiifi", 256},
 };
 
 static inline const pk_kernel *pk_kernel_find(const char *name) {

@@ -25,6 +25,8 @@
 #                                        several budgets (WEFT_PREFETCH_BUDGETS)
 #   tools/scripts/gpu-check.sh issue8    batch-1 techniques: GPU tests, decode of fast-cuda-all and
 #                                        of it without each of WEFT_ABLATE, in-graph traces
+#   tools/scripts/gpu-check.sh mega      exec.persistent's streaming kernel: GPU test, decode
+#                                        beside fast-cuda-all, node trace (WEFT_MEGA_* knobs)
 #   tools/scripts/gpu-check.sh prefill   long prompts: tensor-core prefill on/off, the prefix
 #                                        cache's follow-up TTFT, chunked prefill's arrival KPI
 # Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
@@ -47,7 +49,7 @@ run() { # name, command...: runs, logs, records PASS/FAIL
   local name=$1; shift
   echo; echo "### $name: $*"
   local key
-  if "$@" >"$out/$name.log" 2>&1; then
+  if timeout "${WEFT_RUN_TIMEOUT:-900}" "$@" >"$out/$name.log" 2>&1; then
     key=$(grep -m1 -E 'tokens/s|aggregate|max relative|PASSED|SKIPPED' "$out/$name.log" | tr -s ' ' | cut -c1-110)
     note "PASS $name ${key}"
   else
@@ -316,6 +318,36 @@ issue8)
     [ "$cfg" = Qwen3-8B ] || trace_decode "trace_$cfg" manifests/fast-cuda-all.yaml "$cfg"
   done
   cp "$out"/cand/*.yaml "$out/" 2>/dev/null; rm -rf "$out/cand"
+  ;;
+mega)
+  # exec.persistent's streaming kernel (weft_megakernel): its GPU test (greedy tokens equal to
+  # baseline-cuda's), then batch-1 decode of fast-cuda-all and fast-cuda-persistent (plus
+  # WEFT_MEGA_EXTRA manifests) on WEFT_PROFILE_MODELS, and the kernel's node trace (time per op
+  # on the step's critical path) on each model
+  models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
+  synth_bf16 $models
+  for t in ${WEFT_MEGA_TESTS:-test_persistent}; do gpu_test "$t"; done
+  sed 's/exec\.persistent,/{name: exec.persistent, options: {trace: true}},/' \
+    manifests/fast-cuda-persistent.yaml > "$out/mega-trace.yaml"
+  for cfg in $models; do
+    for c in ${WEFT_MEGA_CANDIDATES:-manifests/fast-cuda-all.yaml manifests/fast-cuda-persistent.yaml} \
+        ${WEFT_MEGA_EXTRA:-}; do
+      bench_batch1 "bench_$(basename "$c" .yaml)_$cfg" "$c" "$cfg"
+    done
+    run "mtrace_$cfg" env WEFT_LOG=info weft bench decode --candidate "$out/mega-trace.yaml" --model "$M/$cfg-bf16" \
+      --prompt 128 --gen 64 --repeats 1
+    grep -E "exec.persistent\] (trace|step of)" "$out/mtrace_$cfg.log" | cut -c1-160
+  done
+  # WEFT_MEGA_NCU=1: ncu's warp stall reasons and source hot spots of one launch of the kernel
+  if [ "${WEFT_MEGA_NCU:-0}" = 1 ]; then
+    cfg=${models%% *}
+    run "ncu_mega_$cfg" ncu --clock-control none --kernel-name weft_megakernel --launch-skip 8 \
+      --launch-count 1 --section WarpStateStats --section SourceCounters \
+      --section MemoryWorkloadAnalysis --section SpeedOfLight \
+      weft bench decode --candidate manifests/fast-cuda-persistent.yaml --model "$M/$cfg-bf16" \
+      --prompt 128 --gen 16 --repeats 1
+    sed -n '/weft_megakernel/,$p' "$out/ncu_mega_$cfg.log" | cut -c1-150 | head -150
+  fi
   ;;
 verify)
   # every GPU unit test with the synthetic models, then the headline figures of both issues

@@ -126,17 +126,17 @@ template <int K> __device__ float block_sum(const float *v, int nt) {
 // the global timer into a ring once past the wait: a kernel passes its wait when the kernel
 // before it has completed, so consecutive stamps give each kernel's time on the critical path
 // of the stream or replayed graph (cuda_backend.c prints them when the backend closes).
+__device__ __forceinline__ unsigned long long globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 #ifdef WEFT_TRACE
 #define WEFT_TRACE_RING 16384
 extern "C" __device__ unsigned long long weft_trace_ring[WEFT_TRACE_RING];
 extern "C" __device__ unsigned weft_trace_count;
 __device__ unsigned long long weft_trace_ring[WEFT_TRACE_RING];
 __device__ unsigned weft_trace_count;
-__device__ __forceinline__ unsigned long long globaltimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 #endif
 __device__ __forceinline__ void trace_mark() {
 #ifdef WEFT_TRACE
@@ -1051,8 +1051,7 @@ extern "C" __global__ void weft_attention_combine(const float *part, act *o, int
 // derives the number of non-empty splits from p the same way and empty ones exit at once.
 // Shared memory: the split block's, then X ((ATS_MAXG + 1) * hd: raw q heads and the k head)
 // and rs (ATS_MAXG + 1 norm factors, padded to 12). Launched only by cuda_ops.c
-// op_rope_attention (the persistent kernel does not know it: exec.persistent replays the CUDA
-// graph of a step that has it).
+// op_rope_attention; the persistent kernels run its body as op PK_ROPE_ATTENTION.
 #define RA_SMEM_EXTRA(hd) ((ATS_MAXG + 1) * (hd) + 12)
 
 // One head's sum of squares as block_sum<1> adds it over nn threads (nn a multiple of 32, at
@@ -1070,13 +1069,12 @@ __device__ __forceinline__ float ra_head_sumsq(const float *x, int hd, int nn, i
     return warp_sum(mine);
 }
 
-extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
+__device__ __forceinline__ void rope_attention_body(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
-    int max_seq, int window, float scale, int S) {
+    int max_seq, int window, float scale, int S, int g, int s, int nt) {
     __shared__ int ra_last;
-    const int nt = blockDim.x, g = blockIdx.y, s = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
     const int G = Hq / Hkv;
     const unsigned inv = STAGE_LAUNCH(); // stage trace (trace builds): this launch's slot
@@ -1248,6 +1246,16 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     if (g == 0) STAGE_NEXT();
 }
 
+extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
+    const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
+    const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
+    unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
+    int max_seq, int window, float scale, int S) {
+    rope_attention_body(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part, counters, o,
+                        Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq, window, scale, S,
+                        blockIdx.y, blockIdx.z, blockDim.x);
+}
+
 #if WEFT_TA == WEFT_TW
 // ---- the persistent decode kernel (exec.persistent) ---------------------------------------
 // One cooperative launch runs a whole step: prog lists the step's kernels in stream order (read
@@ -1275,7 +1283,7 @@ enum {
     PK_EMBED = 1, PK_RMSNORM, PK_ADD_RMSNORM, PK_ROPE, PK_KV_STORE, PK_ATTENTION, PK_SWIGLU,
     PK_ADD, PK_SCALE, PK_ACTIVATION, PK_GATHER_ROWS, PK_SLICE_COLS, PK_TO_F32, PK_FROM_F32,
     PK_BIAS_ADD, PK_SPLIT_COLS, PK_QKV_ROPE, PK_GEMV_1, PK_GEMV_SWIGLU_1, PK_ATTENTION_SPLIT,
-    PK_ATTENTION_COMBINE
+    PK_ATTENTION_COMBINE, PK_ROPE_ATTENTION
 };
 // The weights' element size, read by the host to size the L2 prefetch ranges.
 extern "C" __device__ unsigned weft_persistent_wsize = sizeof(wgt);
@@ -1307,7 +1315,7 @@ __device__ __forceinline__ void pk_prefetch(unsigned long long p, unsigned long 
 
 // Runs virtual block vb of node nd with the node's thread count (threads past it skip; the
 // norms over 512 or 1024 threads run on 256 with 2 or 4 virtual threads each).
-__device__ __forceinline__ void pk_run(const pk_node &nd, int vb) {
+__device__ __noinline__ void pk_run(const pk_node &nd, int vb) {
     const int nt = nd.nt, tid = threadIdx.x;
     if (tid >= (nt < PK_THREADS ? nt : PK_THREADS)) return;
     const int bx = vb % nd.gx, rest = vb / nd.gx, by = rest % nd.gy, bz = rest / nd.gy;
@@ -1398,6 +1406,14 @@ __device__ __forceinline__ void pk_run(const pk_node &nd, int vb) {
         attention_combine_body(PP(const float *, 0), PP(act *, 1), PI(2), PI(3), PI(4), PI(5), bx,
                                by, nt);
         break;
+    case PK_ROPE_ATTENTION:
+        rope_attention_body(PP(const act *, 0), PP(const act *, 1), PP(const act *, 2),
+                            PP(const wgt *, 3), PP(const wgt *, 4), PP(const int *, 5),
+                            PP(const float *, 6), PP(const int *, 7), PP(act *, 8), PP(act *, 9),
+                            PP(float *, 10), PP(unsigned *, 11), PP(act *, 12), PI(13), PI(14),
+                            PI(15), PI(16), PI(17), PF(18), PI(19), PI(20), PI(21), PF(22), PI(23),
+                            by, bz, nt);
+        break;
     default: break;
     }
 }
@@ -1443,6 +1459,363 @@ extern "C" __global__ void __launch_bounds__(PK_THREADS, PK_MIN_BLOCKS)
             atomicAdd(done + i, cnt);
         }
     }
+}
+
+// ---- the streaming persistent decode kernel (exec.persistent, option stream; sm_90) ----------
+// The same program as weft_persistent, run by one block per SM of MK_THREADS threads: warps
+// 0-7 (256 consumer threads) walk the nodes exactly as weft_persistent's blocks do, and warp 8
+// is a producer that streams every weight row this block will multiply, in program order, into
+// a ring of shared memory with bulk copies (cp.async.bulk, completion on an mbarrier per chunk).
+// Weights are never written by a kernel, so the producer never waits for a node: it runs ahead
+// across norms, attention and node waits as far as the ring allows, and a product's rows are
+// already in shared memory when its input is ready. A chunk is one virtual block of a GEMV node
+// (8 / S rows; for gate|up + SwiGLU the gate rows then the up rows), the rows the standalone
+// kernel's block bx = vb reads, and the consumers reduce them in gemv_row's order (each lane
+// its vectors s*32 + lane + k*S*32 in ascending order, elements in ascending order, then the
+// warp's butterfly, then the splits in ascending order), so every output has the standalone
+// kernel's bits. Chunks are consumed in the order they were issued; the consumers count them
+// (mk_ctl.consumed), which frees their ring bytes and their mbarrier for the producer.
+// stamps (optional, the technique's option trace): each node's finish time (globaltimer, the
+// latest block) in stamps[i], the kernel's start in stamps[n], and the time the last block with
+// work in node i was past its wait in stamps[n + 1 + i]; stamps[2n + 1 ...] sum the consumers'
+// and the producer's cycles over every block and launch: node waits, chunk waits, products,
+// other nodes, consumers in all, producer in all, producer waiting for space, launches.
+// 9 warps: the register file of a sub-partition (16K) then allows 168 registers a thread.
+#define MK_CONS 256
+#define MK_THREADS (MK_CONS + 32)
+#define MK_NBAR 32
+struct mk_ctl {
+    unsigned long long full[MK_NBAR]; // one mbarrier per chunk in flight
+    unsigned off[MK_NBAR];            // each chunk's offset in the ring
+    unsigned end[MK_NBAR];            // each chunk's end, as a position that only grows
+    volatile unsigned consumed;       // chunks the consumers are done with
+    long long p_space;                // trace: cycles the producer waited for ring space
+};
+// the consumers' barrier (warps 0-7); bodies use barrier 1 over their own thread counts
+__device__ __forceinline__ void mk_csync() { asm volatile("bar.sync 2, 256;" ::: "memory"); }
+__device__ __forceinline__ unsigned mk_saddr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mk_wait_full(unsigned bar, unsigned parity) {
+#if __CUDA_ARCH__ >= 900
+    unsigned ok = 0;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!ok);
+#endif
+}
+// GEMV node geometry from its arguments: weights (w0, w1 for gate|up), rows N, columns K, split S
+__device__ __forceinline__ void mk_gemv_shape(const pk_node &nd, const wgt *&w0, const wgt *&w1,
+                                              int &N, int &K, int &S) {
+    if (nd.op == PK_GEMV_1) { // x, w, bias, y, out_f32, T, N, K, S
+        w0 = (const wgt *)nd.a[1];
+        w1 = nullptr;
+        N = (int)nd.a[6];
+        K = (int)nd.a[7];
+        S = (int)nd.a[8];
+    } else { // x, wg, wu, y, T, F, K, S
+        w0 = (const wgt *)nd.a[1];
+        w1 = (const wgt *)nd.a[2];
+        N = (int)nd.a[5];
+        K = (int)nd.a[6];
+        S = (int)nd.a[7];
+    }
+}
+
+// The producer (one lane): every chunk of this block, in program order.
+__device__ __forceinline__ void mk_produce(const pk_node *prog, int n, int pb, int P, mk_ctl *ctl,
+                                           unsigned char *ring, unsigned RB) {
+#if __CUDA_ARCH__ >= 900
+    unsigned c = 0, head = 0;
+    for (int i = 0; i < n; i++) {
+        const pk_node &nd = prog[i];
+        if (nd.op != PK_GEMV_1 && nd.op != PK_GEMV_SWIGLU_1) continue;
+        const wgt *w0, *w1;
+        int N, K, S;
+        mk_gemv_shape(nd, w0, w1, N, K, S);
+        const int R = GEMV_THREADS / 32 / S, nvb = nd.nvb;
+        const unsigned rowb = (unsigned)K * (unsigned)sizeof(wgt);
+        for (int vb = pb; vb < nvb; vb += P) {
+            int r0 = vb * R, rows = N - r0 < R ? N - r0 : R;
+            if (rows < 0) rows = 0;
+            const unsigned part = (unsigned)rows * rowb, bytes = w1 ? 2 * part : part;
+            const long long t0 = clock64();
+            while (c - ctl->consumed >= MK_NBAR) {
+            }
+            unsigned pos = head, off = pos % RB;
+            if (off + bytes > RB) {
+                pos += RB - off;
+                off = 0;
+            }
+            for (;;) { // every chunk before the last consumed one's end is free
+                unsigned cons = ctl->consumed;
+                unsigned freed = cons ? ctl->end[(cons - 1) % MK_NBAR] : 0u;
+                if (pos + bytes - freed <= RB) break;
+            }
+            ctl->p_space += clock64() - t0;
+            const unsigned b = c % MK_NBAR, bar = mk_saddr(&ctl->full[b]);
+            ctl->off[b] = off;
+            ctl->end[b] = pos + bytes;
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                         "r"(bytes)
+                         : "memory");
+            if (part) {
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                             "[%0], [%1], %2, [%3];" ::"r"(mk_saddr(ring + off)),
+                             "l"(w0 + (long)r0 * K), "r"(part), "r"(bar)
+                             : "memory");
+                if (w1)
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+                                 "bytes [%0], [%1], %2, [%3];" ::"r"(mk_saddr(ring + off + part)),
+                                 "l"(w1 + (long)r0 * K), "r"(part), "r"(bar)
+                                 : "memory");
+            }
+            head = pos + bytes;
+            c++;
+        }
+    }
+#endif
+}
+
+// Virtual block vb of a GEMV node from its chunk in shared memory and x staged in xs:
+// gemv_plain / gemv_swiglu at one row with gemv_row's reduction order (the loads of four
+// vectors are issued before their FMAs, which run in ascending vector order as there).
+template <int NW>
+__device__ __forceinline__ void mk_gemv(const pk_node &nd, int vb, const unsigned char *chunk,
+                                        const act *xs) {
+    __shared__ float red[GEMV_THREADS / 32][2];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const wgt *w0, *w1;
+    int N, K, S;
+    mk_gemv_shape(nd, w0, w1, N, K, S);
+    const int R = GEMV_THREADS / 32 / S, s = warp % S, n = vb * R + warp / S;
+    const int nv = K / GEMV_VEC, stride = S * 32;
+    const int rows = N - vb * R < R ? N - vb * R : R;
+    const unsigned rowb = (unsigned)K * (unsigned)sizeof(wgt), part = (unsigned)rows * rowb;
+    float acc[NW];
+#pragma unroll
+    for (int r = 0; r < NW; r++) acc[r] = 0.f;
+    if (n < N) {
+        const uint4 *wr[NW];
+#pragma unroll
+        for (int r = 0; r < NW; r++)
+            wr[r] = (const uint4 *)(chunk + r * part + (unsigned)(warp / S) * rowb);
+        const uint4 *xv = (const uint4 *)xs;
+        #pragma unroll 1
+        for (int v0 = s * 32 + lane; v0 < nv; v0 += 4 * stride) {
+            uint4 xq[4], wq[4][NW];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (v0 + j * stride < nv) {
+                    xq[j] = xv[v0 + j * stride];
+#pragma unroll
+                    for (int r = 0; r < NW; r++) wq[j][r] = wr[r][v0 + j * stride];
+                }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (v0 + j * stride >= nv) break;
+                float xf[GEMV_VEC], wf[GEMV_VEC];
+                unpack16(xq[j], xf);
+#pragma unroll
+                for (int r = 0; r < NW; r++) {
+                    unpack16(wq[j][r], wf);
+#pragma unroll
+                    for (int e = 0; e < GEMV_VEC; e++) acc[r] = fmaf(xf[e], wf[e], acc[r]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NW; r++) acc[r] = warp_sum(acc[r]);
+    if (S > 1) {
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < NW; r++) red[warp][r] = acc[r];
+        bsync(GEMV_THREADS);
+        if (s == 0)
+#pragma unroll
+            for (int r = 0; r < NW; r++) {
+                float t = red[warp][r];
+                for (int j = 1; j < S; j++) t += red[warp + j][r];
+                acc[r] = t;
+            }
+    }
+    if (n >= N || s != 0 || lane != 0) return;
+    if (NW == 1) {
+        const wgt *bias = (const wgt *)nd.a[2];
+        void *y = (void *)nd.a[3];
+        float bb = bias ? W::ld(bias, n) : 0.f;
+        float v = acc[0] + bb;
+        if ((int)nd.a[4]) ((float *)y)[n] = v;
+        else A::st((act *)y, n, v);
+    } else {
+        float gg = A::round(acc[0]), uu = A::round(acc[NW - 1]);
+        float sg = A::round(gg / (1.f + __expf(-gg)));
+        A::st((act *)nd.a[3], n, sg * uu);
+    }
+}
+
+// A one-row norm folded into the product after it (the host sets that product's `reserved` to
+// the norm's index + 1 and takes the norm out of the program): every block computes it into
+// xs itself, with add_rmsnorm_body's / rmsnorm_body's arithmetic at the norm's own thread count
+// nt (K virtual threads per consumer), so xs holds the bits the norm would have stored; block
+// 0 also stores r (add_rmsnorm) and y for the nodes after the product. vs: D floats.
+template <int K>
+__device__ __noinline__ void mk_norm(const pk_node &nm, act *xs, float *vs, bool glob) {
+    const bool add = nm.op == PK_ADD_RMSNORM;
+    // add_rmsnorm: x, res, w, y, r, T, D, eps; rmsnorm: x, w, y, T, cols, group, eps
+    const act *x = (const act *)nm.a[0], *res = add ? (const act *)nm.a[1] : nullptr;
+    const wgt *w = (const wgt *)nm.a[add ? 2 : 1];
+    act *y = (act *)nm.a[add ? 3 : 2], *r = add ? (act *)nm.a[4] : nullptr;
+    const int D = (int)nm.a[add ? 6 : 4];
+    const float eps = __int_as_float((int)nm.a[add ? 7 : 6]);
+    const int nt = nm.nt, np = nt / K;
+    if ((int)threadIdx.x >= np) return;
+    float ss[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        ss[k] = 0.f;
+        #pragma unroll 1
+        for (int i = threadIdx.x + k * np; i < D; i += nt) {
+            float v = add ? A::round(A::ld(x, i) + A::ld(res, i)) : A::ld(x, i);
+            if (add && glob) A::st(r, i, v);
+            vs[i] = v;
+            ss[k] = fmaf(v, v, ss[k]);
+        }
+    }
+    float rs = rsqrtf(block_sum<K>(ss, nt) / D + eps);
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < D; i += np) {
+        float o = W::ld(w, i) * A::round(vs[i] * rs);
+        A::st(xs, i, o);
+        if (glob) A::st(y, i, o);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
+    weft_megakernel(const pk_node *prog, int n, unsigned *done, unsigned epoch, unsigned ring_off,
+                    unsigned ring_bytes, unsigned vs_off, unsigned long long *stamps) {
+    __shared__ pk_node nd, nm;
+    __shared__ mk_ctl ctl;
+    extern __shared__ __align__(128) unsigned char mk_dyn[];
+    unsigned char *ring = mk_dyn + ring_off;
+    act *xs = (act *)mk_dyn;               // a product's x (the attention bodies' area otherwise)
+    float *vs = (float *)(mk_dyn + vs_off); // a folded norm's row
+    const int P = gridDim.x, pb = blockIdx.x, tid = threadIdx.x;
+#if __CUDA_ARCH__ >= 900
+    if (tid == 0) {
+        for (int b = 0; b < MK_NBAR; b++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mk_saddr(&ctl.full[b]))
+                         : "memory");
+        ctl.consumed = 0;
+        ctl.p_space = 0;
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        if (stamps && pb == 0) stamps[n] = globaltimer();
+    }
+    __syncthreads();
+    if (tid >= MK_CONS) {
+        if (tid == MK_CONS) {
+            const long long t0 = clock64();
+            mk_produce(prog, n, pb, P, &ctl, ring, ring_bytes);
+            if (stamps) {
+                unsigned long long *acc = stamps + 2 * n + 1;
+                atomicAdd(acc + 5, (unsigned long long)(clock64() - t0));
+                atomicAdd(acc + 6, (unsigned long long)ctl.p_space);
+            }
+        }
+        return;
+    }
+    unsigned cc = 0; // chunks consumed
+    long long c_dep = 0, c_full = 0, c_gemv = 0, c_body = 0, t_all = clock64();
+    for (int i = 0; i < n; i++) {
+        mk_csync(); // every consumer is done with the previous node's copy
+        if (tid < (int)(sizeof(pk_node) / 8))
+            ((unsigned long long *)&nd)[tid] = ((const unsigned long long *)(prog + i))[tid];
+        mk_csync();
+        if (pb >= nd.nvb) continue;
+        if (nd.reserved) { // the folded norm's arguments
+            if (tid < (int)(sizeof(pk_node) / 8))
+                ((unsigned long long *)&nm)[tid] =
+                    ((const unsigned long long *)(prog + nd.reserved - 1))[tid];
+            mk_csync();
+        }
+        long long t0 = clock64();
+        if (nd.wait >= 0) {
+            if (tid == 0) {
+                const unsigned target = epoch * nd.wait_nvb;
+                unsigned v;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                                 : "=r"(v)
+                                 : "l"(done + nd.wait)
+                                 : "memory");
+                } while ((int)(v - target) < 0);
+                __threadfence();
+            }
+            mk_csync();
+        }
+        if (stamps && tid == 0) atomicMax(stamps + n + 1 + i, globaltimer());
+        long long t1 = clock64();
+        c_dep += t1 - t0;
+        unsigned cnt = 0;
+        const bool gemv = nd.op == PK_GEMV_1 || nd.op == PK_GEMV_SWIGLU_1;
+        if (gemv) { // x into xs: the folded norm, or the product's input
+            if (nd.reserved) {
+                const bool glob = pb == 0;
+                if (nm.nt <= MK_CONS) mk_norm<1>(nm, xs, vs, glob);
+                else if (nm.nt == 2 * MK_CONS) mk_norm<2>(nm, xs, vs, glob);
+                else mk_norm<4>(nm, xs, vs, glob);
+            } else {
+                const int K = (int)nd.a[nd.op == PK_GEMV_1 ? 7 : 6];
+                const uint4 *src = (const uint4 *)nd.a[0];
+                #pragma unroll 1
+                for (int v = tid; v < K / GEMV_VEC; v += MK_CONS) ((uint4 *)xs)[v] = src[v];
+            }
+            mk_csync();
+        }
+        for (int vb = pb; vb < nd.nvb; vb += P) {
+            if (gemv) {
+                const unsigned b = cc % MK_NBAR;
+                mk_wait_full(mk_saddr(&ctl.full[b]), (cc / MK_NBAR) & 1);
+                long long t2 = clock64();
+                c_full += t2 - t1;
+                if (nd.op == PK_GEMV_1) mk_gemv<1>(nd, vb, ring + ctl.off[b], xs);
+                else mk_gemv<2>(nd, vb, ring + ctl.off[b], xs);
+                mk_csync(); // the chunk and red[] are free again
+                if (tid == 0) ctl.consumed = cc + 1;
+                cc++;
+                t1 = clock64();
+                c_gemv += t1 - t2;
+            } else {
+                if (cnt) mk_csync(); // the bodies' shared memory is free again
+                pk_run(nd, vb);
+            }
+            cnt++;
+        }
+        if (!gemv) c_body += clock64() - t1;
+        mk_csync();
+        if (tid == 0) {
+            __threadfence();
+            atomicAdd(done + i, cnt);
+            if (stamps) atomicMax(stamps + i, globaltimer());
+        }
+    }
+    if (stamps && tid == 0) { // trace: where the consumers' cycles went, summed over blocks
+        unsigned long long *acc = stamps + 2 * n + 1;
+        atomicAdd(acc + 0, (unsigned long long)c_dep);
+        atomicAdd(acc + 1, (unsigned long long)c_full);
+        atomicAdd(acc + 2, (unsigned long long)c_gemv);
+        atomicAdd(acc + 3, (unsigned long long)c_body);
+        atomicAdd(acc + 4, (unsigned long long)(clock64() - t_all));
+        if (pb == 0) atomicAdd(acc + 7, 1ull);
+    }
+#else
+    if (n < 0 && tid == 0) done[0] = ring_off + ring_bytes + vs_off + (stamps ? 1u : 0u) + epoch;
+#endif
 }
 #endif
 
