@@ -418,8 +418,8 @@ alloc:;
         cuMemAlloc(&ddone, n * sizeof(uint32_t)) != CUDA_SUCCESS ||
         cuMemcpyHtoD(dprog, prog, n * sizeof(pk_node)) != CUDA_SUCCESS ||
         cuMemsetD32(ddone, 0, n) != CUDA_SUCCESS ||
-        (want_stamps && (cuMemAlloc(&dstamps, (2 * n + 9) * sizeof(uint64_t)) != CUDA_SUCCESS ||
-                         cuMemsetD32(dstamps, 0, 2 * (2 * n + 9)) != CUDA_SUCCESS))) {
+        (want_stamps && (cuMemAlloc(&dstamps, (2 * n + 1) * sizeof(uint64_t)) != CUDA_SUCCESS ||
+                         cuMemsetD32(dstamps, 0, 2 * (2 * n + 1)) != CUDA_SUCCESS))) {
         if (dprog) cuMemFree(dprog);
         if (ddone) cuMemFree(ddone);
         if (dstamps) cuMemFree(dstamps);
@@ -533,7 +533,7 @@ static weft_status pk_run(void *self, cg_shape *sh, weft_exec_ctx *ctx, int *ran
  * the wait (until the last block with work in it is past its wait) and the work after it. */
 static void trace_report(pk_state *s, const pk_shape *ps) {
     int32_t n = ps->n_prog;
-    size_t nt = 2 * (size_t)n + 9;
+    size_t nt = 2 * (size_t)n + 1;
     uint64_t *t = calloc(nt, sizeof(*t));
     if (!t || cuCtxSynchronize() != CUDA_SUCCESS ||
         cuMemcpyDtoH(t, ps->stamps, nt * sizeof(*t)) != CUDA_SUCCESS || !t[n]) {
@@ -555,21 +555,6 @@ static void trace_report(pk_state *s, const pk_shape *ps) {
     s->core.host->log(WEFT_LOG_INFO, NAME,
                       "trace of the last streaming step: %.1f us from start to the last node",
                       (double)(prev - t[n]) / 1000.0);
-    /* cycles by activity, summed over blocks and launches: per block and step, in us at the
-     * SM clock the device reports */
-    const uint64_t *acc = t + 2 * (size_t)n + 1;
-    int khz = 0;
-    CUdevice dev;
-    if (acc[7] && cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
-        cuDeviceGetAttribute(&khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev) == CUDA_SUCCESS && khz > 0) {
-        double per = 1000.0 / khz / (double)acc[7] / ps->grid;
-        s->core.host->log(WEFT_LOG_INFO, NAME,
-                          "trace per block and step (us at %d MHz, %llu steps): consumers %.1f = "
-                          "node waits %.1f + chunk waits %.1f + products %.1f + other nodes "
-                          "%.1f; producer %.1f, of which waiting for ring space %.1f",
-                          khz / 1000, (unsigned long long)acc[7], acc[4] * per, acc[0] * per,
-                          acc[1] * per, acc[2] * per, acc[3] * per, acc[5] * per, acc[6] * per);
-    }
     for (int op = 0; op < NOPS; op++) {
         if (!cnt[op]) continue;
         const char *name = "?";

@@ -1,0 +1,161 @@
+/* cuda_mk_bench: how fast exec.persistent's streaming kernel (core.cu weft_megakernel) moves a
+ * product's weights, without the rest of a decode step. A program of R GEMV nodes of one decode
+ * shape, each reading its own copy of the weights from a 2 GiB pool (so every node reads HBM),
+ * runs as one launch of 132 (one per SM) blocks, the weight ring sized as the technique sizes
+ * it; printed: microseconds per node and GB/s, with the nodes independent ("free": the
+ * producer streams and the consumers multiply with no node waits) and chained as a decode step
+ * chains them ("chain": each node waits for the one before), and
+ * ("no-math": free, the consumers only wait for each chunk and release it: the stream alone).
+ *   cuda_mk_bench [shapes: a name part | all] [R]
+ * Built with the backend's own sources (internal API), as cuda_gemv_bench. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../../techniques/exec.persistent/persistent_prog.h"
+#include "../cuda_internal.h"
+
+extern weft_status weft_plugin_negotiate(uint32_t, uint32_t, uint32_t *,
+                                         const weft_plugin_descriptor **, weft_error *);
+
+#define CKB(x)                                                                                     \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            fprintf(stderr, "%s failed: %d (line %d)\n", #x, (int)r_, __LINE__);                   \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define TRYB(x)                                                                                    \
+    do {                                                                                           \
+        weft_status s_ = (x);                                                                      \
+        if (s_) {                                                                                  \
+            fprintf(stderr, "%s failed: %s\n", #x, err.message);                                   \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static weft_error err = {.size = sizeof(weft_error)};
+
+typedef struct shape {
+    const char *name;
+    int N, K, swiglu;
+} shape;
+
+static const shape shapes[] = {
+    {"qwen06b.qkv", 4096, 1024, 0},  {"qwen06b.o", 1024, 2048, 0},
+    {"qwen06b.gate|up", 3072, 1024, 1}, {"qwen06b.down", 1024, 3072, 0},
+    {"qwen06b.head", 151936, 1024, 0}, {"llama1b.qkv", 3072, 2048, 0},
+    {"llama1b.gate|up", 8192, 2048, 1}, {"llama1b.down", 2048, 8192, 0},
+    {"qwen8b.qkv", 6144, 4096, 0},   {"qwen8b.gate|up", 12288, 4096, 1},
+    {"qwen8b.down", 4096, 12288, 0},
+};
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    const char *sel = argc > 1 ? argv[1] : "all";
+    int R = argc > 2 ? atoi(argv[2]) : 32;
+    if (R < 1 || R > 4096) R = 32;
+    const weft_plugin_descriptor *d;
+    uint32_t chosen;
+    TRYB(weft_plugin_negotiate(1, 1, &chosen, &d, &err));
+    void *st;
+    TRYB(d->create(NULL, NULL, &st, &err));
+    cuda_backend *b = st;
+    CKB(cuCtxSetCurrent(b->ctx));
+    CUfunction mk, fill;
+    TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_megakernel", &mk, &err));
+    TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_fill_random", &fill, &err));
+    CUdevice dev;
+    int sms = 0, optin = 0, stat = 0;
+    CKB(cuCtxGetDevice(&dev));
+    CKB(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    CKB(cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+    CKB(cuFuncGetAttribute(&stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, mk));
+    const uint64_t pool_bytes = 2ull << 30;
+    CUdeviceptr pool, x, y, done, prog;
+    CKB(cuMemAlloc(&pool, pool_bytes));
+    CKB(cuMemAlloc(&x, 16384 * 2));
+    CKB(cuMemAlloc(&y, 151936ull * 2));
+    CKB(cuMemAlloc(&done, 4096 * 4));
+    CKB(cuMemAlloc(&prog, 4096 * sizeof(pk_node)));
+    long n = (long)(pool_bytes / 2);
+    unsigned long long seed = 1;
+    void *fa[] = {&pool, &n, &seed};
+    TRYB(cuda_launch(b, fill, "fill", 1024, 1, 256, fa, &err));
+    long nx = 16384;
+    void *fx[] = {&x, &nx, &seed};
+    TRYB(cuda_launch(b, fill, "fill", 16, 1, 256, fx, &err));
+    CUevent e0, e1;
+    CKB(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    printf("device %s, %d SMs, weft_megakernel: %d bytes of static shared memory\n", b->name, sms,
+           stat);
+    printf("%-16s %6s %5s %2s %6s | %9s %7s | %9s %7s | %9s %7s\n", "shape", "N", "K", "S",
+           "ringKB", "free us", "GB/s", "chain us", "GB/s", "no-math", "GB/s");
+    pk_node *h = calloc((size_t)R, sizeof(pk_node));
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const shape *s = &shapes[si];
+        if (strcmp(sel, "all") && !strstr(s->name, sel)) continue;
+        int S = cuda_gemv_split(s->K), rows = 8 / S;
+        uint64_t mbytes = (uint64_t)s->N * s->K * 2, wbytes = mbytes * (s->swiglu ? 2 : 1);
+        int copies = (int)(pool_bytes / wbytes);
+        uint32_t off = ((uint32_t)s->K * 2 + 127u) & ~127u;
+        uint32_t ring = ((uint32_t)(optin - stat - (int)off - 1024)) & ~127u;
+        uint32_t smem = off + ring, vs_off = off;
+        CKB(cuFuncSetAttribute(mk, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
+        double us[3];
+        for (int mode = 0; mode < 3; mode++) { /* free, chain, free without the arithmetic */
+            int chain = mode == 1;
+            for (int i = 0; i < R; i++) {
+                pk_node *nd = &h[i];
+                memset(nd, 0, sizeof(*nd));
+                CUdeviceptr w = pool + (uint64_t)(i % copies) * wbytes;
+                nd->nvb = (s->N + rows - 1) / rows;
+                nd->gx = nd->nvb;
+                nd->gy = mode == 2 ? -1 : 1;
+                nd->nt = 256;
+                nd->wait = chain && i ? i - 1 : -1;
+                nd->wait_nvb = chain && i ? (uint32_t)h[i - 1].nvb : 0;
+                if (!s->swiglu) { /* x, w, bias, y, out_f32, T, N, K, S */
+                    nd->op = PK_GEMV_1;
+                    uint64_t a[9] = {x, w, 0, y, 0, 1, (uint64_t)s->N, (uint64_t)s->K, (uint64_t)S};
+                    memcpy(nd->a, a, sizeof(a));
+                } else { /* x, wg, wu, y, T, F, K, S */
+                    nd->op = PK_GEMV_SWIGLU_1;
+                    uint64_t a[8] = {x, w, w + mbytes, y, 1, (uint64_t)s->N, (uint64_t)s->K,
+                                     (uint64_t)S};
+                    memcpy(nd->a, a, sizeof(a));
+                }
+            }
+            CKB(cuMemcpyHtoD(prog, h, (size_t)R * sizeof(pk_node)));
+            CKB(cuMemsetD32(done, 0, 4096));
+            double t[5];
+            unsigned epoch = 0;
+            for (int tr = -1; tr < 5; tr++) {
+                epoch++;
+                CUdeviceptr stamps = 0;
+                void *args[] = {&prog, &R, &done, &epoch, &off, &ring, &vs_off, &stamps};
+                CKB(cuEventRecord(e0, b->stream));
+                CKB(cuLaunchKernel(mk, (unsigned)sms, 1, 1, 288, 1, 1, smem, b->stream, args,
+                                   NULL));
+                CKB(cuEventRecord(e1, b->stream));
+                CKB(cuEventSynchronize(e1));
+                float ms;
+                CKB(cuEventElapsedTime(&ms, e0, e1));
+                if (tr >= 0) t[tr] = ms * 1e3 / R;
+            }
+            qsort(t, 5, sizeof(double), cmp_double);
+            us[mode] = t[2];
+        }
+        printf("%-16s %6d %5d %2d %6u | %9.2f %7.0f | %9.2f %7.0f | %9.2f %7.0f\n", s->name, s->N,
+               s->K, S, ring >> 10, us[0], wbytes / us[0] / 1e3, us[1], wbytes / us[1] / 1e3,
+               us[2], wbytes / us[2] / 1e3);
+    }
+    free(h);
+    return 0;
+}
