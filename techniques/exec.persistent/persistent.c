@@ -325,6 +325,11 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
             }
             memcpy(&nd->a[a], kp.kernelParams[a], sz);
         }
+        if (k->op == PK_ROPE_ATTENTION && ((uint32_t)nd->a[23] >> 16)) {
+            r = WHY("kernel %s (node %zu) merges through a thread-block cluster (fuse.rope-"
+                    "attention's merge: cluster), which a persistent block cannot", fname, i);
+            goto fail;
+        }
         uint64_t nvb = (uint64_t)kp.gridDimX * kp.gridDimY * kp.gridDimZ;
         if (nvb == 0 || nvb > 0x7fffffff) {
             r = WHY("kernel %s: grid of %llu blocks", fname, (unsigned long long)nvb);

@@ -24,6 +24,7 @@ typedef struct ra_state {
     const weft_host_services *host;
     uint32_t op, qkv_rope;
     uint32_t fused;
+    int cluster_merge; /* option merge: cluster (flag bit 2 of p.i[6]) */
 } ra_state;
 
 static weft_status ra_ids(ra_state *s, const weft_graph_service *gs, weft_error *err) {
@@ -36,11 +37,17 @@ static weft_status ra_ids(ra_state *s, const weft_graph_service *gs, weft_error 
 
 static weft_status ra_create(const weft_host_services *host, const weft_options *opts, void **st,
                              weft_error *err) {
-    (void)opts;
     ra_state *s = host && host->alloc ? host->alloc(sizeof(*s)) : NULL;
     if (!s) return weft_sdk_error(err, WEFT_ERR_NOMEM, NAME, "out of memory");
     memset(s, 0, sizeof(*s));
     s->host = host;
+    const char *merge = weft_sdk_option_string(opts, "merge", "atomic");
+    if (strcmp(merge, "atomic") && strcmp(merge, "cluster")) {
+        host->free(s);
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                              "option merge: expected atomic or cluster, found '%s'", merge);
+    }
+    s->cluster_merge = !strcmp(merge, "cluster");
     /* the ops' ids; a host without the graph service (plugins check) gets them at run */
     const weft_graph_service *gs =
         host->get_service ? host->get_service(host, WEFT_SERVICE_GRAPH, 1) : NULL;
@@ -116,7 +123,8 @@ static weft_status ra_run(void *st, const weft_model_config *cfg, const weft_gra
         n.op = s->op;
         n.layer = a->layer;
         n.p = f->p; /* i[0..5] and f[0..5] keep fuse.qkv_rope's meaning */
-        n.p.i[6] = (merged ? 1 : 0) | (norm ? 2 : 0) | (a->p.i[4] << 8);
+        n.p.i[6] = (merged ? 1 : 0) | (norm ? 2 : 0) | (s->cluster_merge ? 4 : 0) |
+                   (a->p.i[4] << 8);
         n.p.i[7] = a->p.i[0];
         n.p.f[6] = a->p.f[0];
         uint32_t k = 0;

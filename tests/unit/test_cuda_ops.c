@@ -868,12 +868,14 @@ static void test_pdl_chain(void **state) {
  * both whole caches must be the same bits (one row: the fused kernel; three rows: the unfused
  * kernels inside the op), and the output must match a double-precision attention over the
  * unfused q' and the cache. Consecutive steps check that the kernel's arrival counters are
- * back at zero for the next step. */
+ * back at zero for the next step. The cluster cases run the merge through distributed shared
+ * memory (option merge: cluster) against the same unfused nodes. */
 enum { RA_SLOTS = 2, RA_MAX_SEQ = 320, RA_SLOT = 1 };
 
 typedef struct ra_case {
     uint32_t dt;
     int Hq, Hkv, hd, norm, scaling, merged;
+    int cluster; /* option merge: cluster (the splits of a kv head merge through a cluster) */
 } ra_case;
 
 typedef struct ra_cache {
@@ -963,7 +965,7 @@ static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P,
     run_node(&a, (uint32_t)T, NULL, &ca->view);
     /* fused on cache b */
     weft_node r = {.op = op_ra, .p = rp};
-    r.p.i[6] = (cs->merged ? 1 : 0) | (cs->norm ? 2 : 0);
+    r.p.i[6] = (cs->merged ? 1 : 0) | (cs->norm ? 2 : 0) | (cs->cluster ? 4 : 0);
     r.p.i[7] = 0;
     n_in = 0;
     if (cs->merged) {
@@ -987,8 +989,8 @@ static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P,
     fetch(&o1, a1);
     fetch(&o2, a2);
     char what[160];
-    snprintf(what, sizeof(what), "rope_attention dt=%u Hq=%d Hkv=%d hd=%d T=%d pos=%d: o", dt, Hq,
-             Hkv, hd, T, P);
+    snprintf(what, sizeof(what), "rope_attention%s dt=%u Hq=%d Hkv=%d hd=%d T=%d pos=%d: o",
+             cs->cluster ? " (cluster merge)" : "", dt, Hq, Hkv, hd, T, P);
     expect_same(what, a2, a1, no);
     size_t nc = (size_t)RA_SLOTS * RA_MAX_SEQ * Hkv * hd;
     void *ra = malloc(nc * 4), *rb = malloc(nc * 4);
@@ -1079,6 +1081,10 @@ static void test_rope_attention(void **state) {
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1},
         {WEFT_DTYPE_F32, 32, 8, 64, 0, 1, 1},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 0},
+        /* the cluster merge (RA_MAX_SEQ 320: 5 splits, one cluster per kv head) */
+        {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 1},
+        {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1},
+        {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         check_rope_attention(&cases[i], op_ra);

@@ -90,6 +90,11 @@ weft_status cuda_check(CUresult r, const char *call, const char *what, weft_erro
 /* kernels (cuda_kernels.c) */
 weft_status cuda_kernel_get(cuda_backend *b, uint32_t ta, uint32_t tw, const char *name,
                             CUfunction *out, weft_error *err);
+/* cuda_launch_ex with the grid's z dimension cut into thread-block clusters of cz blocks
+ * (compute capability 9.0+; cz <= 8), and programmatic dependent launch where the option is on */
+weft_status cuda_launch_cluster(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
+                                unsigned gy, unsigned gz, unsigned block, unsigned smem,
+                                unsigned cz, void **args, weft_error *err);
 weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
                         unsigned gy, unsigned block, void **args, weft_error *err);
 /* The general launch: a (gx, gy, gz) grid, smem bytes of dynamic shared memory; with pdl (and

@@ -84,6 +84,40 @@ weft_status cuda_launch_ex(cuda_backend *b, CUfunction f, const char *name, unsi
     return WEFT_OK;
 }
 
+weft_status cuda_launch_cluster(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
+                                unsigned gy, unsigned gz, unsigned block, unsigned smem,
+                                unsigned cz, void **args, weft_error *err) {
+    if (gx == 0 || gy == 0 || gz == 0) return WEFT_OK;
+    CUlaunchAttribute attr[2];
+    memset(attr, 0, sizeof(attr));
+    attr[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr[0].value.clusterDim.x = 1;
+    attr[0].value.clusterDim.y = 1;
+    attr[0].value.clusterDim.z = cz;
+    attr[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr[1].value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg = {.gridDimX = gx,
+                          .gridDimY = gy,
+                          .gridDimZ = gz,
+                          .blockDimX = block,
+                          .blockDimY = 1,
+                          .blockDimZ = 1,
+                          .sharedMemBytes = smem,
+                          .hStream = b->stream,
+                          .attrs = attr,
+                          .numAttrs = b->pdl ? 2u : 1u};
+    if (b->trace) cuda_trace_launch(b, name);
+    CUresult r = cuLaunchKernelEx(&cfg, f, args, NULL);
+    if (r != CUDA_SUCCESS) {
+        char what[160];
+        snprintf(what, sizeof(what), "launching kernel %s (%ux%ux%u blocks of %u in clusters of "
+                 "%u%s)", name, gx, gy, gz, block, cz,
+                 cfg.numAttrs > 1 ? ", programmatic dependent launch" : "");
+        return cuda_check(r, "cuLaunchKernelEx", what, err);
+    }
+    return WEFT_OK;
+}
+
 weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
                         unsigned gy, unsigned block, void **args, weft_error *err) {
     return cuda_launch_ex(b, f, name, gx, gy, 1, block, 0, 1, args, err);

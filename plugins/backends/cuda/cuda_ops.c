@@ -850,14 +850,15 @@ static int32_t accepts_l2_prefetch(void *st, const weft_graph *g, const weft_nod
 /* fuse.rope_attention (techniques/fuse.rope-attention, whose README has the contract): a
  * fuse.qkv_rope node and the attention that alone reads its outputs. Params: i[0] = q heads,
  * i[1] = head_dim, i[2] = rotary dims, i[3] = layout, i[4] = rope scaling, f[0..4] = rope
- * (as ROPE's); i[5] = kv heads; i[6] = flags: bit 0 merged q|k|v input, bit 1 qk-norm, bits 8..
- * the sliding window (0 = none); i[7] = layer; f[5] = norm eps, f[6] = attention scale (0 =
- * 1/sqrt(head_dim)). Inputs: merged qkv, positions, kv_slots|NONE [, q_norm, k_norm]; separate
- * q, k, v, positions, kv_slots|NONE [, q_norm, k_norm]. Outputs: o, q', k' [, v' when merged]
+ * (as ROPE's); i[5] = kv heads; i[6] = flags: bit 0 merged q|k|v input, bit 1 qk-norm, bit 2
+ * merge through a thread-block cluster, bits 8.. the sliding window (0 = none); i[7] = layer;
+ * f[5] = norm eps, f[6] = attention scale (0 = 1/sqrt(head_dim)). Inputs: merged qkv,
+ * positions, kv_slots|NONE [, q_norm, k_norm]; separate q, k, v, positions, kv_slots|NONE
+ * [, q_norm, k_norm]. Outputs: o, q', k' [, v' when merged]
  * (the unfused path's intermediates). One row: weft_rope_attention, one kernel; more rows (or
  * shapes it does not take): weft_qkv_rope then the attention kernels, as the two nodes ran. */
 typedef struct ra_params {
-    int merged, has_norm, Hq, Hkv, hd, rot, layout, window, layer;
+    int merged, has_norm, cluster, Hq, Hkv, hd, rot, layout, window, layer;
     float eps, scale;
     uint32_t ipos, islots, inorm; /* input indices */
 } ra_params;
@@ -867,6 +868,7 @@ static void ra_decode(const weft_node *n, ra_params *r) {
     r->merged = (int)(flags & 1);
     r->has_norm = (int)((flags >> 1) & 1);
     r->window = (int)(flags >> 8);
+    r->cluster = (int)((flags >> 2) & 1);
     r->Hq = (int)n->p.i[0];
     r->hd = (int)n->p.i[1];
     r->rot = n->p.i[2] > 0 ? (int)n->p.i[2] : r->hd;
@@ -937,10 +939,17 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
            "raising the shared memory limit of weft_rope_attention");
         CUdeviceptr vs = r.merged ? rows.vs : vin;
         int nnorm = (int)norm_block(r.hd);
+        /* option merge: cluster: each kv head's S splits as one cluster (at most 8 blocks, the
+         * portable cluster size) merging through distributed shared memory; else the counter */
+        int cl = r.cluster && S <= 8 && b->cc_major >= 9;
+        int S_arg = S | (cl << 16); /* the kernel reads the cluster flag from bit 16 of S */
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
                         &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
                         &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,
-                        &r.eps,   &nnorm,   &max_seq, &r.window, &r.scale, &S};
+                        &r.eps,   &nnorm,   &max_seq, &r.window, &r.scale, &S_arg};
+        if (cl)
+            return cuda_launch_cluster(b, f, "weft_rope_attention", 1, (unsigned)r.Hkv,
+                                       (unsigned)S, ATS_THREADS, smem, (unsigned)S, args, err);
         return cuda_launch_ex(b, f, "weft_rope_attention", 1, (unsigned)r.Hkv, (unsigned)S,
                               ATS_THREADS, smem, 1, args, err);
     }
@@ -960,7 +969,7 @@ static int32_t accepts_rope_attention(void *st, const weft_graph *g, const weft_
     if (n->n_in != need_in || n->n_out != (r.merged ? 4u : 3u)) return 0;
     if (r.Hq <= 0 || r.Hkv <= 0 || r.Hq % r.Hkv || r.hd <= 0 || r.hd > 256 || r.hd % 2 ||
         r.rot > r.hd || r.rot % 2 || r.layout < 0 || r.layout > 1 || r.window < 0 ||
-        n->p.i[6] < 0 || (n->p.i[6] & 0xfc) || r.layer < 0)
+        n->p.i[6] < 0 || (n->p.i[6] & 0xf8) || r.layer < 0)
         return 0;
     for (uint32_t i = 0; i < need_in; i++)
         if (n->in[i] >= g->n_tensors && !(i == r.islots && n->in[i] == WEFT_TENSOR_NONE))

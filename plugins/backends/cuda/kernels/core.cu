@@ -1069,11 +1069,38 @@ __device__ __forceinline__ float ra_head_sumsq(const float *x, int hd, int nn, i
     return warp_sum(mine);
 }
 
+// Thread-block cluster helpers (sm_90; weft_rope_attention's cluster merge). cluster_sync: every
+// thread of every block of the cluster arrives (release) and waits (acquire), so shared memory
+// written before it is visible to the cluster after it. ld_cluster: a float of another block's
+// shared memory, at the address `local` has in this block (distributed shared memory).
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
+    float v = 0.f;
+#if __CUDA_ARCH__ >= 900
+    unsigned long long g = (unsigned long long)local;
+    asm volatile("{\n\t.reg .u64 t;\n\t.reg .u32 a, r;\n\tcvta.to.shared.u64 t, %1;\n\t"
+                 "cvt.u32.u64 a, t;\n\tmapa.shared::cluster.u32 r, a, %2;\n\t"
+                 "ld.shared::cluster.f32 %0, [r];\n\t}"
+                 : "=f"(v)
+                 : "l"(g), "r"(rank)
+                 : "memory");
+#endif
+    return v;
+}
+
+// S: the split count, with bit 16 set when the launch made each kv head's splits one
+// thread-block cluster (option merge: cluster; the persistent kernels never run that form).
 __device__ __forceinline__ void rope_attention_body(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
     int max_seq, int window, float scale, int S, int g, int s, int nt) {
+    const int cluster = S >> 16;
+    S &= 0xffff;
     __shared__ int ra_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
     const int G = Hq / Hkv;
@@ -1086,10 +1113,16 @@ __device__ __forceinline__ void rope_attention_body(
     // and V then stream in while the q|k|v projection finishes. Everything the predecessor
     // writes (the q, k, v rows) is read after the wait, and every exit waits first.
     const int p = pos[0], slot = slots[0];
+    // cluster (the launch made each kv head's S splits one thread-block cluster, rank = split):
+    // every block of it passes the two cluster barriers of the merge below, whatever it does
     if (p < 0 || p >= max_seq || slot < 0) { // no cache row to write or read: a zero output
         pdl_enter();
         if (s == 0)
             for (int i = threadIdx.x; i < G * hd; i += nt) A::st(o, (long)(g * G) * hd + i, 0.f);
+        if (cluster) {
+            cluster_sync();
+            cluster_sync();
+        }
         return;
     }
     const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
@@ -1100,6 +1133,10 @@ __device__ __forceinline__ void rope_attention_body(
     const int n = j1 - j0 + 1;
     if (n <= 0) { // not counted: the target is the number of non-empty splits
         pdl_enter();
+        if (cluster) {
+            cluster_sync();
+            cluster_sync();
+        }
         return;
     }
     const bool own = s == s_hi;    // row p is this chunk's last
@@ -1196,6 +1233,41 @@ __device__ __forceinline__ void rope_attention_body(
     }
     bsync(nt);
     STAGE_MARK(inv, 3);
+    if (cluster) {
+        // the split's partials stay in this block's shared memory (X: the norm's scratch, free
+        // after RoPE; (G, hd + 2) fits in its (G + 1, hd)); the block holding row p merges the
+        // splits s_lo..s_hi from the others' shared memory, in combine order, into ks's space
+        float *mine = X;
+        ats_attend(qs, ks, vs, ps, mine, 0, pstride, G, hd, n, nt);
+        STAGE_MARK(inv, 4);
+        cluster_sync(); // every split's partials written
+        STAGE_MARK(inv, 5);
+        const int ns = s_hi - s_lo + 1;
+        const long per = (long)ns * pstride;
+        float *pc = ats_smem; // ks: (ATS_CHUNK, ATS_KST) >= G * ns * (hd + 2) for ns <= 8
+        if (own) {
+            #pragma unroll 1
+            for (long i = threadIdx.x; i < (long)G * per; i += nt) {
+                long h = i / per, r = i % per;
+                int split = s_lo + (int)(r / pstride);
+                pc[i] = ld_cluster(mine + h * pstride + r % pstride, (unsigned)split);
+            }
+        }
+        cluster_sync(); // the merging block has read them: the others may exit
+        if (!own) return;
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < G * hd; i += nt) {
+            int h = i / hd, d = i % hd;
+            const float *pp = pc + h * per;
+            float M, L;
+            combine_ml<false>(pp, pstride, hd, 0, ns - 1, M, L);
+            A::st(o, (long)(g * G + h) * hd + d,
+                  combine_val<false>(pp, pstride, hd, 0, ns - 1, M, L, d));
+        }
+        STAGE_MARK(inv, 6);
+        if (g == 0) STAGE_NEXT();
+        return;
+    }
     ats_attend(qs, ks, vs, ps, part, o0, hstride, G, hd, n, nt);
     STAGE_MARK(inv, 4);
     // count in; the last of the group's non-empty splits merges them
