@@ -97,8 +97,9 @@ trace_decode() {
   rm -f "$out/trace-src.yaml"
 }
 # candidate manifest $2 without the technique $1 (a name in its flow list), written to $3
-drop_technique() {
-  sed -E "s/ *$1,?//; s/,\]/]/" "$2" > "$3.new" && mv "$3.new" "$3"
+drop_technique() { # (a plain name or a {name: ..., options: {...}} entry)
+  sed -E "s/ *\{name: $1, options: \{[^}]*\}\},?//; s/ *$1,?//; s/,\]/]/" "$2" > "$3.new" &&
+    mv "$3.new" "$3"
 }
 
 case $phase in
