@@ -124,7 +124,7 @@ done:
 typedef struct pk_stream_plan {
     CUfunction fn;
     uint32_t smem, ring_off, ring_bytes, max_chunk, vs_off;
-    int folded; /* norms folded into the product after them */
+    int folded, guarded; /* norms folded into the product after them; of those, guarded */
 } pk_stream_plan;
 
 static int gemv_op(int op) {
@@ -136,11 +136,12 @@ static int ranges_overlap(uint64_t a, uint64_t an, uint64_t b, uint64_t bn) {
 }
 
 /* Whether the one-row norm at node i can be folded into the product at node i + 1 (which then
- * computes it in every block, core.cu mk_norm): the product reads the norm's output, the norm
- * covers whole rows at a thread count the kernel runs, and the product's output overlaps none
- * of the norm's buffers (block 0 writes them while the others already run the product).
- * Returns the row length, 0 when it cannot. */
-static uint32_t foldable_norm(const pk_node *prog, size_t n, size_t i, uint64_t asz) {
+ * computes it in every block, core.cu mk_norm): the product reads the norm's output and the
+ * norm covers whole rows at a thread count the kernel runs. Returns the row length, 0 when it
+ * cannot; *guard is set when the product's output overlaps one of the norm's buffers (the
+ * memory plan reuses a dead input): the product's blocks then store nothing until every block
+ * has finished the norm (block 0 writes r and y there, every block reads x and res). */
+static uint32_t foldable_norm(const pk_node *prog, size_t n, size_t i, uint64_t asz, int *guard) {
     if (i + 1 >= n || !gemv_op(prog[i + 1].op) || prog[i].nvb != 1) return 0;
     const pk_node *nm = &prog[i], *g = &prog[i + 1];
     uint64_t x, res = 0, y, r = 0, D;
@@ -158,9 +159,8 @@ static uint32_t foldable_norm(const pk_node *prog, size_t n, size_t i, uint64_t 
     uint64_t K = (uint32_t)g->a[sw ? 6 : 7], N = (uint32_t)g->a[sw ? 5 : 6];
     if (g->a[0] != y || K != D || D == 0) return 0;
     uint64_t out = g->a[3], outn = N * (!sw && g->a[4] ? 4 : asz), rb = D * asz;
-    if (ranges_overlap(out, outn, x, rb) || ranges_overlap(out, outn, y, rb) ||
-        (res && ranges_overlap(out, outn, res, rb)) || (r && ranges_overlap(out, outn, r, rb)))
-        return 0;
+    *guard = ranges_overlap(out, outn, x, rb) || ranges_overlap(out, outn, y, rb) ||
+             (res && ranges_overlap(out, outn, res, rb)) || (r && ranges_overlap(out, outn, r, rb));
     return (uint32_t)D;
 }
 
@@ -181,7 +181,8 @@ static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t
     for (size_t i = 0; i < n; i++) {
         const pk_node *nd = &prog[i];
         if (i + 1 < n) {
-            uint64_t d = foldable_norm(prog, n, i, wsize);
+            int guard = 0;
+            uint64_t d = foldable_norm(prog, n, i, wsize, &guard);
             if (d > max_d) max_d = d;
         }
         if (nd->op != PK_GEMV_1 && nd->op != PK_GEMV_SWIGLU_1) continue;
@@ -228,8 +229,10 @@ static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t
     /* fold: the product computes the norm (reserved = the norm's index + 1) and waits for what
      * the norm waited for; the norm's node runs nowhere (no block has work in it) */
     for (size_t i = 0; i + 1 < n; i++) {
-        if (!foldable_norm(prog, n, i, wsize)) continue;
-        prog[i + 1].reserved = (uint32_t)i + 1;
+        int guard = 0;
+        if (!foldable_norm(prog, n, i, wsize, &guard)) continue;
+        prog[i + 1].reserved = ((uint32_t)i + 1) | (guard ? 0x80000000u : 0u);
+        pl->guarded += guard;
         prog[i + 1].wait = prog[i].wait;
         prog[i + 1].wait_nvb = prog[i].wait_nvb;
         prog[i].nvb = 0;
@@ -420,9 +423,9 @@ alloc:;
     int32_t *ops = calloc(n, sizeof(*ops));
     int want_stamps = plan.fn && s->trace;
     if (!ps || !ops || cuMemAlloc(&dprog, n * sizeof(pk_node)) != CUDA_SUCCESS ||
-        cuMemAlloc(&ddone, n * sizeof(uint32_t)) != CUDA_SUCCESS ||
+        cuMemAlloc(&ddone, 2 * n * sizeof(uint32_t)) != CUDA_SUCCESS ||
         cuMemcpyHtoD(dprog, prog, n * sizeof(pk_node)) != CUDA_SUCCESS ||
-        cuMemsetD32(ddone, 0, n) != CUDA_SUCCESS ||
+        cuMemsetD32(ddone, 0, 2 * n) != CUDA_SUCCESS ||
         (want_stamps && (cuMemAlloc(&dstamps, (2 * n + 1) * sizeof(uint64_t)) != CUDA_SUCCESS ||
                          cuMemsetD32(dstamps, 0, 2 * (2 * n + 1)) != CUDA_SUCCESS))) {
         if (dprog) cuMemFree(dprog);
@@ -452,10 +455,11 @@ alloc:;
         if (s->core.host->log)
             s->core.host->log(WEFT_LOG_INFO, NAME,
                               "step of %u rows runs as one streaming persistent kernel: %zu "
-                              "nodes (%d norms folded into the product after them), %u "
+                              "nodes (%d norms folded into the product after them, %d of "
+                              "them guarded), %u "
                               "blocks of %d threads (1 per SM), weights streamed through a %u "
                               "KiB ring of shared memory (largest chunk %u KiB)",
-                              sh->n_tokens, n, plan.folded, ps->grid, MK_THREADS,
+                              sh->n_tokens, n, plan.folded, plan.guarded, ps->grid, MK_THREADS,
                               plan.ring_bytes >> 10, plan.max_chunk >> 10);
     } else {
         ps->grid = (uint32_t)(per_sm * sms);

@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
     CKB(cuMemAlloc(&pool, pool_bytes));
     CKB(cuMemAlloc(&x, 16384 * 2));
     CKB(cuMemAlloc(&y, 151936ull * 2));
-    CKB(cuMemAlloc(&done, 4096 * 4));
+    CKB(cuMemAlloc(&done, 8192 * 4));
     CKB(cuMemAlloc(&prog, 4096 * sizeof(pk_node)));
     long n = (long)(pool_bytes / 2);
     unsigned long long seed = 1;
@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
                 }
             }
             CKB(cuMemcpyHtoD(prog, h, (size_t)R * sizeof(pk_node)));
-            CKB(cuMemsetD32(done, 0, 4096));
+            CKB(cuMemsetD32(done, 0, 8192));
             double t[5];
             unsigned epoch = 0;
             for (int tr = -1; tr < 5; tr++) {

@@ -1559,6 +1559,7 @@ struct mk_ctl {
     unsigned off[MK_NBAR];            // each chunk's offset in the ring
     unsigned end[MK_NBAR];            // each chunk's end, as a position that only grows
     volatile unsigned consumed;       // chunks the consumers are done with
+    volatile unsigned rel[MK_NBAR];   // warps done with each chunk in flight
 };
 // the consumers' barrier (warps 0-7); bodies use barrier 1 over their own thread counts
 __device__ __forceinline__ void mk_csync() { asm volatile("bar.sync 2, 256;" ::: "memory"); }
@@ -1648,85 +1649,111 @@ __device__ __forceinline__ void mk_produce(const pk_node *prog, int n, int pb, i
 #endif
 }
 
-// Virtual block vb of a GEMV node from its chunk in shared memory and x staged in xs:
-// gemv_plain / gemv_swiglu at one row with gemv_row's reduction order (the loads of four
-// vectors are issued before their FMAs, which run in ascending vector order as there).
+// Every virtual block of a GEMV node this block owns (vb = pb, pb + P, ...; chunk cc, cc + 1,
+// ... of the ring), from the chunks in shared memory and x staged in xs: gemv_plain /
+// gemv_swiglu at one row with gemv_row's reduction order (each lane's vectors in ascending
+// order, four loads issued before their FMAs, then the warp's butterfly, then the S splits of
+// a row in ascending order). The warps run on their own: warp w computes split w % S of row
+// w / S of each chunk, waits for the chunk itself, releases it once its loads are in
+// registers (the eighth warp to release a chunk counts it consumed), and the S warps of a row
+// meet at their own named barrier (3 + row group) to add the splits through red[], which
+// alternates between two halves so a warp may run a chunk ahead. Returns the chunks used.
 template <int NW>
-__device__ __forceinline__ void mk_gemv(const pk_node &nd, int vb, const unsigned char *chunk,
-                                        const act *xs) {
-    __shared__ float red[GEMV_THREADS / 32][2];
+__device__ __forceinline__ unsigned mk_gemv_node(const pk_node &nd, int pb, int P, unsigned cc,
+                                                 const act *xs, const unsigned char *ring,
+                                                 mk_ctl *ctl) {
+    __shared__ float red[2][GEMV_THREADS / 32][2];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const wgt *w0, *w1;
     int N, K, S;
     mk_gemv_shape(nd, w0, w1, N, K, S);
-    const int R = GEMV_THREADS / 32 / S, s = warp % S, n = vb * R + warp / S;
+    const int R = GEMV_THREADS / 32 / S, s = warp % S, grp = warp / S;
     const int nv = K / GEMV_VEC, stride = S * 32;
-    const int rows = N - vb * R < R ? N - vb * R : R;
-    const unsigned rowb = (unsigned)K * (unsigned)sizeof(wgt), part = (unsigned)rows * rowb;
-    float acc[NW];
+    const unsigned rowb = (unsigned)K * (unsigned)sizeof(wgt);
+    const bool probe = nd.gy < 0; // cuda_mk_bench's probe of the stream alone: no arithmetic
+    const uint4 *xv = (const uint4 *)xs;
+    unsigned c = cc;
+    for (int vb = pb; vb < nd.nvb; vb += P, c++) {
+        const unsigned b = c % MK_NBAR;
+        mk_wait_full(mk_saddr(&ctl->full[b]), (c / MK_NBAR) & 1);
+        const int n = vb * R + grp;
+        const int rows = N - vb * R < R ? N - vb * R : R;
+        const unsigned char *chunk = ring + ctl->off[b];
+        float acc[NW];
 #pragma unroll
-    for (int r = 0; r < NW; r++) acc[r] = 0.f;
-    if (n < N) {
-        const uint4 *wr[NW];
+        for (int r = 0; r < NW; r++) acc[r] = 0.f;
+        if (n < N && !probe) {
+            const uint4 *wr[NW];
 #pragma unroll
-        for (int r = 0; r < NW; r++)
-            wr[r] = (const uint4 *)(chunk + r * part + (unsigned)(warp / S) * rowb);
-        const uint4 *xv = (const uint4 *)xs;
-        #pragma unroll 1
-        for (int v0 = s * 32 + lane; v0 < nv; v0 += 4 * stride) {
-            // every load unconditional (vectors past the row read vector 0, and their FMAs are
-            // skipped): a predicated load would make the registers keep the previous trip's
-            // values, which the compiler then carries through local memory
-            uint4 xq[4], wq[4][NW];
+            for (int r = 0; r < NW; r++)
+                wr[r] = (const uint4 *)(chunk + r * (unsigned)rows * rowb + (unsigned)grp * rowb);
+            #pragma unroll 1
+            for (int v0 = s * 32 + lane; v0 < nv; v0 += 4 * stride) {
+                // every load unconditional (vectors past the row read vector 0, and their FMAs
+                // are skipped): a predicated load would make the registers keep the previous
+                // trip's values, which the compiler then carries through local memory
+                uint4 xq[4], wq[4][NW];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int v = v0 + j * stride < nv ? v0 + j * stride : 0;
-                xq[j] = xv[v];
+                for (int j = 0; j < 4; j++) {
+                    const int v = v0 + j * stride < nv ? v0 + j * stride : 0;
+                    xq[j] = xv[v];
 #pragma unroll
-                for (int r = 0; r < NW; r++) wq[j][r] = wr[r][v];
-            }
+                    for (int r = 0; r < NW; r++) wq[j][r] = wr[r][v];
+                }
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (v0 + j * stride >= nv) break;
-                float xf[GEMV_VEC], wf[GEMV_VEC];
-                unpack16(xq[j], xf);
+                for (int j = 0; j < 4; j++) {
+                    if (v0 + j * stride >= nv) break;
+                    float xf[GEMV_VEC], wf[GEMV_VEC];
+                    unpack16(xq[j], xf);
 #pragma unroll
-                for (int r = 0; r < NW; r++) {
-                    unpack16(wq[j][r], wf);
+                    for (int r = 0; r < NW; r++) {
+                        unpack16(wq[j][r], wf);
 #pragma unroll
-                    for (int e = 0; e < GEMV_VEC; e++) acc[r] = fmaf(xf[e], wf[e], acc[r]);
+                        for (int e = 0; e < GEMV_VEC; e++) acc[r] = fmaf(xf[e], wf[e], acc[r]);
+                    }
                 }
             }
         }
-    }
-#pragma unroll
-    for (int r = 0; r < NW; r++) acc[r] = warp_sum(acc[r]);
-    if (S > 1) {
-        if (lane == 0)
-#pragma unroll
-            for (int r = 0; r < NW; r++) red[warp][r] = acc[r];
-        bsync(GEMV_THREADS);
-        if (s == 0)
-#pragma unroll
-            for (int r = 0; r < NW; r++) {
-                float t = red[warp][r];
-                for (int j = 1; j < S; j++) t += red[warp + j][r];
-                acc[r] = t;
+        // this warp is done with the chunk; the last of the eight frees it for the producer
+        __syncwarp();
+        if (lane == 0) {
+            if (atomicAdd((unsigned *)&ctl->rel[b], 1u) == GEMV_THREADS / 32 - 1) {
+                ctl->rel[b] = 0;
+                __threadfence_block();
+                atomicMax((unsigned *)&ctl->consumed, c + 1);
             }
+        }
+        if (probe) continue;
+#pragma unroll
+        for (int r = 0; r < NW; r++) acc[r] = warp_sum(acc[r]);
+        if (S > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (int r = 0; r < NW; r++) red[c & 1][warp][r] = acc[r];
+            asm volatile("bar.sync %0, %1;" ::"r"(3 + grp), "r"(32 * S) : "memory");
+            if (s == 0)
+#pragma unroll
+                for (int r = 0; r < NW; r++) {
+                    float t = red[c & 1][warp][r];
+                    for (int j = 1; j < S; j++) t += red[c & 1][warp + j][r];
+                    acc[r] = t;
+                }
+        }
+        if (n >= N || s != 0 || lane != 0) continue;
+        if (NW == 1) {
+            const wgt *bias = (const wgt *)nd.a[2];
+            void *y = (void *)nd.a[3];
+            float bb = bias ? W::ld(bias, n) : 0.f;
+            float v = acc[0] + bb;
+            if ((int)nd.a[4]) ((float *)y)[n] = v;
+            else A::st((act *)y, n, v);
+        } else {
+            float gg = A::round(acc[0]), uu = A::round(acc[NW - 1]);
+            float sg = A::round(gg / (1.f + __expf(-gg)));
+            A::st((act *)nd.a[3], n, sg * uu);
+        }
     }
-    if (n >= N || s != 0 || lane != 0) return;
-    if (NW == 1) {
-        const wgt *bias = (const wgt *)nd.a[2];
-        void *y = (void *)nd.a[3];
-        float bb = bias ? W::ld(bias, n) : 0.f;
-        float v = acc[0] + bb;
-        if ((int)nd.a[4]) ((float *)y)[n] = v;
-        else A::st((act *)y, n, v);
-    } else {
-        float gg = A::round(acc[0]), uu = A::round(acc[NW - 1]);
-        float sg = A::round(gg / (1.f + __expf(-gg)));
-        A::st((act *)nd.a[3], n, sg * uu);
-    }
+    return c - cc;
 }
 
 // A one-row norm folded into the product after it (the host sets that product's `reserved` to
@@ -1782,6 +1809,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mk_saddr(&ctl.full[b]))
                          : "memory");
         ctl.consumed = 0;
+        for (int b = 0; b < MK_NBAR; b++) ctl.rel[b] = 0;
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         if (stamps && pb == 0) stamps[n] = globaltimer();
     }
@@ -1800,7 +1828,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
         if (nd.reserved) { // the folded norm's arguments
             if (tid < (int)(sizeof(pk_node) / 8))
                 ((unsigned long long *)&nm)[tid] =
-                    ((const unsigned long long *)(prog + nd.reserved - 1))[tid];
+                    ((const unsigned long long *)(prog + (nd.reserved & 0x7fffffffu) - 1))[tid];
             mk_csync();
         }
         if (nd.wait >= 0) {
@@ -1828,6 +1856,25 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
                 if (nm.nt <= MK_CONS) mk_norm<1>(nm, xs, vs, glob);
                 else if (nm.nt == 2 * MK_CONS) mk_norm<2>(nm, xs, vs, glob);
                 else mk_norm<4>(nm, xs, vs, glob);
+                if (nd.reserved >> 31) {
+                    // guarded: the product's output overlaps the norm's buffers, so no block
+                    // stores before every block with work here has finished the norm
+                    // (done[n + i] counts them, growing by that many a launch)
+                    mk_csync();
+                    if (tid == 0) {
+                        __threadfence();
+                        atomicAdd(done + n + i, 1u);
+                        const unsigned target = epoch * (unsigned)(nd.nvb < P ? nd.nvb : P);
+                        unsigned v;
+                        do {
+                            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
+                                         : "=r"(v)
+                                         : "l"(done + n + i)
+                                         : "memory");
+                        } while ((int)(v - target) < 0);
+                        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+                    }
+                }
             } else {
                 const int K = (int)nd.a[nd.op == PK_GEMV_1 ? 7 : 6];
                 const uint4 *src = (const uint4 *)nd.a[0];
@@ -1836,21 +1883,16 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
             }
             mk_csync();
         }
-        for (int vb = pb; vb < nd.nvb; vb += P) {
-            if (gemv) {
-                const unsigned b = cc % MK_NBAR;
-                mk_wait_full(mk_saddr(&ctl.full[b]), (cc / MK_NBAR) & 1);
-                if (nd.gy < 0) { // cuda_mk_bench's probe of the stream alone: no arithmetic
-                } else if (nd.op == PK_GEMV_1) mk_gemv<1>(nd, vb, ring + ctl.off[b], xs);
-                else mk_gemv<2>(nd, vb, ring + ctl.off[b], xs);
-                mk_csync(); // the chunk and red[] are free again
-                if (tid == 0) ctl.consumed = cc + 1;
-                cc++;
-            } else {
+        if (gemv) {
+            cnt = nd.op == PK_GEMV_1 ? mk_gemv_node<1>(nd, pb, P, cc, xs, ring, &ctl)
+                                     : mk_gemv_node<2>(nd, pb, P, cc, xs, ring, &ctl);
+            cc += cnt;
+        } else {
+            for (int vb = pb; vb < nd.nvb; vb += P) {
                 if (cnt) mk_csync(); // the bodies' shared memory is free again
                 pk_run(nd, vb);
+                cnt++;
             }
-            cnt++;
         }
         mk_csync();
         if (tid == 0) {
