@@ -206,9 +206,11 @@ static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t
         cuFuncGetAttribute(&stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, pl->fn) != CUDA_SUCCESS)
         return WHY("cannot read the shared memory limits");
     /* the start of dynamic shared memory is the attention bodies' area, a product's staged x
-     * (max K activations, the activation size being the weights' here) and a folded norm's row
-     * (max D floats) at vs_off; the ring follows */
-    uint64_t vs_off = (max_k * wsize + 127u) & ~(uint64_t)127u, xs_end = vs_off + max_d * 4;
+     * (max K activations, the activation size being the weights' here) and at vs_off a folded
+     * norm's row (max D floats) and its staged x, res and w (16-byte aligned each); the ring
+     * follows */
+    uint64_t vs_off = (max_k * wsize + 127u) & ~(uint64_t)127u;
+    uint64_t xs_end = vs_off + ((max_d + 3) & ~(uint64_t)3) * 4 + 3 * ((max_d * wsize + 15) & ~15ull);
     if (xs_end > node_smem) node_smem = (unsigned)xs_end;
     uint32_t off = (node_smem + 127u) & ~127u;
     int64_t ring = ((int64_t)optin - stat - off - 1024) & ~(int64_t)127;

@@ -1760,17 +1760,40 @@ __device__ __forceinline__ unsigned mk_gemv_node(const pk_node &nd, int pb, int 
 // the norm's index + 1 and takes the norm out of the program): every block computes it into
 // xs itself, with add_rmsnorm_body's / rmsnorm_body's arithmetic at the norm's own thread count
 // nt (K virtual threads per consumer), so xs holds the bits the norm would have stored; block
-// 0 also stores r (add_rmsnorm) and y for the nodes after the product. vs: D floats.
+// 0 also stores r (add_rmsnorm) and y for the nodes after the product. vs: D floats, then
+// room for x, res and w (D each), which all 256 consumers first copy into shared memory in one
+// round of 16-byte loads: the norm's loops then wait for no load from L2 (read one element
+// after another they cost a round trip each).
+__device__ __forceinline__ void mk_stage(void *dst, const void *src, int bytes) {
+    if (((unsigned long long)src & 15) == 0 && (bytes & 15) == 0) {
+        #pragma unroll 1
+        for (int v = threadIdx.x; v < bytes / 16; v += MK_CONS)
+            ((uint4 *)dst)[v] = ((const uint4 *)src)[v];
+    } else {
+        #pragma unroll 1
+        for (int v = threadIdx.x; v < bytes; v += MK_CONS)
+            ((unsigned char *)dst)[v] = ((const unsigned char *)src)[v];
+    }
+}
 template <int K>
 __device__ __noinline__ void mk_norm(const pk_node &nm, act *xs, float *vs, bool glob) {
     const bool add = nm.op == PK_ADD_RMSNORM;
     // add_rmsnorm: x, res, w, y, r, T, D, eps; rmsnorm: x, w, y, T, cols, group, eps
-    const act *x = (const act *)nm.a[0], *res = add ? (const act *)nm.a[1] : nullptr;
-    const wgt *w = (const wgt *)nm.a[add ? 2 : 1];
+    const act *gx = (const act *)nm.a[0], *gres = add ? (const act *)nm.a[1] : nullptr;
+    const wgt *gw = (const wgt *)nm.a[add ? 2 : 1];
     act *y = (act *)nm.a[add ? 3 : 2], *r = add ? (act *)nm.a[4] : nullptr;
     const int D = (int)nm.a[add ? 6 : 4];
     const float eps = __int_as_float((int)nm.a[add ? 7 : 6]);
     const int nt = nm.nt, np = nt / K;
+    // staged copies: x | res | w, each 16-byte aligned
+    const int ab = (D * (int)sizeof(act) + 15) & ~15;
+    unsigned char *stg = (unsigned char *)(vs + ((D + 3) & ~3));
+    act *x = (act *)stg, *res = add ? (act *)(stg + ab) : nullptr;
+    wgt *w = (wgt *)(stg + 2 * ab);
+    mk_stage(x, gx, D * (int)sizeof(act));
+    if (add) mk_stage(res, gres, D * (int)sizeof(act));
+    mk_stage(w, gw, D * (int)sizeof(wgt));
+    mk_csync();
     if ((int)threadIdx.x >= np) return;
     float ss[K];
 #pragma unroll
