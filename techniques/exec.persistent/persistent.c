@@ -32,7 +32,7 @@ typedef struct pk_shape {
     CUdeviceptr prog, done, stamps; /* stamps: the streaming kernel's node finish times (trace) */
     int32_t n_prog;
     uint32_t epoch, grid, smem, threads;
-    int stream;                   /* weft_megakernel (1) or weft_persistent (0) */
+    int stream;                    /* weft_megakernel (1) or weft_persistent (0) */
     uint32_t ring_off, ring_bytes; /* the streaming kernel's weight ring in dynamic shared memory */
     uint32_t vs_off;               /* and its folded norms' row */
     int32_t *ops;                  /* each node's op code, for the trace report */
@@ -164,9 +164,8 @@ static uint32_t foldable_norm(const pk_node *prog, size_t n, size_t i, uint64_t 
     return (uint32_t)D;
 }
 
-static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t n,
-                               uint64_t wsize, unsigned node_smem, pk_stream_plan *pl, char *why,
-                               size_t why_n) {
+static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t n, uint64_t wsize,
+                               unsigned node_smem, pk_stream_plan *pl, char *why, size_t why_n) {
     int major = 0, optin = 0, per_sm = 0, stat = 0;
     if (cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) !=
             CUDA_SUCCESS ||
@@ -197,8 +196,8 @@ static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t
         if (chunk > max_chunk) max_chunk = chunk;
         if (K > max_k) max_k = K;
         if (K % (16 / wsize) || nd->a[0] % 16)
-            return WHY("node %zu: x of %u columns at %#llx cannot be read in 16-byte vectors", i,
-                       K, (unsigned long long)nd->a[0]);
+            return WHY("node %zu: x of %u columns at %#llx cannot be read in 16-byte vectors", i, K,
+                       (unsigned long long)nd->a[0]);
     }
     if (!max_chunk) return WHY("the step has no GEMV node");
     if (cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev) !=
@@ -210,7 +209,8 @@ static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t
      * norm's row (max D floats) and its staged x, res and w (16-byte aligned each); the ring
      * follows */
     uint64_t vs_off = (max_k * wsize + 127u) & ~(uint64_t)127u;
-    uint64_t xs_end = vs_off + ((max_d + 3) & ~(uint64_t)3) * 4 + 3 * ((max_d * wsize + 15) & ~15ull);
+    uint64_t xs_end =
+        vs_off + ((max_d + 3) & ~(uint64_t)3) * 4 + 3 * ((max_d * wsize + 15) & ~15ull);
     if (xs_end > node_smem) node_smem = (unsigned)xs_end;
     uint32_t off = (node_smem + 127u) & ~127u;
     int64_t ring = ((int64_t)optin - stat - off - 1024) & ~(int64_t)127;
@@ -263,9 +263,11 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
     }
     for (size_t i = 0; i < n; i++) {
         CUgraphNodeType type;
-        if (cuGraphNodeGetType(order[i], &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL) {
+        if (cuGraphNodeGetType(order[i], &type) != CUDA_SUCCESS ||
+            type != CU_GRAPH_NODE_TYPE_KERNEL) {
             r = WHY("node %zu of the step is not a kernel launch (graph node type %d: a copy, "
-                    "memset or host node)", i, (int)type);
+                    "memset or host node)",
+                    i, (int)type);
             goto fail;
         }
         CUDA_KERNEL_NODE_PARAMS kp;
@@ -302,12 +304,12 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
                 (ws == 2 || ws == 4))
                 wsize = ws;
             else if (s->core.host->log)
-                s->core.host->log(WEFT_LOG_WARN, NAME,
-                                  "weight element size unknown: no prefetch");
+                s->core.host->log(WEFT_LOG_WARN, NAME, "weight element size unknown: no prefetch");
         }
         if (kp.blockDimY != 1 || kp.blockDimZ != 1 || !pk_threads_ok(k, kp.blockDimX)) {
             r = WHY("kernel %s runs with %ux%ux%u threads, which the interpreter's %u-thread "
-                    "blocks cannot", fname, kp.blockDimX, kp.blockDimY, kp.blockDimZ, PK_THREADS);
+                    "blocks cannot",
+                    fname, kp.blockDimX, kp.blockDimY, kp.blockDimZ, PK_THREADS);
             goto fail;
         }
         if (!kp.kernelParams) {
@@ -316,8 +318,8 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
         }
         size_t np = strlen(k->sig), off = 0, sz = 0;
         if (np > PK_ARGS || cuFuncGetParamInfo(kp.func, np, &off, &sz) == CUDA_SUCCESS) {
-            r = WHY("kernel %s has more parameters than the interpreter's table says (%zu)",
-                    fname, np);
+            r = WHY("kernel %s has more parameters than the interpreter's table says (%zu)", fname,
+                    np);
             goto fail;
         }
         pk_node *nd = &prog[i];
@@ -332,7 +334,8 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
         }
         if (k->op == PK_ROPE_ATTENTION && ((uint32_t)nd->a[23] >> 16)) {
             r = WHY("kernel %s (node %zu) merges through a thread-block cluster (fuse.rope-"
-                    "attention's merge: cluster), which a persistent block cannot", fname, i);
+                    "attention's merge: cluster), which a persistent block cannot",
+                    fname, i);
             goto fail;
         }
         uint64_t nvb = (uint64_t)kp.gridDimX * kp.gridDimY * kp.gridDimZ;
@@ -364,7 +367,8 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
                 uint64_t half = (uint64_t)(uint32_t)w->a[5] * (uint32_t)w->a[6] * wsize;
                 ranges[0][0] = w->a[1];
                 ranges[0][1] = half;
-                if (w->a[2] == w->a[1] + half) ranges[0][1] = 2 * half;
+                if (w->a[2] == w->a[1] + half)
+                    ranges[0][1] = 2 * half;
                 else {
                     ranges[1][0] = w->a[2];
                     ranges[1][1] = half;
@@ -400,14 +404,14 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
             if (s->core.host->log)
                 s->core.host->log(WEFT_LOG_WARN, NAME,
                                   "the streaming persistent kernel cannot run this step (%s): "
-                                  "weft_persistent runs it", swhy);
+                                  "weft_persistent runs it",
+                                  swhy);
         }
     }
     if (plan.fn) goto alloc;
     /* the launch: as many 256-thread blocks as fit on every SM at once (cooperative) */
-    if (smem > 48 * 1024 &&
-        cuFuncSetAttribute(mk, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem) !=
-            CUDA_SUCCESS) {
+    if (smem > 48 * 1024 && cuFuncSetAttribute(mk, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                               (int)smem) != CUDA_SUCCESS) {
         r = WHY("cannot give weft_persistent %u bytes of dynamic shared memory", smem);
         goto fail;
     }
@@ -438,7 +442,8 @@ alloc:;
         r = WHY("cannot allocate the program (%zu nodes)", n);
         goto fail;
     }
-    for (size_t i = 0; i < n; i++) ops[i] = prog[i].op;
+    for (size_t i = 0; i < n; i++)
+        ops[i] = prog[i].op;
     ps->prog = dprog;
     ps->done = ddone;
     ps->stamps = dstamps;
@@ -503,12 +508,11 @@ static weft_status run_persistent(const cg_core *c, pk_shape *sh, CUstream strea
                           .numAttrs = 1};
     int32_t n = sh->n_prog;
     void *args[] = {&sh->prog, &n, &sh->done, &epoch};
-    void *margs[] = {&sh->prog,       &n,         &sh->done,  &epoch,
-                     &sh->ring_off,   &sh->ring_bytes, &sh->vs_off, &sh->stamps};
-    weft_status r = cg_core_check(c, cuLaunchKernelEx(&cfg, sh->mk, sh->stream ? margs : args, NULL),
-                                  sh->stream ? "launching weft_megakernel"
-                                             : "launching weft_persistent",
-                                  err);
+    void *margs[] = {&sh->prog,       &n,          &sh->done,  &epoch, &sh->ring_off,
+                     &sh->ring_bytes, &sh->vs_off, &sh->stamps};
+    weft_status r =
+        cg_core_check(c, cuLaunchKernelEx(&cfg, sh->mk, sh->stream ? margs : args, NULL),
+                      sh->stream ? "launching weft_megakernel" : "launching weft_persistent", err);
     if (r == WEFT_OK) sh->epoch = epoch;
     return r;
 }
@@ -525,8 +529,7 @@ static void pk_captured(void *self, cg_shape *sh, CUgraph graph) {
                           sh->n_tokens, sh->n_logits, why);
 }
 
-static weft_status pk_run(void *self, cg_shape *sh, weft_exec_ctx *ctx, int *ran,
-                          weft_error *err) {
+static weft_status pk_run(void *self, cg_shape *sh, weft_exec_ctx *ctx, int *ran, weft_error *err) {
     pk_state *s = self;
     pk_shape *ps = sh->ext;
     if (!ps) return WEFT_OK; /* no program: the graph is replayed */
@@ -625,13 +628,12 @@ static weft_status pk_create(const weft_host_services *host, const weft_options 
 static void pk_destroy(void *st) {
     pk_state *s = st;
     if (s && s->core.host && s->core.host->log && (s->persistent_runs || s->core.replays))
-        s->core.host->log(WEFT_LOG_INFO, NAME,
-                          "%llu persistent steps, %llu graph replays, %llu eager steps, %llu "
-                          "captures",
-                          (unsigned long long)s->persistent_runs,
-                          (unsigned long long)s->core.replays,
-                          (unsigned long long)s->core.eager_runs,
-                          (unsigned long long)s->core.captures);
+        s->core.host->log(
+            WEFT_LOG_INFO, NAME,
+            "%llu persistent steps, %llu graph replays, %llu eager steps, %llu "
+            "captures",
+            (unsigned long long)s->persistent_runs, (unsigned long long)s->core.replays,
+            (unsigned long long)s->core.eager_runs, (unsigned long long)s->core.captures);
     free(st);
 }
 

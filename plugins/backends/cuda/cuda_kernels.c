@@ -55,47 +55,28 @@ weft_status cuda_kernel_get(cuda_backend *b, uint32_t ta, uint32_t tw, const cha
     return WEFT_OK;
 }
 
-weft_status cuda_launch_ex(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
-                           unsigned gy, unsigned gz, unsigned block, unsigned smem, int pdl,
-                           void **args, weft_error *err) {
-    if (gx == 0 || gy == 0 || gz == 0) return WEFT_OK;
-    CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof(attr));
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig cfg = {.gridDimX = gx,
-                          .gridDimY = gy,
-                          .gridDimZ = gz,
-                          .blockDimX = block,
-                          .blockDimY = 1,
-                          .blockDimZ = 1,
-                          .sharedMemBytes = smem,
-                          .hStream = b->stream,
-                          .attrs = &attr,
-                          .numAttrs = pdl && b->pdl ? 1u : 0u};
-    if (b->trace) cuda_trace_launch(b, name);
-    CUresult r = cuLaunchKernelEx(&cfg, f, args, NULL);
-    if (r != CUDA_SUCCESS) {
-        char what[128];
-        snprintf(what, sizeof(what), "launching kernel %s (%ux%ux%u blocks of %u%s)", name, gx, gy,
-                 gz, block, cfg.numAttrs ? ", programmatic dependent launch" : "");
-        return cuda_check(r, "cuLaunchKernelEx", what, err);
-    }
-    return WEFT_OK;
-}
-
-weft_status cuda_launch_cluster(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
-                                unsigned gy, unsigned gz, unsigned block, unsigned smem,
-                                unsigned cz, void **args, weft_error *err) {
+/* Both launches: programmatic dependent launch when pdl (and the option) is on, the grid's z
+ * dimension cut into clusters of cz blocks when cz > 0. */
+static weft_status launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx, unsigned gy,
+                          unsigned gz, unsigned block, unsigned smem, int pdl, unsigned cz,
+                          void **args, weft_error *err) {
     if (gx == 0 || gy == 0 || gz == 0) return WEFT_OK;
     CUlaunchAttribute attr[2];
     memset(attr, 0, sizeof(attr));
-    attr[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr[0].value.clusterDim.x = 1;
-    attr[0].value.clusterDim.y = 1;
-    attr[0].value.clusterDim.z = cz;
-    attr[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr[1].value.programmaticStreamSerializationAllowed = 1;
+    unsigned na = 0;
+    if (cz) {
+        attr[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr[na].value.clusterDim.x = 1;
+        attr[na].value.clusterDim.y = 1;
+        attr[na].value.clusterDim.z = cz;
+        na++;
+    }
+    int with_pdl = pdl && b->pdl;
+    if (with_pdl) {
+        attr[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr[na].value.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
     CUlaunchConfig cfg = {.gridDimX = gx,
                           .gridDimY = gy,
                           .gridDimZ = gz,
@@ -105,25 +86,38 @@ weft_status cuda_launch_cluster(cuda_backend *b, CUfunction f, const char *name,
                           .sharedMemBytes = smem,
                           .hStream = b->stream,
                           .attrs = attr,
-                          .numAttrs = b->pdl ? 2u : 1u};
+                          .numAttrs = na};
     if (b->trace) cuda_trace_launch(b, name);
     CUresult r = cuLaunchKernelEx(&cfg, f, args, NULL);
     if (r != CUDA_SUCCESS) {
-        char what[160];
-        snprintf(what, sizeof(what), "launching kernel %s (%ux%ux%u blocks of %u in clusters of "
-                 "%u%s)", name, gx, gy, gz, block, cz,
-                 cfg.numAttrs > 1 ? ", programmatic dependent launch" : "");
+        char what[160], cl[40] = "";
+        if (cz) snprintf(cl, sizeof(cl), " in clusters of %u", cz);
+        snprintf(what, sizeof(what), "launching kernel %s (%ux%ux%u blocks of %u%s%s)", name, gx,
+                 gy, gz, block, cl, with_pdl ? ", programmatic dependent launch" : "");
         return cuda_check(r, "cuLaunchKernelEx", what, err);
     }
     return WEFT_OK;
 }
 
-weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
-                        unsigned gy, unsigned block, void **args, weft_error *err) {
+weft_status cuda_launch_ex(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
+                           unsigned gy, unsigned gz, unsigned block, unsigned smem, int pdl,
+                           void **args, weft_error *err) {
+    return launch(b, f, name, gx, gy, gz, block, smem, pdl, 0, args, err);
+}
+
+weft_status cuda_launch_cluster(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
+                                unsigned gy, unsigned gz, unsigned block, unsigned smem,
+                                unsigned cz, void **args, weft_error *err) {
+    return launch(b, f, name, gx, gy, gz, block, smem, 1, cz, args, err);
+}
+
+weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx, unsigned gy,
+                        unsigned block, void **args, weft_error *err) {
     return cuda_launch_ex(b, f, name, gx, gy, 1, block, 0, 1, args, err);
 }
 
 void cuda_kernels_fini(cuda_backend *b) {
-    for (size_t i = 0; i < b->n_modules; i++) cuModuleUnload(b->modules[i].mod);
+    for (size_t i = 0; i < b->n_modules; i++)
+        cuModuleUnload(b->modules[i].mod);
     b->n_modules = 0;
 }

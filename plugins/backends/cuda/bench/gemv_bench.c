@@ -15,27 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cuda_internal.h"
-
-extern weft_status weft_plugin_negotiate(uint32_t, uint32_t, uint32_t *,
-                                         const weft_plugin_descriptor **, weft_error *);
-
-#define CKB(x)                                                                                     \
-    do {                                                                                           \
-        CUresult r_ = (x);                                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            fprintf(stderr, "%s failed: %d (line %d)\n", #x, (int)r_, __LINE__);                   \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define TRYB(x)                                                                                    \
-    do {                                                                                           \
-        weft_status s_ = (x);                                                                      \
-        if (s_) {                                                                                  \
-            fprintf(stderr, "%s failed: %s\n", #x, err.message);                                   \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "bench_util.h"
 
 typedef struct shape {
     const char *name;
@@ -56,8 +36,6 @@ static const shape shapes[] = {
     {"qwen8b.gate|up", 24576, 4096, 0},  {"qwen8b.down", 4096, 12288, 0},
     {"qwen8b.head", 151936, 4096, 1},
 };
-
-static weft_error err = {.size = sizeof(weft_error)};
 
 static void fill(cuda_backend *b, CUdeviceptr p, long n, unsigned long long seed) {
     CUfunction f;
@@ -88,11 +66,6 @@ static void call(cuda_backend *b, int method, CUdeviceptr x, CUdeviceptr w, CUde
     else
         TRYB(cuda_gemv(b, x, w, 0, y, s->f32_out, WEFT_DTYPE_BF16, T, s->N, s->K,
                        method < 0 ? 0 : 1 << (method - 1), &err));
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Microseconds per call of issue(ctx, i) for i = 0..n-1, issued straight into the stream

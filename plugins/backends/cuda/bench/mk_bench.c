@@ -13,29 +13,7 @@
 #include <string.h>
 
 #include "../../../../techniques/exec.persistent/persistent_prog.h"
-#include "../cuda_internal.h"
-
-extern weft_status weft_plugin_negotiate(uint32_t, uint32_t, uint32_t *,
-                                         const weft_plugin_descriptor **, weft_error *);
-
-#define CKB(x)                                                                                     \
-    do {                                                                                           \
-        CUresult r_ = (x);                                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            fprintf(stderr, "%s failed: %d (line %d)\n", #x, (int)r_, __LINE__);                   \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define TRYB(x)                                                                                    \
-    do {                                                                                           \
-        weft_status s_ = (x);                                                                      \
-        if (s_) {                                                                                  \
-            fprintf(stderr, "%s failed: %s\n", #x, err.message);                                   \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static weft_error err = {.size = sizeof(weft_error)};
+#include "bench_util.h"
 
 typedef struct shape {
     const char *name;
@@ -43,18 +21,13 @@ typedef struct shape {
 } shape;
 
 static const shape shapes[] = {
-    {"qwen06b.qkv", 4096, 1024, 0},  {"qwen06b.o", 1024, 2048, 0},
+    {"qwen06b.qkv", 4096, 1024, 0},     {"qwen06b.o", 1024, 2048, 0},
     {"qwen06b.gate|up", 3072, 1024, 1}, {"qwen06b.down", 1024, 3072, 0},
-    {"qwen06b.head", 151936, 1024, 0}, {"llama1b.qkv", 3072, 2048, 0},
+    {"qwen06b.head", 151936, 1024, 0},  {"llama1b.qkv", 3072, 2048, 0},
     {"llama1b.gate|up", 8192, 2048, 1}, {"llama1b.down", 2048, 8192, 0},
-    {"qwen8b.qkv", 6144, 4096, 0},   {"qwen8b.gate|up", 12288, 4096, 1},
+    {"qwen8b.qkv", 6144, 4096, 0},      {"qwen8b.gate|up", 12288, 4096, 1},
     {"qwen8b.down", 4096, 12288, 0},
 };
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv) {
     const char *sel = argc > 1 ? argv[1] : "all";
@@ -127,8 +100,8 @@ int main(int argc, char **argv) {
                     memcpy(nd->a, a, sizeof(a));
                 } else { /* x, wg, wu, y, T, F, K, S */
                     nd->op = PK_GEMV_SWIGLU_1;
-                    uint64_t a[8] = {x, w, w + mbytes, y, 1, (uint64_t)s->N, (uint64_t)s->K,
-                                     (uint64_t)S};
+                    uint64_t a[8] = {
+                        x, w, w + mbytes, y, 1, (uint64_t)s->N, (uint64_t)s->K, (uint64_t)S};
                     memcpy(nd->a, a, sizeof(a));
                 }
             }
@@ -153,8 +126,8 @@ int main(int argc, char **argv) {
             us[mode] = t[2];
         }
         printf("%-16s %6d %5d %2d %6u | %9.2f %7.0f | %9.2f %7.0f | %9.2f %7.0f\n", s->name, s->N,
-               s->K, S, ring >> 10, us[0], wbytes / us[0] / 1e3, us[1], wbytes / us[1] / 1e3,
-               us[2], wbytes / us[2] / 1e3);
+               s->K, S, ring >> 10, us[0], wbytes / us[0] / 1e3, us[1], wbytes / us[1] / 1e3, us[2],
+               wbytes / us[2] / 1e3);
     }
     free(h);
     return 0;

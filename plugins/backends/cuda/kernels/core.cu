@@ -1092,6 +1092,21 @@ __device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
     return v;
 }
 
+// The merge of a group's G heads from their ns partials gathered in shared memory (pc: head h's
+// at pc + h * per, split after split, pstride floats each) into o (the group's first head), in
+// weft_attention_combine's order.
+__device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride, int ns, int G,
+                                         int hd, act *o, int nt) {
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < G * hd; i += nt) {
+        int h = i / hd, d = i % hd;
+        const float *pp = pc + h * per;
+        float M, L;
+        combine_ml<false>(pp, pstride, hd, 0, ns - 1, M, L);
+        A::st(o, (long)h * hd + d, combine_val<false>(pp, pstride, hd, 0, ns - 1, M, L, d));
+    }
+}
+
 // S: the split count, with bit 16 set when the launch made each kv head's splits one
 // thread-block cluster (option merge: cluster; the persistent kernels never run that form).
 __device__ __forceinline__ void rope_attention_body(
@@ -1255,15 +1270,7 @@ __device__ __forceinline__ void rope_attention_body(
         }
         cluster_sync(); // the merging block has read them: the others may exit
         if (!own) return;
-        #pragma unroll 1
-        for (int i = threadIdx.x; i < G * hd; i += nt) {
-            int h = i / hd, d = i % hd;
-            const float *pp = pc + h * per;
-            float M, L;
-            combine_ml<false>(pp, pstride, hd, 0, ns - 1, M, L);
-            A::st(o, (long)(g * G + h) * hd + d,
-                  combine_val<false>(pp, pstride, hd, 0, ns - 1, M, L, d));
-        }
+        ra_merge(pc, per, pstride, ns, G, hd, o + (long)(g * G) * hd, nt);
         STAGE_MARK(inv, 6);
         if (g == 0) STAGE_NEXT();
         return;
@@ -1292,15 +1299,7 @@ __device__ __forceinline__ void rope_attention_body(
             pc[i] = ld_cg(part + (long)(g * G) * hstride + h * hstride + s_lo * pstride + r);
         }
         bsync(nt);
-        #pragma unroll 1
-        for (int i = threadIdx.x; i < G * hd; i += nt) {
-            int h = i / hd, d = i % hd;
-            const float *pp = pc + h * per;
-            float M, L;
-            combine_ml<false>(pp, pstride, hd, 0, ns - 1, M, L);
-            A::st(o, (long)(g * G + h) * hd + d,
-                  combine_val<false>(pp, pstride, hd, 0, ns - 1, M, L, d));
-        }
+        ra_merge(pc, per, pstride, ns, G, hd, o + (long)(g * G) * hd, nt);
         STAGE_MARK(inv, 6);
         if (g == 0) STAGE_NEXT();
         return;
@@ -1383,6 +1382,18 @@ __device__ __forceinline__ void pk_prefetch(unsigned long long p, unsigned long 
             asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o + b));
 #endif
     }
+}
+
+// Waits (one thread) until the arrival counter *c reaches target (counters only grow, so the
+// comparison is modular), then fences so the arrivals' writes are visible: relaxed polls and
+// one acquire fence, because an acquire load invalidates the SM's L1 at every poll (and with
+// it the spilled registers the kernel keeps there).
+__device__ __forceinline__ void pk_wait(const unsigned *c, unsigned target) {
+    unsigned v;
+    do {
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+    } while ((int)(v - target) < 0);
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
 // Runs virtual block vb of node nd with the node's thread count (threads past it skip; the
@@ -1506,17 +1517,7 @@ extern "C" __global__ void __launch_bounds__(PK_THREADS, PK_MIN_BLOCKS)
         }
         if (pb >= nd.nvb) continue;
         if (nd.wait >= 0) {
-            if (tid == 0) {
-                const unsigned target = epoch * nd.wait_nvb;
-                unsigned v;
-                do {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                                 : "=r"(v)
-                                 : "l"(done + nd.wait)
-                                 : "memory");
-                } while ((int)(v - target) < 0);
-                __threadfence();
-            }
+            if (tid == 0) pk_wait(done + nd.wait, epoch * nd.wait_nvb);
             __syncthreads();
         }
         unsigned cnt = 0;
@@ -1855,19 +1856,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
             mk_csync();
         }
         if (nd.wait >= 0) {
-            if (tid == 0) {
-                const unsigned target = epoch * nd.wait_nvb;
-                unsigned v;
-                // relaxed polls, one acquire fence once the target is reached: an acquire load
-                // invalidates the SM's L1 at every poll (and with it the spilled registers)
-                do {
-                    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
-                                 : "=r"(v)
-                                 : "l"(done + nd.wait)
-                                 : "memory");
-                } while ((int)(v - target) < 0);
-                asm volatile("fence.acq_rel.gpu;" ::: "memory");
-            }
+            if (tid == 0) pk_wait(done + nd.wait, epoch * nd.wait_nvb);
             mk_csync();
         }
         if (stamps && tid == 0) atomicMax(stamps + n + 1 + i, globaltimer());
@@ -1887,15 +1876,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
                     if (tid == 0) {
                         __threadfence();
                         atomicAdd(done + n + i, 1u);
-                        const unsigned target = epoch * (unsigned)(nd.nvb < P ? nd.nvb : P);
-                        unsigned v;
-                        do {
-                            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
-                                         : "=r"(v)
-                                         : "l"(done + n + i)
-                                         : "memory");
-                        } while ((int)(v - target) < 0);
-                        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+                        pk_wait(done + n + i, epoch * (unsigned)(nd.nvb < P ? nd.nvb : P));
                     }
                 }
             } else {
