@@ -127,43 +127,6 @@ typedef struct pk_stream_plan {
     int folded, guarded; /* norms folded into the product after them; of those, guarded */
 } pk_stream_plan;
 
-static int gemv_op(int op) {
-    return op == PK_GEMV_1 || op == PK_GEMV_SWIGLU_1;
-}
-
-static int ranges_overlap(uint64_t a, uint64_t an, uint64_t b, uint64_t bn) {
-    return a < b + bn && b < a + an;
-}
-
-/* Whether the one-row norm at node i can be folded into the product at node i + 1 (which then
- * computes it in every block, core.cu mk_norm): the product reads the norm's output and the
- * norm covers whole rows at a thread count the kernel runs. Returns the row length, 0 when it
- * cannot; *guard is set when the product's output overlaps one of the norm's buffers (the
- * memory plan reuses a dead input): the product's blocks then store nothing until every block
- * has finished the norm (block 0 writes r and y there, every block reads x and res). */
-static uint32_t foldable_norm(const pk_node *prog, size_t n, size_t i, uint64_t asz, int *guard) {
-    if (i + 1 >= n || !gemv_op(prog[i + 1].op) || prog[i].nvb != 1) return 0;
-    const pk_node *nm = &prog[i], *g = &prog[i + 1];
-    uint64_t x, res = 0, y, r = 0, D;
-    if (nm->op == PK_ADD_RMSNORM) { /* x, res, w, y, r, T, D, eps */
-        x = nm->a[0], res = nm->a[1], y = nm->a[3], r = nm->a[4], D = (uint32_t)nm->a[6];
-        if ((uint32_t)nm->a[5] != 1) return 0;
-    } else if (nm->op == PK_RMSNORM) { /* x, w, y, T, cols, group, eps */
-        x = nm->a[0], y = nm->a[2], D = (uint32_t)nm->a[4];
-        if ((uint32_t)nm->a[3] != 1 || (uint32_t)nm->a[5] != D) return 0;
-    } else
-        return 0;
-    uint32_t nt = (uint32_t)nm->nt;
-    if (!(nt <= PK_THREADS || nt == 2 * PK_THREADS || nt == 4 * PK_THREADS)) return 0;
-    int sw = g->op == PK_GEMV_SWIGLU_1;
-    uint64_t K = (uint32_t)g->a[sw ? 6 : 7], N = (uint32_t)g->a[sw ? 5 : 6];
-    if (g->a[0] != y || K != D || D == 0) return 0;
-    uint64_t out = g->a[3], outn = N * (!sw && g->a[4] ? 4 : asz), rb = D * asz;
-    *guard = ranges_overlap(out, outn, x, rb) || ranges_overlap(out, outn, y, rb) ||
-             (res && ranges_overlap(out, outn, res, rb)) || (r && ranges_overlap(out, outn, r, rb));
-    return (uint32_t)D;
-}
-
 static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t n, uint64_t wsize,
                                unsigned node_smem, pk_stream_plan *pl, char *why, size_t why_n) {
     int major = 0, optin = 0, per_sm = 0, stat = 0;

@@ -76,6 +76,71 @@ static void test_prog_layout(void **state) {
     assert_false(pk_threads_ok(pk_kernel_find("weft_kv_store"), 48));
 }
 
+/* The streaming kernel's norm fold (persistent_prog.h foldable_norm): an add_rmsnorm of one row
+ * whose output only the next product reads folds, guarded when the product's output overlaps
+ * one of the norm's buffers; anything the kernel's mk_norm cannot reproduce does not fold. */
+static void fold_pair(pk_node *p, uint64_t out) {
+    memset(p, 0, 2 * sizeof(*p));
+    /* add_rmsnorm: x, res, w, y, r, T, D, eps (bf16 rows of 1024 at 0x10000 apart) */
+    p[0].op = PK_ADD_RMSNORM;
+    p[0].nvb = 1;
+    p[0].nt = 1024;
+    uint64_t a0[8] = {0x100000, 0x110000, 0x120000, 0x130000, 0x140000, 1, 1024, 0};
+    memcpy(p[0].a, a0, sizeof(a0));
+    /* gemv_1: x = the norm's y, w, bias, y, out_f32, T, N, K, S */
+    p[1].op = PK_GEMV_1;
+    p[1].nvb = 512;
+    p[1].nt = 256;
+    uint64_t a1[9] = {0x130000, 0x8000000, 0, out, 0, 1, 4096, 1024, 1};
+    memcpy(p[1].a, a1, sizeof(a1));
+}
+
+static void test_norm_fold(void **state) {
+    (void)state;
+    pk_node p[2];
+    int guard = -1;
+    fold_pair(p, 0x200000); /* output apart from every norm buffer */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 1024);
+    assert_int_equal(guard, 0);
+    fold_pair(p, 0x100000 - 4096); /* 4096 bf16 outputs ending inside x: guarded */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 1024);
+    assert_int_equal(guard, 1);
+    fold_pair(p, 0x140000 + 2046); /* the last output byte pair of r's first element */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 1024);
+    assert_int_equal(guard, 1);
+    fold_pair(p, 0x140000 + 2048); /* just past r */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 1024);
+    assert_int_equal(guard, 0);
+    /* what does not fold */
+    fold_pair(p, 0x200000);
+    p[1].a[0] = 0x150000; /* the product reads something else */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 0);
+    fold_pair(p, 0x200000);
+    p[0].a[5] = 2; /* two rows */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 0);
+    fold_pair(p, 0x200000);
+    p[0].nt = 768; /* a thread count the consumers cannot emulate */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 0);
+    fold_pair(p, 0x200000);
+    p[1].a[7] = 2048; /* K != D */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 0);
+    fold_pair(p, 0x200000);
+    p[1].op = PK_ROPE; /* not a product */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 0);
+    fold_pair(p, 0x200000);
+    assert_int_equal(foldable_norm(p, 1, 0, 2, &guard), 0); /* no node after it */
+    /* a plain rmsnorm (x, w, y, T, cols, group, eps) folds only over whole rows */
+    fold_pair(p, 0x200000);
+    p[0].op = PK_RMSNORM;
+    uint64_t r0[7] = {0x100000, 0x120000, 0x130000, 1, 1024, 1024, 0};
+    memset(p[0].a, 0, sizeof(p[0].a));
+    memcpy(p[0].a, r0, sizeof(r0));
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 1024);
+    assert_int_equal(guard, 0);
+    p[0].a[5] = 128; /* per-head groups */
+    assert_int_equal(foldable_norm(p, 2, 0, 2, &guard), 0);
+}
+
 /* A fused Qwen3 layer: add_rmsnorm, qkv, qkv_rope, kv_store, attention split and combine, o,
  * add_rmsnorm, gate|up + swiglu, down; then the next layer's norm and qkv. */
 static void test_prefetch_plan(void **state) {
@@ -178,6 +243,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prog_layout),
         cmocka_unit_test(test_prefetch_plan),
+        cmocka_unit_test(test_norm_fold),
         cmocka_unit_test(test_greedy_stories),
         cmocka_unit_test(test_greedy_models),
     };
