@@ -38,11 +38,28 @@ static void test_prog_layout(void **state) {
     assert_int_equal(offsetof(pk_node, pf), 32);
     assert_int_equal(offsetof(pk_node, a), 64);
     /* core.cu lists the same op names in the same order (its enum starts at PK_EMBED = 1) */
-    static const char *const names[] = {
-        "PK_EMBED", "PK_RMSNORM", "PK_ADD_RMSNORM", "PK_ROPE", "PK_KV_STORE", "PK_ATTENTION",
-        "PK_SWIGLU", "PK_ADD", "PK_SCALE", "PK_ACTIVATION", "PK_GATHER_ROWS", "PK_SLICE_COLS",
-        "PK_TO_F32", "PK_FROM_F32", "PK_BIAS_ADD", "PK_SPLIT_COLS", "PK_QKV_ROPE", "PK_GEMV_1",
-        "PK_GEMV_SWIGLU_1", "PK_ATTENTION_SPLIT", "PK_ATTENTION_COMBINE", "PK_ROPE_ATTENTION"};
+    static const char *const names[] = {"PK_EMBED",
+                                        "PK_RMSNORM",
+                                        "PK_ADD_RMSNORM",
+                                        "PK_ROPE",
+                                        "PK_KV_STORE",
+                                        "PK_ATTENTION",
+                                        "PK_SWIGLU",
+                                        "PK_ADD",
+                                        "PK_SCALE",
+                                        "PK_ACTIVATION",
+                                        "PK_GATHER_ROWS",
+                                        "PK_SLICE_COLS",
+                                        "PK_TO_F32",
+                                        "PK_FROM_F32",
+                                        "PK_BIAS_ADD",
+                                        "PK_SPLIT_COLS",
+                                        "PK_QKV_ROPE",
+                                        "PK_GEMV_1",
+                                        "PK_GEMV_SWIGLU_1",
+                                        "PK_ATTENTION_SPLIT",
+                                        "PK_ATTENTION_COMBINE",
+                                        "PK_ROPE_ATTENTION"};
     assert_int_equal(PK_ROPE_ATTENTION, 22);
     /* (a GPU bundle carries no sources: the check then ran where it was built) */
     FILE *f = fopen(WEFT_SOURCE_DIR "/plugins/backends/cuda/kernels/core.cu", "rb");
@@ -55,7 +72,8 @@ static void test_prog_layout(void **state) {
     const char *p = strstr(text, "PK_EMBED = 1,");
     assert_non_null(p);
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        while (*p == ' ' || *p == '\n' || *p == ',') p++;
+        while (*p == ' ' || *p == '\n' || *p == ',')
+            p++;
         if (strncmp(p, names[i], strlen(names[i])))
             fail_msg("core.cu's op %zu is '%.24s', the technique's %s", i + 1, p, names[i]);
         p += strlen(names[i]);
@@ -150,7 +168,8 @@ static void test_prefetch_plan(void **state) {
     int src[13];
     pk_prefetch_plan(has_w, 13, src);
     for (int i = 0; i < 13; i++)
-        if (src[i] != want[i]) fail_msg("node %d prefetched from %d, expected %d", i, src[i], want[i]);
+        if (src[i] != want[i])
+            fail_msg("node %d prefetched from %d, expected %d", i, src[i], want[i]);
     static const int first[] = {1, 0};
     pk_prefetch_plan(first, 2, src); /* nothing before the first node to prefetch from */
     assert_int_equal(src[0], -1);
@@ -223,9 +242,12 @@ static void greedy_on(const char *model) {
     unlink(logpath);
     if (steps < 256)
         fail_msg("fast-cuda-persistent on %s: %ld decode steps ran as the persistent kernel, "
-                 "expected at least 256 of the 510", model, steps);
-    fprintf(stderr, "  fast-cuda-persistent on %s: 2 x 256 greedy tokens equal baseline-cuda "
-            "and fast-cuda-all (%ld persistent steps)\n", model, steps);
+                 "expected at least 256 of the 510",
+                 model, steps);
+    fprintf(stderr,
+            "  fast-cuda-persistent on %s: 2 x 256 greedy tokens equal baseline-cuda "
+            "and fast-cuda-all (%ld persistent steps)\n",
+            model, steps);
 }
 
 static void test_greedy_stories(void **state) {
@@ -241,10 +263,8 @@ static void test_greedy_models(void **state) {
 int main(void) {
     setenv("WEFT_LOG", "info", 0); /* the technique's closing line is at info level */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_prog_layout),
-        cmocka_unit_test(test_prefetch_plan),
-        cmocka_unit_test(test_norm_fold),
-        cmocka_unit_test(test_greedy_stories),
+        cmocka_unit_test(test_prog_layout),   cmocka_unit_test(test_prefetch_plan),
+        cmocka_unit_test(test_norm_fold),     cmocka_unit_test(test_greedy_stories),
         cmocka_unit_test(test_greedy_models),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
