@@ -147,7 +147,7 @@ static weft_status stream_plan(CUmodule mod, CUdevice dev, pk_node *prog, size_t
             uint64_t d = foldable_norm(prog, n, i, wsize, &guard);
             if (d > max_d) max_d = d;
         }
-        if (nd->op != PK_GEMV_1 && nd->op != PK_GEMV_SWIGLU_1) continue;
+        if (!gemv_op(nd->op)) continue;
         int sw = nd->op == PK_GEMV_SWIGLU_1;
         uint64_t w0 = nd->a[1], w1 = sw ? nd->a[2] : 0;
         uint32_t K = (uint32_t)nd->a[sw ? 6 : 7], S = (uint32_t)nd->a[sw ? 7 : 8];
@@ -314,7 +314,7 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
         nd->wait = i ? (int32_t)i - 1 : -1;
         nd->wait_nvb = i ? (uint32_t)prog[i - 1].nvb : 0;
         if (kp.sharedMemBytes > smem) smem = kp.sharedMemBytes;
-        has_w[i] = k->op == PK_GEMV_1 || k->op == PK_GEMV_SWIGLU_1;
+        has_w[i] = gemv_op(k->op);
     }
     /* prefetch ranges: the weights each product reads, assigned to an earlier node */
     if (s->prefetch && s->prefetch_bytes && wsize) {

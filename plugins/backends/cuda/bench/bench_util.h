@@ -1,6 +1,6 @@
 /* What the backend's benchmark tools (cuda_gemv_bench, cuda_mk_bench) share: exiting checks for
  * driver calls and backend calls (a benchmark has nothing to recover), the error they fill, the
- * backend negotiation and the median helper. */
+ * backend negotiation and the timing of a run of calls (median of 5 after a warm-up). */
 #ifndef WEFT_CUDA_BENCH_UTIL_H
 #define WEFT_CUDA_BENCH_UTIL_H
 
@@ -34,6 +34,45 @@ static weft_error err = {.size = sizeof(weft_error)};
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Microseconds per call of issue(ctx, i) for i = 0..n-1, issued straight into the stream
+ * (graph 0) or captured once into a CUDA graph and replayed (graph 1); 5 timed rounds after a
+ * warm-up round, the median. */
+typedef void (*issue_fn)(cuda_backend *b, void *ctx, int i);
+static inline double time_calls(cuda_backend *b, issue_fn issue, void *ctx, int n, int graph) {
+    CUgraphExec ge = NULL;
+    if (graph) {
+        CUgraph g;
+        CKB(cuStreamBeginCapture(b->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+        for (int i = 0; i < n; i++)
+            issue(b, ctx, i);
+        CKB(cuStreamEndCapture(b->stream, &g));
+        CKB(cuGraphInstantiate(&ge, g, 0));
+        CKB(cuGraphDestroy(g));
+    }
+    CUevent e0, e1;
+    CKB(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    double trial[5];
+    for (int tr = -1; tr < 5; tr++) {
+        CKB(cuEventRecord(e0, b->stream));
+        if (graph)
+            CKB(cuGraphLaunch(ge, b->stream));
+        else
+            for (int i = 0; i < n; i++)
+                issue(b, ctx, i);
+        CKB(cuEventRecord(e1, b->stream));
+        CKB(cuEventSynchronize(e1));
+        float ms;
+        CKB(cuEventElapsedTime(&ms, e0, e1));
+        if (tr >= 0) trial[tr] = ms * 1e3 / n;
+    }
+    qsort(trial, 5, sizeof(double), cmp_double);
+    if (ge) CKB(cuGraphExecDestroy(ge));
+    CKB(cuEventDestroy(e0));
+    CKB(cuEventDestroy(e1));
+    return trial[2];
 }
 
 #endif

@@ -68,45 +68,6 @@ static void call(cuda_backend *b, int method, CUdeviceptr x, CUdeviceptr w, CUde
                        method < 0 ? 0 : 1 << (method - 1), &err));
 }
 
-/* Microseconds per call of issue(ctx, i) for i = 0..n-1, issued straight into the stream
- * (graph 0) or captured once into a CUDA graph and replayed (graph 1); 5 timed rounds after a
- * warm-up round, the median. */
-typedef void (*issue_fn)(cuda_backend *b, void *ctx, int i);
-static double time_calls(cuda_backend *b, issue_fn issue, void *ctx, int n, int graph) {
-    CUgraphExec ge = NULL;
-    if (graph) {
-        CUgraph g;
-        CKB(cuStreamBeginCapture(b->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-        for (int i = 0; i < n; i++)
-            issue(b, ctx, i);
-        CKB(cuStreamEndCapture(b->stream, &g));
-        CKB(cuGraphInstantiate(&ge, g, 0));
-        CKB(cuGraphDestroy(g));
-    }
-    CUevent e0, e1;
-    CKB(cuEventCreate(&e0, CU_EVENT_DEFAULT));
-    CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
-    double trial[5];
-    for (int tr = -1; tr < 5; tr++) {
-        CKB(cuEventRecord(e0, b->stream));
-        if (graph)
-            CKB(cuGraphLaunch(ge, b->stream));
-        else
-            for (int i = 0; i < n; i++)
-                issue(b, ctx, i);
-        CKB(cuEventRecord(e1, b->stream));
-        CKB(cuEventSynchronize(e1));
-        float ms;
-        CKB(cuEventElapsedTime(&ms, e0, e1));
-        if (tr >= 0) trial[tr] = ms * 1e3 / n;
-    }
-    qsort(trial, 5, sizeof(double), cmp_double);
-    if (ge) CKB(cuGraphExecDestroy(ge));
-    CKB(cuEventDestroy(e0));
-    CKB(cuEventDestroy(e1));
-    return trial[2];
-}
-
 /* The floor of one link in a chain of dependent kernels: the empty kernel weft_noop (it only
  * runs pdl_enter) with `blocks` blocks of 256 threads, 256 launches back to back. */
 typedef struct noop_ctx {

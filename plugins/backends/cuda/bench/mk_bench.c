@@ -29,6 +29,22 @@ static const shape shapes[] = {
     {"qwen8b.down", 4096, 12288, 0},
 };
 
+/* One launch of the program (R nodes); each launch is the next epoch of the arrival counters. */
+typedef struct mk_ctx {
+    CUfunction mk;
+    CUdeviceptr prog, done;
+    int R;
+    unsigned sms, smem, off, ring, vs_off, epoch;
+} mk_ctx;
+static void issue_mk(cuda_backend *b, void *ctx, int i) {
+    mk_ctx *c = ctx;
+    (void)i;
+    c->epoch++;
+    CUdeviceptr stamps = 0;
+    void *args[] = {&c->prog, &c->R, &c->done, &c->epoch, &c->off, &c->ring, &c->vs_off, &stamps};
+    CKB(cuLaunchKernel(c->mk, c->sms, 1, 1, 288, 1, 1, c->smem, b->stream, args, NULL));
+}
+
 int main(int argc, char **argv) {
     const char *sel = argc > 1 ? argv[1] : "all";
     int R = argc > 2 ? atoi(argv[2]) : 32;
@@ -63,9 +79,6 @@ int main(int argc, char **argv) {
     long nx = 16384;
     void *fx[] = {&x, &nx, &seed};
     TRYB(cuda_launch(b, fill, "fill", 16, 1, 256, fx, &err));
-    CUevent e0, e1;
-    CKB(cuEventCreate(&e0, CU_EVENT_DEFAULT));
-    CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
     printf("device %s, %d SMs, weft_megakernel: %d bytes of static shared memory\n", b->name, sms,
            stat);
     printf("%-16s %6s %5s %2s %6s | %9s %7s | %9s %7s | %9s %7s\n", "shape", "N", "K", "S",
@@ -107,23 +120,16 @@ int main(int argc, char **argv) {
             }
             CKB(cuMemcpyHtoD(prog, h, (size_t)R * sizeof(pk_node)));
             CKB(cuMemsetD32(done, 0, 8192));
-            double t[5];
-            unsigned epoch = 0;
-            for (int tr = -1; tr < 5; tr++) {
-                epoch++;
-                CUdeviceptr stamps = 0;
-                void *args[] = {&prog, &R, &done, &epoch, &off, &ring, &vs_off, &stamps};
-                CKB(cuEventRecord(e0, b->stream));
-                CKB(cuLaunchKernel(mk, (unsigned)sms, 1, 1, 288, 1, 1, smem, b->stream, args,
-                                   NULL));
-                CKB(cuEventRecord(e1, b->stream));
-                CKB(cuEventSynchronize(e1));
-                float ms;
-                CKB(cuEventElapsedTime(&ms, e0, e1));
-                if (tr >= 0) t[tr] = ms * 1e3 / R;
-            }
-            qsort(t, 5, sizeof(double), cmp_double);
-            us[mode] = t[2];
+            mk_ctx c = {.mk = mk,
+                        .prog = prog,
+                        .done = done,
+                        .R = R,
+                        .sms = (unsigned)sms,
+                        .smem = smem,
+                        .off = off,
+                        .ring = ring,
+                        .vs_off = vs_off};
+            us[mode] = time_calls(b, issue_mk, &c, 1, 0) / R;
         }
         printf("%-16s %6d %5d %2d %6u | %9.2f %7.0f | %9.2f %7.0f | %9.2f %7.0f\n", s->name, s->N,
                s->K, S, ring >> 10, us[0], wbytes / us[0] / 1e3, us[1], wbytes / us[1] / 1e3, us[2],

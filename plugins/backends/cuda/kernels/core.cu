@@ -1886,8 +1886,6 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
                 for (int v = tid; v < K / GEMV_VEC; v += MK_CONS) ((uint4 *)xs)[v] = src[v];
             }
             mk_csync();
-        }
-        if (gemv) {
             cnt = nd.op == PK_GEMV_1 ? mk_gemv_node<1>(nd, pb, P, cc, xs, ring, &ctl)
                                      : mk_gemv_node<2>(nd, pb, P, cc, xs, ring, &ctl);
             cc += cnt;
