@@ -752,6 +752,8 @@ static void test_add_rmsnorm(void **state) {
     check_add_rmsnorm(WEFT_DTYPE_BF16, 3, 1024);
     check_add_rmsnorm(WEFT_DTYPE_F32, 2, 64);
     check_add_rmsnorm(WEFT_DTYPE_BF16, 2, 896);
+    check_add_rmsnorm(WEFT_DTYPE_BF16, 1, 4096);  /* four elements a thread in registers */
+    check_add_rmsnorm(WEFT_DTYPE_BF16, 1, 10240); /* past NORM_MAXE a thread: the loops */
 }
 
 /* lm_head through the GEMV kernel: bf16 weights, f32 logits, gathered rows */

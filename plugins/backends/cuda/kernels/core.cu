@@ -233,14 +233,58 @@ extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int 
 // r = x + res; y = rmsnorm(r) * w. One block per row. Launched with weft_rmsnorm's block size
 // for the same row length, so every thread sums the same elements in the same order and the
 // fused result is bit-identical to weft_add followed by weft_rmsnorm.
+// When a thread's elements fit NORM_MAXE registers (D <= NORM_MAXE * nt / K: every model row
+// here at the standalone launch), it keeps each r it stored and, launched standalone (pre),
+// loads its norm weights before griddepcontrol.wait (weights are never written): after the
+// wait the kernel then makes one round of loads (x, res) instead of three (x and res, then w
+// and r), with the same values in the same order. Otherwise (the persistent kernels' 4-way
+// virtual threads on long rows) the loops below read r and w back as before.
+#define NORM_MAXE 8
 template <int K>
 __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, const wgt *w,
                                                  act *y, act *r, int T, int D, float eps, int t,
-                                                 int nt) {
+                                                 int nt, bool pre = false) {
+    const int np = nt / K;
+    const bool regs = D <= NORM_MAXE * np;
+    float wv[NORM_MAXE];
+    if (pre) {
+        if (regs && t < T)
+#pragma unroll
+            for (int j = 0; j < NORM_MAXE; j++) {
+                int i = threadIdx.x + j * np;
+                wv[j] = i < D ? W::ld(w, i) : 0.f;
+            }
+        pdl_enter();
+    }
     if (t >= T) return;
     long base = (long)t * D;
-    int np = nt / K;
     float ss[K];
+    if (regs) {
+        // element j of this thread is i = tid + j * np; for each k the loop below visits
+        // j = k, k + K, k + 2K, ... (i = tid + k * np + m * nt), the order of the loop after it
+        float vv[NORM_MAXE];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            ss[k] = 0.f;
+#pragma unroll
+            for (int j = k; j < NORM_MAXE; j += K) {
+                int i = threadIdx.x + j * np;
+                if (i < D) {
+                    float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
+                    A::st(r, base + i, v);
+                    vv[j] = v;
+                    ss[k] = fmaf(v, v, ss[k]);
+                }
+            }
+        }
+        float rs = rsqrtf(block_sum<K>(ss, nt) / D + eps);
+#pragma unroll
+        for (int j = 0; j < NORM_MAXE; j++) {
+            int i = threadIdx.x + j * np;
+            if (i < D) A::st(y, base + i, (pre ? wv[j] : W::ld(w, i)) * A::round(vv[j] * rs));
+        }
+        return;
+    }
 #pragma unroll
     for (int k = 0; k < K; k++) {
         ss[k] = 0.f;
@@ -257,10 +301,10 @@ __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, c
     for (int i = threadIdx.x; i < D; i += np)
         A::st(y, base + i, W::ld(w, i) * A::round(A::ld(r, base + i) * rs));
 }
-extern "C" __global__ void weft_add_rmsnorm(const act *x, const act *res, const wgt *w, act *y,
-                                            act *r, int T, int D, float eps) {
-    pdl_enter();
-    add_rmsnorm_body<1>(x, res, w, y, r, T, D, eps, blockIdx.x, blockDim.x);
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_add_rmsnorm(const act *x, const act *res, const wgt *w, act *y, act *r, int T, int D,
+                     float eps) {
+    add_rmsnorm_body<1>(x, res, w, y, r, T, D, eps, blockIdx.x, blockDim.x, true);
 }
 
 // RoPE on (T, H*hd). inv_freq (rot/2) f32 precomputed on the host with the model's scaling.
