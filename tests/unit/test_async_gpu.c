@@ -1,6 +1,7 @@
 /* exec.async-pipeline on the GPU (device sampler: ids fed to the next step on the device, tokens
  * collected one step late through pinned memory and an event):
- *   - greedy: fast-cuda-async gives fast-cuda-all's tokens and log-probabilities over 256 steps
+ *   - greedy: fast-cuda-async (and fast-cuda-async-smem) give fast-cuda-all's tokens and
+ *     log-probabilities over 256 steps
  *     (EOS ignored), twice in one engine (the second run replays captured graphs), on
  *     stories260K and every model directory in WEFT_EXEC_MODELS (colon-separated; the GPU run
  *     passes synthetic Qwen3-0.6B and Llama-3.2-1B bf16);
@@ -112,21 +113,25 @@ static void single_on(const char *model) {
         run_all(e);
     }
     weft_engine_close(e);
-    e = open_candidate("fast-cuda-async", model);
-    assert_non_null(e);
-    for (int rep = 0; rep < 2; rep++) {
-        submit(e, prompt, n, 0.0f, 0, 256, 1, &got);
-        run_all(e);
-        compare(&got, &ref[0], "greedy", model);
+    /* fast-cuda-async-smem: the same kernels with the backend's smem_carveout */
+    static const char *const cands[] = {"fast-cuda-async", "fast-cuda-async-smem"};
+    for (size_t c = 0; c < sizeof(cands) / sizeof(cands[0]); c++) {
+        e = open_candidate(cands[c], model);
+        assert_non_null(e);
+        for (int rep = 0; rep < 2; rep++) {
+            submit(e, prompt, n, 0.0f, 0, 256, 1, &got);
+            run_all(e);
+            compare(&got, &ref[0], "greedy", model);
+        }
+        for (int k = 1; k <= 3; k++) {
+            submit(e, prompt, n, 0.8f, 1000003ull * (uint64_t)k, 128, 1, &got);
+            run_all(e);
+            compare(&got, &ref[k], "sampled", model);
+        }
+        fprintf(stderr, "  %s on %s: 2 x 256 greedy + 3 x 128 sampled tokens equal\n", cands[c],
+                model);
+        weft_engine_close(e);
     }
-    for (int k = 1; k <= 3; k++) {
-        submit(e, prompt, n, 0.8f, 1000003ull * (uint64_t)k, 128, 1, &got);
-        run_all(e);
-        compare(&got, &ref[k], "sampled", model);
-    }
-    fprintf(stderr, "  fast-cuda-async on %s: 2 x 256 greedy + 3 x 128 sampled tokens equal\n",
-            model);
-    weft_engine_close(e);
 }
 
 static void test_single_stories(void **state) {

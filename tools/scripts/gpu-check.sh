@@ -27,13 +27,17 @@
 #                                        of it without each of WEFT_ABLATE, in-graph traces
 #   tools/scripts/gpu-check.sh mega      exec.persistent's streaming kernel: GPU test, decode
 #                                        beside fast-cuda-all, node trace (WEFT_MEGA_* knobs)
+#   tools/scripts/gpu-check.sh ab        kernel variants side by side: GPU tests of .gpu, then
+#                                        decode of WEFT_AB_CANDIDATES with every bundle of
+#                                        WEFT_AB_BUNDLES and backend options of WEFT_AB_OPTS, in
+#                                        WEFT_AB_ROUNDS interleaved rounds, then traces
 #   tools/scripts/gpu-check.sh prefill   long prompts: tensor-core prefill on/off, the prefix
 #                                        cache's follow-up TTFT, chunked prefill's arrival KPI
 # Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
 set -uo pipefail
 phase=${1:-ops}
 root=$(pwd)
-B=$root/.gpu
+B=$root/.gpu # the bundle every phase runs; phase ab also runs others (with_bundle)
 out=${OUT:-/tmp/weft-gpu-out}
 mkdir -p "$out"
 export PATH=$B/bin:$PATH WEFT_PLUGIN_PATH=$B/lib/weft/plugins
@@ -90,16 +94,35 @@ bench_batch1() {
 # the backend's in-graph trace of one decode of candidate manifest $2 on config $3 (log name $1;
 # the manifest's copy with trace on goes to $out/trace-src.yaml); prints the per-kernel table
 trace_decode() {
-  sed 's/^backend: cuda$/backend: {name: cuda, options: {trace: true}}/' "$2" > "$out/trace-src.yaml"
+  with_options "$2" "{trace: true}" > "$out/trace-src.yaml"
   run "$1" weft bench decode --candidate "$out/trace-src.yaml" --model "$M/$3-bf16" --prompt 128 \
     --gen 64 --repeats 1
   sed -n '/cuda trace by kernel/,/^decode/p' "$out/$1.log"
   rm -f "$out/trace-src.yaml"
 }
+# manifest $1 with the backend options map $2 ('-' or empty: unchanged), on stdout; the options
+# join a map the manifest already gives its backend (trace_decode's form included)
+with_options() {
+  local o
+  o=$(echo "${2:--}" | sed 's/^ *//; s/ *$//')
+  if [ "$o" = - ]; then cat "$1"; return; fi
+  sed -E "s/^backend: cuda$/backend: {name: cuda, options: $o}/; t
+    s/^backend: \{name: cuda, options: \{(.*)\}\}$/backend: {name: cuda, options: {\1, ${o#\{}}/" "$1"
+}
 # candidate manifest $2 without the technique $1 (a name in its flow list), written to $3
 drop_technique() { # (a plain name or a {name: ..., options: {...}} entry)
   sed -E "s/ *\{name: $1, options: \{[^}]*\}\},?//; s/ *$1,?//; s/,\]/]/" "$2" > "$3.new" &&
     mv "$3.new" "$3"
+}
+
+# runs a command with the bundle in folder $1 (made by gpu-bundle.sh) first on the paths
+# (a shell function too: the paths are set and restored here, not in a subshell, so run's summary
+# lines stay)
+with_bundle() {
+  local b=$1 sp=$PATH sw=$WEFT_PLUGIN_PATH sl=$LD_LIBRARY_PATH; shift
+  export PATH="$b/bin:$PATH" WEFT_PLUGIN_PATH="$b/lib/weft/plugins" LD_LIBRARY_PATH="$b/lib:$sl"
+  "$@"
+  export PATH=$sp WEFT_PLUGIN_PATH=$sw LD_LIBRARY_PATH=$sl
 }
 
 case $phase in
@@ -350,6 +373,44 @@ mega)
       --prompt 128 --gen 16 --repeats 1
     sed -n '/weft_megakernel/,$p' "$out/ncu_mega_$cfg.log" | cut -c1-150 | head -150
   fi
+  ;;
+ab)
+  # WEFT_AB_BUNDLES: bundle folders relative to the root (default .gpu); WEFT_AB_OPTS: backend
+  # option maps, ';'-separated, '-' for none (default '-'); WEFT_AB_CANDIDATES: manifests
+  # (default fast-cuda-async); WEFT_AB_TESTS: GPU tests run first with .gpu. Every (bundle,
+  # options, candidate, model) is benched once per round, rounds interleaved so drift between
+  # runs shows; the summary names each run bench_<round>_<bundle>_<opts#>_<candidate>_<model>.
+  models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
+  synth_bf16 $models
+  for t in ${WEFT_AB_TESTS:-}; do gpu_test "$t"; done
+  mkdir -p "$out/cand"
+  IFS=';' read -r -a abopts <<< "${WEFT_AB_OPTS:--}"
+  for ((r = 1; r <= ${WEFT_AB_ROUNDS:-2}; r++)); do
+    for cfg in $models; do
+      for bdl in ${WEFT_AB_BUNDLES:-.gpu}; do
+        for i in "${!abopts[@]}"; do
+          for c in ${WEFT_AB_CANDIDATES:-manifests/fast-cuda-async.yaml}; do
+            m=$out/cand/$(basename "$c" .yaml)-o$i.yaml
+            with_options "$c" "${abopts[$i]}" > "$m"
+            with_bundle "$root/$bdl" bench_batch1 \
+              "bench_${r}_${bdl#.}_o${i}_$(basename "$c" .yaml)_$cfg" "$m" "$cfg"
+          done
+        done
+      done
+    done
+  done
+  # the in-graph trace of the first candidate with .gpu and each options map (WEFT_ISSUE8_TRACE=0
+  # skips them)
+  c=$(echo ${WEFT_AB_CANDIDATES:-manifests/fast-cuda-async.yaml} | cut -d' ' -f1)
+  for cfg in $models; do
+    [ "$cfg" = Qwen3-8B ] || [ "${WEFT_ISSUE8_TRACE:-1}" = 0 ] && continue
+    for i in "${!abopts[@]}"; do
+      with_options "$c" "${abopts[$i]}" > "$out/cand/trace-o$i.yaml"
+      trace_decode "trace_o${i}_$cfg" "$out/cand/trace-o$i.yaml" "$cfg"
+    done
+  done
+  for i in "${!abopts[@]}"; do echo "options o$i: ${abopts[$i]}"; done
+  rm -rf "$out/cand"
   ;;
 verify)
   # every GPU unit test with the synthetic models, then the headline figures of both issues

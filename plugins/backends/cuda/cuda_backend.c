@@ -342,7 +342,15 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->gemv_max_tokens = (int)opt_int(host, opts, "gemv_max_tokens", CUDA_GEMV_MAX_TOKENS);
     b->gemv_force = opt_int(host, opts, "gemv_force", 0) != 0;
     b->pdl = opt_int(host, opts, "pdl", 1) != 0;
+    b->pdl_early = opt_int(host, opts, "pdl_early", 1) != 0;
+    b->smem_carveout = (int)opt_int(host, opts, "smem_carveout", -1);
     b->trace = opt_int(host, opts, "trace", 0) != 0;
+    if (b->smem_carveout < -1 || b->smem_carveout > 100) {
+        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option smem_carveout: expected -1..100 "
+                                  "(percent), got %d", b->smem_carveout);
+        free(b);
+        return e;
+    }
     if (b->gemv_max_tokens < 0 || b->gemv_max_tokens > 8) {
         weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_max_tokens: expected 0..8, "
                                   "got %d", b->gemv_max_tokens);

@@ -66,8 +66,13 @@ typedef struct cuda_backend {
      * gemv_force: wherever it fits, without the measured rule (tests, benchmarks) */
     int gemv_max_tokens, gemv_force;
     /* option pdl (on a device of compute capability 9.0 or newer): launch the kernels of
-     * core.cu with programmatic stream serialization (docs/perf/pdl.md) */
-    int pdl;
+     * core.cu with programmatic stream serialization (docs/perf/pdl.md); option pdl_early: the
+     * modules are compiled with WEFT_PDL_EARLY (each kernel triggers its dependents' launch
+     * before its own griddepcontrol.wait, docs/perf/batch1.md) */
+    int pdl, pdl_early;
+    /* option smem_carveout: every core.cu kernel's preferred shared memory share in percent, or
+     * -1 for the driver's choice (cuda_kernels.c set_carveout) */
+    int smem_carveout;
     /* option trace: modules compiled with WEFT_TRACE; the names of the kernels launched during
      * the latest stream capture, in order (cuda_trace.c) */
     int trace, trace_capturing;

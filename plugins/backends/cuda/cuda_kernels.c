@@ -4,6 +4,7 @@
  * dtype) pair; functions are looked up by name. The compile-and-cache path itself is the SDK's
  * (plugins/sdk/weft/cuda_module.h), shared with the CUDA techniques. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"
@@ -16,7 +17,10 @@ static weft_status compile(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule *
     char def_a[32], def_w[32];
     snprintf(def_a, sizeof(def_a), "-DWEFT_TA=%u", ta);
     snprintf(def_w, sizeof(def_w), "-DWEFT_TW=%u", tw);
-    const char *defs[] = {def_a, def_w, "-DWEFT_TRACE"};
+    const char *defs[4] = {def_a, def_w, NULL, NULL};
+    size_t n_defs = 2;
+    if (b->trace) defs[n_defs++] = "-DWEFT_TRACE";
+    if (b->pdl && b->pdl_early) defs[n_defs++] = "-DWEFT_PDL_EARLY";
     weft_cuda_api api;
     weft_cuda_api_link_nvrtc(&api);
     weft_cuda_api_link_driver(&api);
@@ -25,9 +29,33 @@ static weft_status compile(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule *
                              .source = weft_cuda_core_source,
                              .arch = b->arch,
                              .defines = defs,
-                             .n_defines = b->trace ? 3 : 2,
+                             .n_defines = n_defs,
                              .device = b->name};
     return weft_cuda_module_load(&api, &build, out, err);
+}
+
+/* option smem_carveout: the shared memory share (percent of the L1/shared array) every kernel of
+ * the module asks for. An SM changes its split only when it is idle, so under PDL a kernel that
+ * needs much shared memory (the attention kernels: ~77 KB a block) cannot start its blocks on SMs
+ * that GEMV blocks (128 bytes) keep in a small-shared configuration: the GEMVs' own share decides
+ * (measured: the option on every kernel but the GEMVs changes nothing). With a large share the
+ * attention blocks start beside the q|k|v projection, but the GEMVs stream slower beside the
+ * smaller L1, so it pays only where the products are short (docs/perf/batch1.md). -1 leaves the
+ * driver's per-kernel choice. */
+static weft_status set_carveout(cuda_backend *b, CUmodule mod, weft_error *err) {
+    if (b->smem_carveout < 0) return WEFT_OK;
+    unsigned n = 0;
+    weft_status s = cuda_check(cuModuleGetFunctionCount(&n, mod), "cuModuleGetFunctionCount",
+                               "counting the kernels of core.cu", err);
+    if (s) return s;
+    CUfunction *fs = calloc(n ? n : 1, sizeof(*fs));
+    if (!fs) return cuda_fail(err, WEFT_ERR_NOMEM, "host memory for %u kernel handles", n);
+    CUresult r = cuModuleEnumerateFunctions(fs, n, mod);
+    for (unsigned i = 0; i < n && r == CUDA_SUCCESS; i++)
+        r = cuFuncSetAttribute(fs[i], CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                               b->smem_carveout);
+    free(fs);
+    return cuda_check(r, "cuFuncSetAttribute", "setting the kernels' shared memory carveout", err);
 }
 
 weft_status cuda_kernel_get(cuda_backend *b, uint32_t ta, uint32_t tw, const char *name,
@@ -40,6 +68,8 @@ weft_status cuda_kernel_get(cuda_backend *b, uint32_t ta, uint32_t tw, const cha
             return cuda_fail(err, WEFT_ERR_INTERNAL, "too many kernel variants");
         CUmodule mod;
         weft_status s = compile(b, ta, tw, &mod, err);
+        if (s) return s;
+        s = set_carveout(b, mod, err);
         if (s) return s;
         m = &b->modules[b->n_modules++];
         m->ta = ta;

@@ -118,10 +118,10 @@ template <int K> __device__ float block_sum(const float *v, int nt) {
 // before it reads or writes anything an earlier kernel touches (only the GEMV's weight loads,
 // which no kernel writes, come before it), and before any early return: a kernel that finished
 // without waiting could complete before its predecessor, and a normal launch after it would
-// then no longer be ordered after that predecessor. griddepcontrol.launch_dependents right after
-// the wait lets the next kernel's blocks launch (and issue their own weight loads) while this
-// one runs; launched without the attribute both instructions do nothing, so one kernel serves
-// both modes and the results are the same bits.
+// then no longer be ordered after that predecessor. griddepcontrol.launch_dependents (right
+// after the wait, or before it with WEFT_PDL_EARLY below) lets the next kernel's blocks launch
+// (and issue their own weight loads) while this one runs; launched without the attribute both
+// instructions do nothing, so one kernel serves both modes and the results are the same bits.
 // With the backend's option trace (WEFT_TRACE), the first thread of the first block also stamps
 // the global timer into a ring once past the wait: a kernel passes its wait when the kernel
 // before it has completed, so consecutive stamps give each kernel's time on the critical path
@@ -167,10 +167,24 @@ __device__ unsigned weft_trace_launch;
 #define STAGE_LAUNCH() 0u
 #define STAGE_NEXT() ((void)0)
 #endif
+// WEFT_PDL_EARLY (the backend's option pdl_early): the trigger comes before the wait, so the
+// next kernel may launch as soon as every block of this one is resident, while this one still
+// waits for its own predecessor; a chain of kernels then becomes resident ahead of its data, as
+// far as registers and shared memory allow, each streaming what it may read early. The next
+// kernel still launches only once all of this kernel's blocks have started (the trigger counts
+// every block), so no kernel's blocks can be kept off the SMs by its successors'. What a kernel
+// reads before its wait must then be written by no kernel of the step at all, not merely by
+// none of the last two: weights, the kv cache rows of earlier steps, and the step's inputs
+// (filled by copies ordered before the step's first kernel).
 __device__ __forceinline__ void pdl_enter() {
 #if __CUDA_ARCH__ >= 900
+#ifdef WEFT_PDL_EARLY
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#else
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 #endif
     trace_mark();
 }
@@ -849,7 +863,13 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 // the same bits.
 #define ATS_CHUNK 64
 #define ATS_MAXG 8
-#define ATS_BATCH 8
+// ATS_BATCH 16-byte loads of K and of V per thread and trip: 4 covers a 64-row chunk of a
+// 128-dim head in 16-bit types at 256 threads in one trip. It sets the kernels' registers:
+// weft_rope_attention 80 at 4 (121 at 8), which lets one of its blocks share an SM with four GEMV
+// blocks of 40 (64K registers), so under PDL its K/V loads start while the q|k|v projection
+// still runs instead of after it (with the backend's smem_carveout, which lets the SM's shared
+// memory hold it beside them).
+#define ATS_BATCH 4
 // Row stride of the staged K rows in floats: a multiple of 4 (16-byte rows for vector loads)
 // that is 4 mod 32 for the head sizes used, so the 8 lanes of a quarter-warp reading 8
 // different rows hit 8 different bank groups.
@@ -1151,6 +1171,40 @@ __device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride
     }
 }
 
+// The cluster form of ra_merge: each thread reads the m, l and accumulator of its (head, dim)
+// from the ns splits' shared memory (`mine`: a split's (G, pstride) partials, at the same
+// address in every block; split s_lo + s is cluster rank s_lo + s) straight into registers,
+// all 3 ns loads in flight together (ns <= ATS_MAXS), then merges them in combine_ml's and
+// combine_val's order, so the bits are ra_merge's after a gather.
+#define ATS_MAXS 8
+__device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride, int s_lo,
+                                                 int ns, int G, int hd, act *o, int nt) {
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < G * hd; i += nt) {
+        const int h = i / hd, d = i % hd;
+        const float *hp = mine + (long)h * pstride;
+        float m[ATS_MAXS], l[ATS_MAXS], a[ATS_MAXS];
+#pragma unroll
+        for (int s = 0; s < ATS_MAXS; s++)
+            if (s < ns) {
+                m[s] = ld_cluster(hp + hd, (unsigned)(s_lo + s));
+                l[s] = ld_cluster(hp + hd + 1, (unsigned)(s_lo + s));
+                a[s] = ld_cluster(hp + d, (unsigned)(s_lo + s));
+            }
+        float M = -INFINITY, L = 0.f, v = 0.f;
+#pragma unroll
+        for (int s = 0; s < ATS_MAXS; s++)
+            if (s < ns) M = fmaxf(M, m[s]);
+#pragma unroll
+        for (int s = 0; s < ATS_MAXS; s++)
+            if (s < ns && m[s] != -INFINITY) L += l[s] * __expf(m[s] - M);
+#pragma unroll
+        for (int s = 0; s < ATS_MAXS; s++)
+            if (s < ns && m[s] != -INFINITY) v += a[s] * __expf(m[s] - M);
+        A::st(o, (long)h * hd + d, L > 0.f ? v / L : 0.f);
+    }
+}
+
 // S: the split count, with bit 16 set when the launch made each kv head's splits one
 // thread-block cluster (option merge: cluster; the persistent kernels never run that form).
 __device__ __forceinline__ void rope_attention_body(
@@ -1166,10 +1220,10 @@ __device__ __forceinline__ void rope_attention_body(
     const unsigned inv = STAGE_LAUNCH(); // stage trace (trace builds): this launch's slot
     STAGE_MARK(inv, 0);
     // Before griddepcontrol.wait (pdl_enter, in the staging's mid() below) this kernel reads
-    // only what kernels at least two launches back wrote: the step's positions and kv slots
-    // and the cache rows below p (earlier steps). Its predecessor lets it launch only after
-    // waiting for its own predecessor to complete, so those writes are done; the chunk's K
-    // and V then stream in while the q|k|v projection finishes. Everything the predecessor
+    // only what no kernel of the step writes: the step's positions and kv slots (inputs the
+    // engine copies in before the step) and the cache rows below p (earlier steps), so it may
+    // run while any number of earlier kernels still do (pdl_enter's WEFT_PDL_EARLY); the
+    // chunk's K and V then stream in while the q|k|v projection finishes. Everything the step
     // writes (the q, k, v rows) is read after the wait, and every exit waits first.
     const int p = pos[0], slot = slots[0];
     // cluster (the launch made each kv head's S splits one thread-block cluster, rank = split):
@@ -1301,20 +1355,10 @@ __device__ __forceinline__ void rope_attention_body(
         STAGE_MARK(inv, 4);
         cluster_sync(); // every split's partials written
         STAGE_MARK(inv, 5);
-        const int ns = s_hi - s_lo + 1;
-        const long per = (long)ns * pstride;
-        float *pc = ats_smem; // ks: (ATS_CHUNK, ATS_KST) >= G * ns * (hd + 2) for ns <= 8
-        if (own) {
-            #pragma unroll 1
-            for (long i = threadIdx.x; i < (long)G * per; i += nt) {
-                long h = i / per, r = i % per;
-                int split = s_lo + (int)(r / pstride);
-                pc[i] = ld_cluster(mine + h * pstride + r % pstride, (unsigned)split);
-            }
-        }
+        if (own) ra_merge_cluster(mine, pstride, s_lo, s_hi - s_lo + 1, G, hd,
+                                  o + (long)(g * G) * hd, nt);
         cluster_sync(); // the merging block has read them: the others may exit
         if (!own) return;
-        ra_merge(pc, per, pstride, ns, G, hd, o + (long)(g * G) * hd, nt);
         STAGE_MARK(inv, 6);
         if (g == 0) STAGE_NEXT();
         return;
