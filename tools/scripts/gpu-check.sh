@@ -31,6 +31,10 @@
 #                                        decode of WEFT_AB_CANDIDATES with every bundle of
 #                                        WEFT_AB_BUNDLES and backend options of WEFT_AB_OPTS, in
 #                                        WEFT_AB_ROUNDS interleaved rounds, then traces
+#   tools/scripts/gpu-check.sh carveout  the GEMV alone (ncu, serialised) in the driver's
+#                                        shared-memory configuration and under smem_carveout 100:
+#                                        duration, L1/L2 traffic, stall reasons, on
+#                                        WEFT_PROFILE_MODELS (does a small L1 slow the GEMV itself?)
 #   tools/scripts/gpu-check.sh prefill   long prompts: tensor-core prefill on/off, the prefix
 #                                        cache's follow-up TTFT, chunked prefill's arrival KPI
 # Results go to $OUT (or /tmp/weft-gpu-out): log files and a summary table printed last.
@@ -410,6 +414,28 @@ ab)
     done
   done
   for i in "${!abopts[@]}"; do echo "options o$i: ${abopts[$i]}"; done
+  rm -rf "$out/cand"
+  ;;
+carveout)
+  # batch1.md's open question: with smem_carveout 100 the products of Llama-3.2-1B and Qwen3-8B
+  # ran slower in the replayed graph. ncu runs each kernel alone, so the GEMV's own speed in each
+  # configuration shows apart from what co-resident blocks do to it. Three launches of
+  # weft_gemv_1 and one of weft_gemv_swiglu_1 from a decode step, with and without the carveout.
+  models=${WEFT_PROFILE_MODELS:-Llama-3.2-1B}
+  synth_bf16 $models
+  mkdir -p "$out/cand"
+  with_options manifests/fast-cuda-async.yaml "{smem_carveout: 100}" > "$out/cand/smem.yaml"
+  for cfg in $models; do
+    for c in manifests/fast-cuda-async.yaml "$out/cand/smem.yaml"; do
+      tag=$(basename "$c" .yaml)
+      run "ncu_carveout_${tag}_$cfg" ncu --clock-control none --launch-skip 400 --launch-count 4 \
+        -k regex:'weft_gemv_(swiglu_)?1$' --section LaunchStats --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section WarpStateStats \
+        weft bench decode --candidate "$c" --model "$M/$cfg-bf16" --prompt 16 --gen 32 --repeats 1
+      grep -E "^  weft_|Duration|Shared Memory Configuration|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|DRAM Throughput|Stall Long|Warp Cycles Per Issued" \
+        "$out/ncu_carveout_${tag}_$cfg.log" | cut -c1-110
+    done
+  done
   rm -rf "$out/cand"
   ;;
 verify)
