@@ -1,6 +1,7 @@
 /* What the backend's benchmark tools (cuda_gemv_bench, cuda_mk_bench) share: exiting checks for
  * driver calls and backend calls (a benchmark has nothing to recover), the error they fill, the
- * backend negotiation and the timing of a run of calls (median of 5 after a warm-up). */
+ * backend negotiation, random bf16 fills and the timing of a run of calls (median of 5 after a
+ * warm-up). */
 #ifndef WEFT_CUDA_BENCH_UTIL_H
 #define WEFT_CUDA_BENCH_UTIL_H
 
@@ -30,6 +31,31 @@ extern weft_status weft_plugin_negotiate(uint32_t, uint32_t, uint32_t *,
     } while (0)
 
 static weft_error err = {.size = sizeof(weft_error)};
+
+/* The cuda backend, created through its descriptor as the host would, its context current;
+ * bench_close destroys it through the same descriptor. */
+static const weft_plugin_descriptor *bench_desc;
+static inline cuda_backend *bench_backend(void) {
+    uint32_t chosen;
+    TRYB(weft_plugin_negotiate(1, 1, &chosen, &bench_desc, &err));
+    void *st;
+    TRYB(bench_desc->create(NULL, NULL, &st, &err));
+    cuda_backend *b = st;
+    CKB(cuCtxSetCurrent(b->ctx));
+    return b;
+}
+static inline void bench_close(cuda_backend *b) {
+    bench_desc->destroy(b);
+}
+
+/* n bf16 values uniform in [-1, 1) from (seed, index) (weft_fill_random; a grid-stride loop, so
+ * the values do not depend on the grid). */
+static inline void bench_fill(cuda_backend *b, CUdeviceptr p, long n, unsigned long long seed) {
+    CUfunction f;
+    TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_fill_random", &f, &err));
+    void *args[] = {&p, &n, &seed};
+    TRYB(cuda_launch(b, f, "fill", 1024, 1, 256, args, &err));
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -37,13 +37,6 @@ static const shape shapes[] = {
     {"qwen8b.head", 151936, 4096, 1},
 };
 
-static void fill(cuda_backend *b, CUdeviceptr p, long n, unsigned long long seed) {
-    CUfunction f;
-    TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_fill_random", &f, &err));
-    void *args[] = {&p, &n, &seed};
-    TRYB(cuda_launch(b, f, "fill", 1024, 1, 256, args, &err));
-}
-
 static float bf(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -111,21 +104,15 @@ int main(int argc, char **argv) {
     double copy_gbps = argc > 1 ? atof(argv[1]) : 4251.0;
     const char *sel = argc > 2 ? argv[2] : "all";
     int max_t = argc > 3 ? atoi(argv[3]) : 8;
-    const weft_plugin_descriptor *d;
-    uint32_t chosen;
-    TRYB(weft_plugin_negotiate(1, 1, &chosen, &d, &err));
-    void *st;
-    TRYB(d->create(NULL, NULL, &st, &err));
-    cuda_backend *b = st;
-    CKB(cuCtxSetCurrent(b->ctx));
+    cuda_backend *b = bench_backend();
     const uint64_t pool_bytes = 2ull << 30; /* 2 GiB of weights: ~40x the L2 */
     CUdeviceptr pool, x, y, y2;
     CKB(cuMemAlloc(&pool, pool_bytes));
     CKB(cuMemAlloc(&x, 8 * 8192 * 2));
     CKB(cuMemAlloc(&y, 8ull * 151936 * 4));
     CKB(cuMemAlloc(&y2, 8ull * 151936 * 4));
-    fill(b, pool, (long)(pool_bytes / 2), 1);
-    fill(b, x, 8 * 8192, 2);
+    bench_fill(b, pool, (long)(pool_bytes / 2), 1);
+    bench_fill(b, x, 8 * 8192, 2);
     CUevent e0, e1;
     CKB(cuEventCreate(&e0, CU_EVENT_DEFAULT));
     CKB(cuEventCreate(&e1, CU_EVENT_DEFAULT));
@@ -224,6 +211,6 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    d->destroy(st);
+    bench_close(b);
     return 0;
 }

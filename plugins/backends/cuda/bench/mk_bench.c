@@ -49,16 +49,9 @@ int main(int argc, char **argv) {
     const char *sel = argc > 1 ? argv[1] : "all";
     int R = argc > 2 ? atoi(argv[2]) : 32;
     if (R < 1 || R > 4096) R = 32;
-    const weft_plugin_descriptor *d;
-    uint32_t chosen;
-    TRYB(weft_plugin_negotiate(1, 1, &chosen, &d, &err));
-    void *st;
-    TRYB(d->create(NULL, NULL, &st, &err));
-    cuda_backend *b = st;
-    CKB(cuCtxSetCurrent(b->ctx));
-    CUfunction mk, fill;
+    cuda_backend *b = bench_backend();
+    CUfunction mk;
     TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_megakernel", &mk, &err));
-    TRYB(cuda_kernel_get(b, WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, "weft_fill_random", &fill, &err));
     CUdevice dev;
     int sms = 0, optin = 0, stat = 0;
     CKB(cuCtxGetDevice(&dev));
@@ -72,13 +65,8 @@ int main(int argc, char **argv) {
     CKB(cuMemAlloc(&y, 151936ull * 2));
     CKB(cuMemAlloc(&done, 8192 * 4));
     CKB(cuMemAlloc(&prog, 4096 * sizeof(pk_node)));
-    long n = (long)(pool_bytes / 2);
-    unsigned long long seed = 1;
-    void *fa[] = {&pool, &n, &seed};
-    TRYB(cuda_launch(b, fill, "fill", 1024, 1, 256, fa, &err));
-    long nx = 16384;
-    void *fx[] = {&x, &nx, &seed};
-    TRYB(cuda_launch(b, fill, "fill", 16, 1, 256, fx, &err));
+    bench_fill(b, pool, (long)(pool_bytes / 2), 1);
+    bench_fill(b, x, 16384, 1);
     printf("device %s, %d SMs, weft_megakernel: %d bytes of static shared memory\n", b->name, sms,
            stat);
     printf("%-16s %6s %5s %2s %6s | %9s %7s | %9s %7s | %9s %7s\n", "shape", "N", "K", "S",
@@ -136,5 +124,6 @@ int main(int argc, char **argv) {
                wbytes / us[2] / 1e3);
     }
     free(h);
+    bench_close(b);
     return 0;
 }
