@@ -1589,6 +1589,30 @@ __device__ __noinline__ void pk_run(const pk_node &nd, int vb) {
     }
 }
 
+// The node loop's tail that both persistent kernels share. sync is the kernel's barrier over
+// its node threads (__syncthreads, or the streaming kernel's consumer barrier). pk_run_node:
+// every virtual block of node nd this block owns, through the bodies, sync() between two so
+// their shared memory is free again; returns how many. pk_count_in: after sync(), the block
+// counts them in on done, a fence first so the bodies' stores are visible to whoever sees it.
+template <class Sync>
+__device__ __forceinline__ unsigned pk_run_node(const pk_node &nd, int pb, int P, Sync sync) {
+    unsigned cnt = 0;
+    for (int vb = pb; vb < nd.nvb; vb += P) {
+        if (cnt) sync();
+        pk_run(nd, vb);
+        cnt++;
+    }
+    return cnt;
+}
+template <class Sync>
+__device__ __forceinline__ void pk_count_in(unsigned *done, unsigned cnt, Sync sync) {
+    sync();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(done, cnt);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(PK_THREADS, PK_MIN_BLOCKS)
     weft_persistent(const pk_node *prog, int n, unsigned *done, unsigned epoch) {
     __shared__ pk_node nd;
@@ -1608,17 +1632,8 @@ extern "C" __global__ void __launch_bounds__(PK_THREADS, PK_MIN_BLOCKS)
             if (tid == 0) pk_wait(done + nd.wait, epoch * nd.wait_nvb);
             __syncthreads();
         }
-        unsigned cnt = 0;
-        for (int vb = pb; vb < nd.nvb; vb += P) {
-            if (cnt) __syncthreads(); // the bodies' shared memory is free again
-            pk_run(nd, vb);
-            cnt++;
-        }
-        __syncthreads();
-        if (tid == 0) {
-            __threadfence();
-            atomicAdd(done + i, cnt);
-        }
+        auto sync = []() { __syncthreads(); };
+        pk_count_in(done + i, pk_run_node(nd, pb, P, sync), sync);
     }
 }
 
@@ -1931,6 +1946,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
         return;
     }
     unsigned cc = 0; // chunks consumed
+    auto csync = []() { mk_csync(); };
     for (int i = 0; i < n; i++) {
         mk_csync(); // every consumer is done with the previous node's copy
         if (tid < (int)(sizeof(pk_node) / 8))
@@ -1948,7 +1964,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
             mk_csync();
         }
         if (stamps && tid == 0) atomicMax(stamps + n + 1 + i, globaltimer());
-        unsigned cnt = 0;
+        unsigned cnt;
         const bool gemv = nd.op == PK_GEMV_1 || nd.op == PK_GEMV_SWIGLU_1;
         if (gemv) { // x into xs: the folded norm, or the product's input
             if (nd.reserved) {
@@ -1978,18 +1994,10 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
                                      : mk_gemv_node<2>(nd, pb, P, cc, xs, ring, &ctl);
             cc += cnt;
         } else {
-            for (int vb = pb; vb < nd.nvb; vb += P) {
-                if (cnt) mk_csync(); // the bodies' shared memory is free again
-                pk_run(nd, vb);
-                cnt++;
-            }
+            cnt = pk_run_node(nd, pb, P, csync);
         }
-        mk_csync();
-        if (tid == 0) {
-            __threadfence();
-            atomicAdd(done + i, cnt);
-            if (stamps) atomicMax(stamps + i, globaltimer());
-        }
+        pk_count_in(done + i, cnt, csync);
+        if (tid == 0 && stamps) atomicMax(stamps + i, globaltimer());
     }
 #else
     if (n < 0 && tid == 0) done[0] = ring_off + ring_bytes + vs_off + (stamps ? 1u : 0u) + epoch;
