@@ -113,8 +113,10 @@ static void single_on(const char *model) {
         run_all(e);
     }
     weft_engine_close(e);
-    /* fast-cuda-async-smem: the same kernels with the backend's smem_carveout */
-    static const char *const cands[] = {"fast-cuda-async", "fast-cuda-async-smem"};
+    /* fast-cuda-async-smem: the same kernels with the backend's smem_carveout and x in shared
+     * memory (gemv_xsmem); fast-cuda-async-xs: the gate|up GEMV's x in shared memory */
+    static const char *const cands[] = {"fast-cuda-async", "fast-cuda-async-smem",
+                                        "fast-cuda-async-xs"};
     for (size_t c = 0; c < sizeof(cands) / sizeof(cands[0]); c++) {
         e = open_candidate(cands[c], model);
         assert_non_null(e);

@@ -27,15 +27,30 @@
 static const weft_plugin_descriptor *desc;
 static void *bst;
 static const weft_backend_vtable *be;
-static weft_op_impl impls[64];
+/* Backend instances: [0] as described above; [1] the same options plus gemv_xsmem (the GEMVs
+ * read x from shared memory) and [2] that with smem_carveout 100, each with its op table. All
+ * retain the device's primary context, so tensors of one are valid in another's ops. */
+enum { N_INST = 3 };
+static void *insts[N_INST];
+static weft_op_impl inst_impls[N_INST][64];
+static size_t inst_n[N_INST];
+static int reg_to;
+static weft_op_impl *impls = inst_impls[0];
 static size_t n_impls;
 
 static weft_status reg_add(void *self, const weft_op_impl *impl, weft_error *err) {
     (void)self;
     (void)err;
-    if (n_impls == 64) return WEFT_ERR_NOMEM;
-    impls[n_impls++] = *impl;
+    if (inst_n[reg_to] == 64) return WEFT_ERR_NOMEM;
+    inst_impls[reg_to][inst_n[reg_to]++] = *impl;
+    if (reg_to == 0) n_impls = inst_n[0];
     return WEFT_OK;
+}
+/* run the next nodes on instance k (bst, impls) */
+static void use_inst(int k) {
+    bst = insts[k];
+    impls = inst_impls[k];
+    n_impls = inst_n[k];
 }
 static weft_host *host;
 static uint32_t op_lsw, op_qkr; /* fuse.linear_swiglu, fuse.qkv_rope */
@@ -787,6 +802,97 @@ static void test_head_gemv(void **state) {
     free_tensors(all, 3);
 }
 
+/* ---- option gemv_xsmem: x read from shared memory ------------------------------------------ */
+/* Overwrite an output with all-ones bytes (NaN) before the next run writes it. */
+static void poison(tens *t) {
+    size_t n = (size_t)(t->rows * t->cols), es = t->dtype == WEFT_DTYPE_F32 ? 4 : 2;
+    weft_error err = {.size = sizeof(err)};
+    void *p = malloc(n * es);
+    memset(p, 0xff, n * es);
+    assert_int_equal(be->upload(bst, &t->d, 0, p, n * es, &err), 0);
+    free(p);
+}
+
+/* Run node n on instance 0 and on every other instance: the outputs must be the same bits. */
+static void same_on_insts(const char *what, weft_node *n, tens *out, uint32_t T,
+                          const weft_batch *batch) {
+    size_t cnt = (size_t)(out->rows * out->cols);
+    float *a = malloc(cnt * 4), *b = malloc(cnt * 4);
+    run_node(n, T, batch, NULL);
+    fetch(out, a);
+    for (int k = 1; k < N_INST; k++) {
+        poison(out);
+        use_inst(k);
+        run_node(n, T, batch, NULL);
+        use_inst(0);
+        fetch(out, b);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "%s, instance %d vs 0", what, k);
+        expect_same(msg, b, a, cnt);
+    }
+    free(a), free(b);
+}
+
+static void check_xs_linear(uint32_t dt, int T, int N, int K, int bias) {
+    tens x = {dt, T, K}, w = {dt, N, K}, b = {dt, 1, N}, y = {dt, T, N};
+    weft_node n = {.op = WEFT_OP_LINEAR, .n_in = 3, .n_out = 1};
+    n.in[0] = add_tensor(&x, 1);
+    n.in[1] = add_tensor(&w, 1);
+    n.in[2] = bias ? add_tensor(&b, 1) : WEFT_TENSOR_NONE;
+    n.out[0] = add_tensor(&y, 0);
+    char what[96];
+    snprintf(what, sizeof(what), "linear dt=%u T=%d N=%d K=%d bias=%d", dt, T, N, K, bias);
+    same_on_insts(what, &n, &y, (uint32_t)T, NULL);
+    tens all[] = {x, w, b, y};
+    free_tensors(all, 4);
+    if (!bias) be->free(bst, &b.d);
+}
+
+static void check_xs_swiglu(uint32_t dt, int T, int F, int K) {
+    tens x = {dt, T, K}, gu = {dt, 2 * F, K}, y = {dt, T, F};
+    weft_node fm = {.op = op_lsw, .n_in = 2, .n_out = 1};
+    fm.in[0] = add_tensor(&x, 1), fm.in[1] = add_tensor(&gu, 1), fm.out[0] = add_tensor(&y, 0);
+    fm.p.i[0] = 1;
+    char what[96];
+    snprintf(what, sizeof(what), "linear_swiglu dt=%u T=%d F=%d K=%d", dt, T, F, K);
+    same_on_insts(what, &fm, &y, (uint32_t)T, NULL);
+    tens all[] = {x, gu, y};
+    free_tensors(all, 3);
+}
+
+static void test_gemv_xsmem(void **state) {
+    (void)state;
+    if (!insts[1] || !insts[2]) skip();
+    /* every split (K 1024..12288), T 1..8, rows that leave the last block short, f32, x past
+     * 48 KiB of shared memory (T = 4, K = 8192) and past 96 KiB (the plain form's fallback) */
+    check_xs_linear(WEFT_DTYPE_BF16, 1, 3072, 2048, 0);
+    check_xs_linear(WEFT_DTYPE_BF16, 1, 4096, 1024, 1);
+    check_xs_linear(WEFT_DTYPE_BF16, 1, 2048, 8192, 0);
+    check_xs_linear(WEFT_DTYPE_BF16, 1, 517, 12288, 0);
+    check_xs_linear(WEFT_DTYPE_BF16, 3, 130, 2048, 1);
+    check_xs_linear(WEFT_DTYPE_BF16, 4, 64, 8192, 0);
+    check_xs_linear(WEFT_DTYPE_BF16, 8, 40, 8192, 0);
+    check_xs_linear(WEFT_DTYPE_BF16, 1, 33, 2056, 0);
+    check_xs_linear(WEFT_DTYPE_F32, 2, 50, 1028, 1);
+    check_xs_swiglu(WEFT_DTYPE_BF16, 1, 8192, 2048);
+    check_xs_swiglu(WEFT_DTYPE_BF16, 1, 3072, 1024);
+    check_xs_swiglu(WEFT_DTYPE_BF16, 2, 300, 4096);
+    check_xs_swiglu(WEFT_DTYPE_F32, 1, 40, 512);
+    /* the LM head: f32 logits of a gathered row */
+    const uint32_t dt = WEFT_DTYPE_BF16;
+    int V = 5003, D = 2048;
+    tens x = {dt, 2, D}, w = {dt, V, D}, lo = {WEFT_DTYPE_F32, 1, V};
+    weft_node h = {.op = WEFT_OP_LM_HEAD, .n_in = 2, .n_out = 1};
+    h.in[0] = add_tensor(&x, 1);
+    h.in[1] = add_tensor(&w, 1);
+    h.out[0] = add_tensor(&lo, 0);
+    int32_t rows[1] = {1};
+    weft_batch batch = {.size = sizeof(batch), .n_tokens = 1, .n_logits = 1, .logit_rows = rows};
+    same_on_insts("lm_head V=5003 D=2048", &h, &lo, 1, &batch);
+    tens all[] = {x, w, lo};
+    free_tensors(all, 3);
+}
+
 /* Programmatic dependent launch (backend option pdl, on by default on sm_90+): a chain of
  * dependent nodes launched back to back, so each kernel's blocks start while the previous one
  * drains, must give the same bits as the same chain with the stream drained after every node
@@ -862,6 +968,16 @@ static void test_pdl_chain(void **state) {
     free(x0), free(serial), free(chained), free(ys), free(yc);
     tens all[] = {x, w, nw, y, wgu, h, wd};
     free_tensors(all, 7);
+}
+
+/* the same chain with the GEMVs reading x from shared memory (instances 1 and 2) */
+static void test_pdl_chain_xsmem(void **state) {
+    if (!insts[1] || !insts[2]) skip();
+    for (int k = 1; k < N_INST; k++) {
+        use_inst(k);
+        test_pdl_chain(state);
+    }
+    use_inst(0);
 }
 
 /* ---- fuse.rope_attention ------------------------------------------------------------------ */
@@ -1121,8 +1237,23 @@ static int setup(void **state) {
         fprintf(stderr, "SKIPPED: no usable CUDA device here (%s)\n", err.message);
         return 0;
     }
+    insts[0] = bst;
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
+    for (int k = 1; k < N_INST; k++) {
+        weft_option kopt[6] = {
+            opt[0], opt[1], opt[2], opt[3],
+            {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
+            {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1}};
+        weft_options kopts = {6, kopt};
+        if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
+            fprintf(stderr, "backend instance %d: %s\n", k, err.message);
+            return -1;
+        }
+        reg_to = k;
+        if (be->register_ops(insts[k], &ops, &err)) return -1;
+    }
+    reg_to = 0;
     const weft_graph_service *gs = weft_graph_service_get();
     op_lsw = gs->op_register("fuse.linear_swiglu", &err);
     op_qkr = gs->op_register("fuse.qkv_rope", &err);
@@ -1135,6 +1266,9 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
+    use_inst(0);
+    for (int k = N_INST - 1; k >= 1; k--)
+        if (insts[k]) desc->destroy(insts[k]);
     if (bst) desc->destroy(bst);
     if (host) weft_host_free(host);
     return 0;
@@ -1157,6 +1291,8 @@ GPU_TEST(test_add_rmsnorm)
 GPU_TEST(test_head_gemv)
 GPU_TEST(test_pdl_chain)
 GPU_TEST(test_rope_attention)
+GPU_TEST(test_gemv_xsmem)
+GPU_TEST(test_pdl_chain_xsmem)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -1167,6 +1303,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_qkv_rope),     cmocka_unit_test(gpu_test_add_rmsnorm),
         cmocka_unit_test(gpu_test_head_gemv),    cmocka_unit_test(gpu_test_pdl_chain),
         cmocka_unit_test(gpu_test_rope_attention),
+        cmocka_unit_test(gpu_test_gemv_xsmem),   cmocka_unit_test(gpu_test_pdl_chain_xsmem),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

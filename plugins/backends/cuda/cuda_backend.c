@@ -345,6 +345,14 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->pdl_early = opt_int(host, opts, "pdl_early", 1) != 0;
     b->smem_carveout = (int)opt_int(host, opts, "smem_carveout", -1);
     b->trace = opt_int(host, opts, "trace", 0) != 0;
+    b->gemv_xsmem = (int)opt_int(host, opts, "gemv_xsmem", 0);
+    if (b->gemv_xsmem < 0 || b->gemv_xsmem > 3) {
+        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_xsmem: expected 0..3 (1: "
+                                  "the plain GEMVs, 2: gate|up + SwiGLU, 3: both), got %d",
+                                  b->gemv_xsmem);
+        free(b);
+        return e;
+    }
     if (b->smem_carveout < -1 || b->smem_carveout > 100) {
         weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option smem_carveout: expected -1..100 "
                                   "(percent), got %d", b->smem_carveout);

@@ -73,6 +73,9 @@ typedef struct cuda_backend {
     /* option smem_carveout: every core.cu kernel's preferred shared memory share in percent, or
      * -1 for the driver's choice (cuda_kernels.c set_carveout) */
     int smem_carveout;
+    /* option gemv_xsmem: which GEMV kernels read x from a shared-memory copy (1 the plain
+     * ones, 2 gate|up + SwiGLU; cuda_ops.c gemv_xs_bytes) */
+    int gemv_xsmem;
     /* option trace: modules compiled with WEFT_TRACE; the names of the kernels launched during
      * the latest stream capture, in order (cuda_trace.c) */
     int trace, trace_capturing;

@@ -241,13 +241,33 @@ int cuda_gemv_fits(uint32_t dt, CUdeviceptr x, CUdeviceptr w, int T, int K) {
            w % 16 == 0;
 }
 
-static const char *gemv_name(int T, int swiglu) {
-    static const char *const plain[4] = {"weft_gemv_1", "weft_gemv_2", "weft_gemv_4",
-                                         "weft_gemv_8"};
-    static const char *const sw[4] = {"weft_gemv_swiglu_1", "weft_gemv_swiglu_2",
-                                      "weft_gemv_swiglu_4", "weft_gemv_swiglu_8"};
+static const char *gemv_name(int T, int swiglu, int xs) {
+    static const char *const plain[2][4] = {
+        {"weft_gemv_1", "weft_gemv_2", "weft_gemv_4", "weft_gemv_8"},
+        {"weft_gemv_xs_1", "weft_gemv_xs_2", "weft_gemv_xs_4", "weft_gemv_xs_8"}};
+    static const char *const sw[2][4] = {
+        {"weft_gemv_swiglu_1", "weft_gemv_swiglu_2", "weft_gemv_swiglu_4", "weft_gemv_swiglu_8"},
+        {"weft_gemv_swiglu_xs_1", "weft_gemv_swiglu_xs_2", "weft_gemv_swiglu_xs_4",
+         "weft_gemv_swiglu_xs_8"}};
     int i = T <= 1 ? 0 : T <= 2 ? 1 : T <= 4 ? 2 : 3;
-    return swiglu ? sw[i] : plain[i];
+    return swiglu ? sw[xs != 0][i] : plain[xs != 0][i];
+}
+
+/* option gemv_xsmem (a mask: 1 the plain GEMVs and the LM head, 2 the gate|up + SwiGLU one):
+ * the kernels' _xs form, which copies x (T x K) into dynamic shared memory first (core.cu
+ * gemv_row): its bytes, or 0 for the plain form (not selected, or x would take more than
+ * 96 KiB); gemv_launch raises the kernel's limit past 48 KiB */
+static unsigned gemv_xs_bytes(const cuda_backend *b, int swiglu, int T, int K, uint32_t dt) {
+    long bytes = (long)T * K * elem_size(dt);
+    int on = b->gemv_xsmem & (swiglu ? 2 : 1);
+    return on && bytes <= (96l << 10) ? (unsigned)bytes : 0u;
+}
+static weft_status gemv_launch(cuda_backend *b, CUfunction f, const char *name, unsigned blocks,
+                               unsigned smem, void **args, weft_error *err) {
+    if (smem > (48u << 10))
+        CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
+           "raising the GEMV's shared memory limit for x");
+    return cuda_launch_ex(b, f, name, blocks, 1, 1, 256, smem, 1, args, err);
 }
 
 weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
@@ -261,12 +281,13 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
     int S = split ? split : cuda_gemv_split(K);
     if (S != 1 && S != 2 && S != 4 && S != 8)
         return cuda_fail(err, WEFT_ERR_INVALID, "gemv: split %d is not 1, 2, 4 or 8", S);
-    const char *name = gemv_name(T, 0);
+    unsigned xs = gemv_xs_bytes(b, 0, T, K, dt);
+    const char *name = gemv_name(T, 0, xs != 0);
     CUfunction f;
     TRY(kern(b, dt, dt, name, &f, err));
     void *args[] = {&x, &w, &bias, &y, &out_f32, &T, &N, &K, &S};
     int rows = 8 / S;
-    return cuda_launch(b, f, name, (unsigned)((N + rows - 1) / rows), 1, 256, args, err);
+    return gemv_launch(b, f, name, (unsigned)((N + rows - 1) / rows), xs, args, err);
 }
 
 weft_status cuda_linear(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w, uint32_t tw,
@@ -674,13 +695,14 @@ static weft_status op_linear_swiglu(void *st, const weft_exec_ctx *c, const weft
         return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "fuse.linear_swiglu %s: T=%d K=%d does not "
                          "fit the GEMV kernel (T <= 8, 16-byte rows)", n->name, T, K);
     int S = cuda_gemv_split(K);
-    const char *name = gemv_name(T, 1);
+    unsigned xs = gemv_xs_bytes(b, 1, T, K, x->dtype);
+    const char *name = gemv_name(T, 1, xs != 0);
     CUfunction f;
     CK(cuCtxSetCurrent(b->ctx), "making the context current");
     TRY(kern(b, x->dtype, w->dtype, name, &f, err));
     void *args[] = {&xp, &wg, &wu, &yp, &T, &F, &K, &S};
     int rows = 8 / S;
-    return cuda_launch(b, f, name, (unsigned)((F + rows - 1) / rows), 1, 256, args, err);
+    return gemv_launch(b, f, name, (unsigned)((F + rows - 1) / rows), xs, args, err);
 }
 
 static int32_t accepts_linear_swiglu(void *st, const weft_graph *g, const weft_node *n) {

@@ -718,7 +718,11 @@ __device__ __forceinline__ void gemv_fma(const act *x, int T, int K, int v, int 
 // split s owns the 16-byte vectors s*32+lane, then every S*32-th. Its first batch of weight
 // loads is issued before pdl_enter(): weights are never written by a kernel, so they may stream
 // while the previous kernel drains; x is read only after the wait.
-template <int TT, int NW>
+// XS (the backend's option gemv_xsmem): the block first copies x (T rows of K) into dynamic
+// shared memory and the products read it there, so x does not depend on staying in L1 (with a
+// large shared-memory carveout the L1 left is small: docs/perf/batch1.md); same values, same
+// order.
+template <int TT, int NW, bool XS = false>
 __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int T, int N, int K,
                                          int S, int n, float (*acc)[TT]) {
     __shared__ float red[GEMV_THREADS / 32][NW][TT];
@@ -728,6 +732,15 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
     uint4 wv[4][NW];
     if (n < N) gemv_load<NW>(w, v, stride, nv, wv);
     pdl_enter();
+    if (XS) {
+        extern __shared__ __align__(16) unsigned char gemv_xs[];
+        const int n16 = T * K / (16 / (int)sizeof(act));
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < n16; i += GEMV_THREADS)
+            ((uint4 *)gemv_xs)[i] = ((const uint4 *)x)[i];
+        bsync(GEMV_THREADS);
+        x = (const act *)gemv_xs;
+    }
 #pragma unroll
     for (int r = 0; r < NW; r++)
 #pragma unroll
@@ -764,13 +777,13 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
 }
 
 // y = x w^T [+ bias]; y is f32 when out_f32 (the LM head's logits), else the activation dtype.
-template <int TT>
+template <int TT, bool XS = false>
 __device__ __forceinline__ void gemv_plain(const act *x, const wgt *w, const wgt *bias, void *y,
                                            int out_f32, int T, int N, int K, int S, int bx) {
     int n = bx * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
     const wgt *rows[1] = {w + (long)n * K};
     float acc[1][TT];
-    if (!gemv_row<TT, 1>(x, rows, T, N, K, S, n, acc)) return;
+    if (!gemv_row<TT, 1, XS>(x, rows, T, N, K, S, n, acc)) return;
     int lane = threadIdx.x & 31;
     float b = bias ? W::ld(bias, n) : 0.f;
 #pragma unroll
@@ -784,13 +797,13 @@ __device__ __forceinline__ void gemv_plain(const act *x, const wgt *w, const wgt
 
 // y = silu(x wg^T) * (x wu^T), each product rounded to the activation dtype first, as the
 // unfused linear, linear, swiglu sequence stores them.
-template <int TT>
+template <int TT, bool XS = false>
 __device__ __forceinline__ void gemv_swiglu(const act *x, const wgt *wg, const wgt *wu, act *y,
                                             int T, int F, int K, int S, int bx) {
     int n = bx * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
     const wgt *rows[2] = {wg + (long)n * K, wu + (long)n * K};
     float acc[2][TT];
-    if (!gemv_row<TT, 2>(x, rows, T, F, K, S, n, acc)) return;
+    if (!gemv_row<TT, 2, XS>(x, rows, T, F, K, S, n, acc)) return;
     int lane = threadIdx.x & 31;
 #pragma unroll
     for (int t = 0; t < TT; t++)
@@ -811,6 +824,16 @@ __device__ __forceinline__ void gemv_swiglu(const act *x, const wgt *wg, const w
         weft_gemv_swiglu_##TT(const act *x, const wgt *wg, const wgt *wu, act *y, int T, int F,    \
                               int K, int S) {                                                      \
         gemv_swiglu<TT>(x, wg, wu, y, T, F, K, S, blockIdx.x);                                 \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        weft_gemv_xs_##TT(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32,       \
+                          int T, int N, int K, int S) {                                            \
+        gemv_plain<TT, true>(x, w, bias, y, out_f32, T, N, K, S, blockIdx.x);                      \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        weft_gemv_swiglu_xs_##TT(const act *x, const wgt *wg, const wgt *wu, act *y, int T, int F, \
+                                 int K, int S) {                                                   \
+        gemv_swiglu<TT, true>(x, wg, wu, y, T, F, K, S, blockIdx.x);                               \
     }
 WEFT_GEMV(1)
 WEFT_GEMV(2)
