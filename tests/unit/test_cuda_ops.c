@@ -184,13 +184,19 @@ static void free_tensors(tens *ts, size_t n) {
 
 static double tol(uint32_t dt) { return dt == WEFT_DTYPE_F32 ? 1e-5 : 1.5e-2; }
 
+/* a linear node y = x w^T (+ b), its tensors added (inputs filled, y poisoned) */
+static weft_node linear_node(tens *x, tens *w, tens *b, tens *y, int bias) {
+    weft_node n = {.op = WEFT_OP_LINEAR, .n_in = 3, .n_out = 1};
+    n.in[0] = add_tensor(x, 1);
+    n.in[1] = add_tensor(w, 1);
+    n.in[2] = bias ? add_tensor(b, 1) : WEFT_TENSOR_NONE;
+    n.out[0] = add_tensor(y, 0);
+    return n;
+}
+
 static void check_linear(uint32_t dt, int T, int N, int K, int bias) {
     tens x = {dt, T, K}, w = {dt, N, K}, b = {dt, 1, N}, y = {dt, T, N};
-    weft_node n = {.op = WEFT_OP_LINEAR, .n_in = 3, .n_out = 1};
-    n.in[0] = add_tensor(&x, 1);
-    n.in[1] = add_tensor(&w, 1);
-    n.in[2] = bias ? add_tensor(&b, 1) : WEFT_TENSOR_NONE;
-    n.out[0] = add_tensor(&y, 0);
+    weft_node n = linear_node(&x, &w, &b, &y, bias);
     run_node(&n, (uint32_t)T, NULL, NULL);
     float *got = malloc((size_t)T * N * 4);
     double *ref = malloc((size_t)T * N * 8);
@@ -835,11 +841,7 @@ static void same_on_insts(const char *what, weft_node *n, tens *out, uint32_t T,
 
 static void check_xs_linear(uint32_t dt, int T, int N, int K, int bias) {
     tens x = {dt, T, K}, w = {dt, N, K}, b = {dt, 1, N}, y = {dt, T, N};
-    weft_node n = {.op = WEFT_OP_LINEAR, .n_in = 3, .n_out = 1};
-    n.in[0] = add_tensor(&x, 1);
-    n.in[1] = add_tensor(&w, 1);
-    n.in[2] = bias ? add_tensor(&b, 1) : WEFT_TENSOR_NONE;
-    n.out[0] = add_tensor(&y, 0);
+    weft_node n = linear_node(&x, &w, &b, &y, bias);
     char what[96];
     snprintf(what, sizeof(what), "linear dt=%u T=%d N=%d K=%d bias=%d", dt, T, N, K, bias);
     same_on_insts(what, &n, &y, (uint32_t)T, NULL);
