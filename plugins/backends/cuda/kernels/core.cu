@@ -213,6 +213,23 @@ extern "C" __global__ void weft_embed(const int *tokens, const wgt *table, act *
     embed_body(tokens, table, x, T, D, V, blockIdx.x, blockDim.x);
 }
 
+// The partial sums of squares a norm hands to block_sum<K>: virtual thread threadIdx.x + k * np
+// (np = nt / K physical threads) sums val(i)^2 over i = that, + nt, + 2 nt, ... below n, in that
+// order, into ss[k]; val may store what it computes (the fused norm's r).
+template <int K, class Val>
+__device__ __forceinline__ void norm_sumsq(float *ss, int n, int nt, Val val) {
+    const int np = nt / K;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        ss[k] = 0.f;
+        #pragma unroll 1
+        for (int i = threadIdx.x + k * np; i < n; i += nt) {
+            float v = val(i);
+            ss[k] = fmaf(v, v, ss[k]);
+        }
+    }
+}
+
 // One block per group of `group` elements (group = cols for a whole-row norm).
 // As transformers: normalise in f32, round to the activation dtype, then multiply by the weight.
 // K: virtual threads per physical thread (block_sum); nt the kernel's block size.
@@ -224,15 +241,7 @@ __device__ __forceinline__ void rmsnorm_body(const act *x, const wgt *w, act *y,
     long base = g * group;
     int np = nt / K;
     float ss[K];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        ss[k] = 0.f;
-        #pragma unroll 1
-        for (int i = threadIdx.x + k * np; i < group; i += nt) {
-            float v = A::ld(x, base + i);
-            ss[k] = fmaf(v, v, ss[k]);
-        }
-    }
+    norm_sumsq<K>(ss, group, nt, [&](int i) { return A::ld(x, base + i); });
     float r = rsqrtf(block_sum<K>(ss, nt) / group + eps);
     #pragma unroll 1
     for (int i = threadIdx.x; i < group; i += np)
@@ -299,16 +308,11 @@ __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, c
         }
         return;
     }
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        ss[k] = 0.f;
-        #pragma unroll 1
-        for (int i = threadIdx.x + k * np; i < D; i += nt) {
-            float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
-            A::st(r, base + i, v);
-            ss[k] = fmaf(v, v, ss[k]);
-        }
-    }
+    norm_sumsq<K>(ss, D, nt, [&](int i) {
+        float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
+        A::st(r, base + i, v);
+        return v;
+    });
     float rs = rsqrtf(block_sum<K>(ss, nt) / D + eps);
     // element i was stored above by physical thread i % np, which reads it back here
     #pragma unroll 1
@@ -1923,17 +1927,12 @@ __device__ __noinline__ void mk_norm(const pk_node &nm, act *xs, float *vs, bool
     mk_csync();
     if ((int)threadIdx.x >= np) return;
     float ss[K];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        ss[k] = 0.f;
-        #pragma unroll 1
-        for (int i = threadIdx.x + k * np; i < D; i += nt) {
-            float v = add ? A::round(A::ld(x, i) + A::ld(res, i)) : A::ld(x, i);
-            if (add && glob) A::st(r, i, v);
-            vs[i] = v;
-            ss[k] = fmaf(v, v, ss[k]);
-        }
-    }
+    norm_sumsq<K>(ss, D, nt, [&](int i) {
+        float v = add ? A::round(A::ld(x, i) + A::ld(res, i)) : A::ld(x, i);
+        if (add && glob) A::st(r, i, v);
+        vs[i] = v;
+        return v;
+    });
     float rs = rsqrtf(block_sum<K>(ss, nt) / D + eps);
     #pragma unroll 1
     for (int i = threadIdx.x; i < D; i += np) {
