@@ -94,6 +94,17 @@ static weft_tensor gt[32];
 static weft_buffer gd[32];
 static uint32_t gn;
 
+/* Overwrite a float tensor's device copy with all-ones bytes (NaN in f32 and bf16): outputs
+ * before a run writes them. */
+static void poison(tens *t) {
+    size_t n = (size_t)(t->rows * t->cols), es = t->dtype == WEFT_DTYPE_F32 ? 4 : 2;
+    weft_error err = {.size = sizeof(err)};
+    void *p = malloc(n * es);
+    memset(p, 0xff, n * es);
+    assert_int_equal(be->upload(bst, &t->d, 0, p, n * es, &err), 0);
+    free(p);
+}
+
 static uint32_t add_tensor(tens *t, int fill) {
     assert_true(gn < 32);
     uint32_t id = gn++;
@@ -125,12 +136,7 @@ static uint32_t add_tensor(tens *t, int fill) {
         } else if (fill) {
             assert_int_equal(be->upload(bst, &t->d, 0, t->h, n * 4, &err), 0);
         }
-        if (!fill) { /* poison outputs: all-ones bytes are NaN in f32 and bf16 */
-            void *p = malloc(n * es);
-            memset(p, 0xff, n * es);
-            assert_int_equal(be->upload(bst, &t->d, 0, p, n * es, &err), 0);
-            free(p);
-        }
+        if (!fill) poison(t);
     }
     gd[id] = t->d;
     return id;
@@ -809,16 +815,6 @@ static void test_head_gemv(void **state) {
 }
 
 /* ---- option gemv_xsmem: x read from shared memory ------------------------------------------ */
-/* Overwrite an output with all-ones bytes (NaN) before the next run writes it. */
-static void poison(tens *t) {
-    size_t n = (size_t)(t->rows * t->cols), es = t->dtype == WEFT_DTYPE_F32 ? 4 : 2;
-    weft_error err = {.size = sizeof(err)};
-    void *p = malloc(n * es);
-    memset(p, 0xff, n * es);
-    assert_int_equal(be->upload(bst, &t->d, 0, p, n * es, &err), 0);
-    free(p);
-}
-
 /* Run node n on instance 0 and on every other instance: the outputs must be the same bits. */
 static void same_on_insts(const char *what, weft_node *n, tens *out, uint32_t T,
                           const weft_batch *batch) {
