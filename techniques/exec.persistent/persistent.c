@@ -295,7 +295,7 @@ static weft_status build_program(pk_state *s, cg_shape *sh, CUgraph graph, char 
             }
             memcpy(&nd->a[a], kp.kernelParams[a], sz);
         }
-        if (k->op == PK_ROPE_ATTENTION && ((uint32_t)nd->a[23] >> 16)) {
+        if (k->op == PK_ROPE_ATTENTION && (((uint32_t)nd->a[23] >> 16) & 1u)) {
             r = WHY("kernel %s (node %zu) merges through a thread-block cluster (fuse.rope-"
                     "attention's merge: cluster), which a persistent block cannot",
                     fname, i);

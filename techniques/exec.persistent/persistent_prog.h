@@ -60,6 +60,8 @@ static const pk_kernel pk_kernels[] = {
     {"weft_attention_split", PK_ATTENTION_SPLIT, "ppppppiiiiiifi", 0},
     {"weft_attention_combine", PK_ATTENTION_COMBINE, "ppiiii", 0},
     {"weft_rope_attention", PK_ROPE_ATTENTION, "pppppppppppppiiiiifiiifi", 256},
+    /* the cuda backend's option attn_cp form: the same body, its copy flags in S */
+    {"weft_rope_attention_cp", PK_ROPE_ATTENTION, "pppppppppppppiiiiifiiifi", 256},
 };
 
 static inline const pk_kernel *pk_kernel_find(const char *name) {

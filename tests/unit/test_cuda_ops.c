@@ -28,7 +28,8 @@ static const weft_plugin_descriptor *desc;
 static void *bst;
 static const weft_backend_vtable *be;
 /* Backend instances: [0] as described above; [1] the same options plus gemv_xsmem (the GEMVs
- * read x from shared memory) and [2] that with smem_carveout 100, each with its op table. All
+ * read x from shared memory) and attn_cp 3 (the fused attention's cp.async copies) and [2]
+ * that with smem_carveout 100, each with its op table. All
  * retain the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 3 };
 static void *insts[N_INST];
@@ -1202,8 +1203,15 @@ static void test_rope_attention(void **state) {
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 0, 1},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        check_rope_attention(&cases[i], op_ra);
+    /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
+     * copies), the unfused nodes as on [0] */
+    for (int k = 0; k < N_INST; k++) {
+        use_inst(k);
+        if (!reg_find(op_ra)) fail_msg("instance %d registered no fuse.rope_attention", k);
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+            check_rope_attention(&cases[i], op_ra);
+    }
+    use_inst(0);
 }
 
 static int setup(void **state) {
@@ -1239,11 +1247,12 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[6] = {
+        weft_option kopt[7] = {
             opt[0], opt[1], opt[2], opt[3],
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
-            {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1}};
-        weft_options kopts = {6, kopt};
+            {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
+            {.key = "attn_cp", .type = WEFT_OPTION_INT, .i = 3}};
+        weft_options kopts = {7, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
             fprintf(stderr, "backend instance %d: %s\n", k, err.message);
             return -1;

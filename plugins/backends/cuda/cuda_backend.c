@@ -353,6 +353,14 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         free(b);
         return e;
     }
+    b->attn_cp = (int)opt_int(host, opts, "attn_cp", 0);
+    if (b->attn_cp < 0 || b->attn_cp > 3) {
+        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option attn_cp: expected 0..3 (1: "
+                                  "the RoPE constants, 2: the q|k|v rows, 3: both), got %d",
+                                  b->attn_cp);
+        free(b);
+        return e;
+    }
     if (b->smem_carveout < -1 || b->smem_carveout > 100) {
         weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option smem_carveout: expected -1..100 "
                                   "(percent), got %d", b->smem_carveout);

@@ -76,6 +76,10 @@ typedef struct cuda_backend {
     /* option gemv_xsmem: which GEMV kernels read x from a shared-memory copy (1 the plain
      * ones, 2 gate|up + SwiGLU; cuda_ops.c gemv_xs_bytes) */
     int gemv_xsmem;
+    /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
+     * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
+     * rope_attention_body) */
+    int attn_cp;
     /* option trace: modules compiled with WEFT_TRACE; the names of the kernels launched during
      * the latest stream capture, in order (cuda_trace.c) */
     int trace, trace_capturing;

@@ -99,10 +99,12 @@ typedef struct cuda_ops_state {
 #define ATS_THREADS 256
 
 /* Dynamic shared memory of a split block in bytes (core.cu ATS_KST and the layout there), plus
- * weft_rope_attention's extra (RA_SMEM_EXTRA) when fused. */
-static unsigned ats_smem(int hd, int fused) {
+ * weft_rope_attention's extra (RA_SMEM_EXTRA) when fused and, with option attn_cp, its
+ * cp.async areas (RA_SMEM_CP). */
+static unsigned ats_smem(int hd, int fused, int cp) {
     int floats = ATS_CHUNK * (hd + 4) + ATS_CHUNK * hd + ATS_MAXG * hd + ATS_MAXG * ATS_CHUNK;
     if (fused) floats += (ATS_MAXG + 1) * hd + 12;
+    if (fused && cp) floats += 3 * hd + (ATS_MAXG + 2) * hd;
     return (unsigned)floats * (unsigned)sizeof(float);
 }
 
@@ -507,7 +509,7 @@ static weft_status attention_kernels(cuda_backend *b, uint32_t dt, int T, int Hq
         CUfunction fsp, fc;
         TRY(kern(b, dt, dt, "weft_attention_split", &fsp, err));
         TRY(kern(b, dt, dt, "weft_attention_combine", &fc, err));
-        unsigned smem = ats_smem(hd, 0);
+        unsigned smem = ats_smem(hd, 0, 0);
         CK(cuFuncSetAttribute(fsp, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of weft_attention_split");
         void *pargs[] = {&qp, &pp, &slots, &kc, &vc, &part, &T, &Hq, &Hkv, &hd, &max_seq,
@@ -955,25 +957,28 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         TRY(ra_counters(b, r.Hkv, &cnt, err));
         TRY(rope_freqs(b, n, r.rot, &freqs, err));
         CUfunction f;
-        TRY(kern(b, dt, tw, "weft_rope_attention", &f, err));
-        unsigned smem = ats_smem(r.hd, 1);
+        /* option attn_cp: its kernel form (core.cu weft_rope_attention_cp) */
+        const char *kname = b->attn_cp ? "weft_rope_attention_cp" : "weft_rope_attention";
+        TRY(kern(b, dt, tw, kname, &f, err));
+        unsigned smem = ats_smem(r.hd, 1, b->attn_cp);
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
-           "raising the shared memory limit of weft_rope_attention");
+           "raising the shared memory limit of the fused rope-attention kernel");
         CUdeviceptr vs = r.merged ? rows.vs : vin;
         int nnorm = (int)norm_block(r.hd);
         /* option merge: cluster: each kv head's S splits as one cluster (at most 8 blocks, the
          * portable cluster size) merging through distributed shared memory; else the counter */
         int cl = r.cluster && S <= 8 && b->cc_major >= 9;
-        int S_arg = S | (cl << 16); /* the kernel reads the cluster flag from bit 16 of S */
+        /* the kernel reads the cluster flag from bit 16 of S, option attn_cp from bits 17-18 */
+        int S_arg = S | (cl << 16) | (b->attn_cp << 17);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
                         &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
                         &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,
                         &r.eps,   &nnorm,   &max_seq, &r.window, &r.scale, &S_arg};
         if (cl)
-            return cuda_launch_cluster(b, f, "weft_rope_attention", 1, (unsigned)r.Hkv,
-                                       (unsigned)S, ATS_THREADS, smem, (unsigned)S, args, err);
-        return cuda_launch_ex(b, f, "weft_rope_attention", 1, (unsigned)r.Hkv, (unsigned)S,
-                              ATS_THREADS, smem, 1, args, err);
+            return cuda_launch_cluster(b, f, kname, 1, (unsigned)r.Hkv, (unsigned)S, ATS_THREADS,
+                                       smem, (unsigned)S, args, err);
+        return cuda_launch_ex(b, f, kname, 1, (unsigned)r.Hkv, (unsigned)S, ATS_THREADS, smem, 1,
+                              args, err);
     }
     /* the unfused sequence, through the node's intermediate outputs */
     CUdeviceptr qo = dout(c, n, 1), ko = dout(c, n, 2), vo = r.merged ? dout(c, n, 3) : 0;

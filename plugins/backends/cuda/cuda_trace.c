@@ -152,7 +152,7 @@ void cuda_trace_report(cuda_backend *b) {
                 agg[a].us / agg[a].count, total > 0 ? 100.0 * agg[a].us / total : 0.0);
     size_t ra = 0;
     for (size_t i = 0; i < k; i++)
-        ra += !strcmp(b->trace_names[i], "weft_rope_attention");
+        ra += !strncmp(b->trace_names[i], "weft_rope_attention", 19); /* and its _cp form */
     report_stages(b, ra);
     free(agg);
     free(all);

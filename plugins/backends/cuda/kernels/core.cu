@@ -1141,21 +1141,49 @@ extern "C" __global__ void weft_attention_combine(const float *part, act *o, int
 // order and sets the counter back to 0 for the next layer, step or graph replay. Every block
 // derives the number of non-empty splits from p the same way and empty ones exit at once.
 // Shared memory: the split block's, then X ((ATS_MAXG + 1) * hd: raw q heads and the k head)
-// and rs (ATS_MAXG + 1 norm factors, padded to 12). Launched only by cuda_ops.c
-// op_rope_attention; the persistent kernels run its body as op PK_ROPE_ATTENTION.
+// and rs (ATS_MAXG + 1 norm factors, padded to 12); with the backend's option attn_cp also cst
+// (3 * hd: the RoPE stage's constants, the q and k norm weights and the inverse frequencies,
+// copied in before the wait) and raw (ATS_MAXG + 2 rows of hd values as stored, at most 4
+// bytes each: the q|k|v rows' copies). Launched only by cuda_ops.c op_rope_attention; the
+// persistent kernels run its body as op PK_ROPE_ATTENTION.
 #define RA_SMEM_EXTRA(hd) ((ATS_MAXG + 1) * (hd) + 12)
+#define RA_SMEM_CP(hd) (3 * (hd) + (ATS_MAXG + 2) * (hd))
 
 // One head's sum of squares as block_sum<1> adds it over nn threads (nn a multiple of 32, at
 // most 1024), run by one warp: lane l sums for threads l, l + 32, ... in turn.
+// ILP (weft_rope_attention_cp's form): four of those warps at a time, as independent chains, so
+// their shuffles overlap (same sums). In the plain kernel that form measured 5.7% slower on
+// Qwen3-0.6B with smem_carveout 100 (1,295 against 1,374 tok/s, docs/perf/batch1.md), so the
+// plain kernel keeps the loop.
+template <bool ILP>
 __device__ __forceinline__ float ra_head_sumsq(const float *x, int hd, int nn, int lane) {
     float mine = 0.f;
-    #pragma unroll 1
-    for (int w = 0; w < (nn >> 5); w++) {
-        float ss = 0.f;
+    if (!ILP) {
         #pragma unroll 1
-        for (int i = lane + 32 * w; i < hd; i += nn) ss = fmaf(x[i], x[i], ss);
-        ss = warp_sum(ss);
-        if (lane == w) mine = ss;
+        for (int w = 0; w < (nn >> 5); w++) {
+            float ss = 0.f;
+            #pragma unroll 1
+            for (int i = lane + 32 * w; i < hd; i += nn) ss = fmaf(x[i], x[i], ss);
+            ss = warp_sum(ss);
+            if (lane == w) mine = ss;
+        }
+    } else {
+        #pragma unroll 1
+        for (int w0 = 0; w0 < (nn >> 5); w0 += 4) {
+            float ss[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                ss[u] = 0.f;
+                #pragma unroll 1
+                for (int i = lane + 32 * (w0 + u); i < hd && w0 + u < (nn >> 5); i += nn)
+                    ss[u] = fmaf(x[i], x[i], ss[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) ss[u] = warp_sum(ss[u]);
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (lane == w0 + u) mine = ss[u];
+        }
     }
     return warp_sum(mine);
 }
@@ -1232,14 +1260,89 @@ __device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride
     }
 }
 
+// N (4, 8 or 16) bytes from global to shared memory without passing through registers
+// (cp.async, sm_80+), and the wait for every such copy of the thread; the block's barrier after
+// the wait makes them visible to the other threads.
+template <int N> __device__ __forceinline__ void cp_async(void *dst, const void *src) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                 "cvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [s], [g], %2;\n\t}" ::"l"(
+                     (unsigned long long)dst),
+                 "l"((unsigned long long)src), "n"(N)
+                 : "memory");
+#else
+    for (int b = 0; b < N; b += 4)
+        *(unsigned *)((char *)dst + b) = *(const unsigned *)((const char *)src + b);
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// The group's G q heads and the k head (nh rows of hd) and, for the block that holds row p
+// (own), the v row: with 16-byte operands (rawok) copied as stored into raw (nh + 1 rows of hd)
+// by cp.async, every copy of the block in flight at once and no registers held while they
+// arrive (the staging's K/V loads are held then); ra_rows_from_raw converts them after the
+// copies' wait and a barrier. Otherwise the element loops of A::ld straight into X and vlast.
+__device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, const act *vsrc,
+                                             act *vc, int g, int G, int hd, int nh, bool own,
+                                             long prow, bool rawok, act *raw, float *X,
+                                             float *vlast, int nt) {
+    if (rawok) {
+        const int AV = 16 / (int)sizeof(act), rv = hd / AV;
+        const int nx = nh * rv, ntot = nx + (own ? rv : 0);
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < ntot; i += nt) {
+            const int hh = i / rv;
+            cp_async<16>(raw + (long)i * AV,
+                       i >= nx  ? vsrc + (long)g * hd + (i - nx) * AV
+                       : hh < G ? qsrc + (long)(g * G + hh) * hd + (i % rv) * AV
+                                : ksrc + (long)g * hd + (i % rv) * AV);
+        }
+        return;
+    }
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < nh * hd; i += nt) {
+        int hh = i / hd, e = i % hd;
+        X[i] = hh < G ? A::ld(qsrc, (long)(g * G + hh) * hd + e) : A::ld(ksrc, (long)g * hd + e);
+    }
+    if (own) {
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < hd; i += nt) {
+            vc[prow + i] = vsrc[(long)g * hd + i];
+            vlast[i] = A::ld(vsrc, (long)g * hd + i);
+        }
+    }
+}
+// raw (after the copies' wait and a barrier) -> X as A::ld reads each value, and the v row to
+// the cache as stored and to vlast as read.
+__device__ __forceinline__ void ra_rows_from_raw(const act *raw, act *vc, int hd, int nh, bool own,
+                                                 long prow, float *X, float *vlast, int nt) {
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < nh * hd; i += nt) X[i] = A::ld(raw, i);
+    if (own) {
+        const act *vr = raw + (long)nh * hd;
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < hd; i += nt) {
+            vc[prow + i] = vr[i];
+            vlast[i] = A::ld(vr, i);
+        }
+    }
+}
+
 // S: the split count, with bit 16 set when the launch made each kv head's splits one
-// thread-block cluster (option merge: cluster; the persistent kernels never run that form).
+// thread-block cluster (option merge: cluster; the persistent kernels never run that form) and
+// the backend's option attn_cp in bits 17-18 (the launch sized shared memory for its areas),
+// which only the CP form reads: the form without it compiles to the code before the option.
+template <bool CP>
 __device__ __forceinline__ void rope_attention_body(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
     int max_seq, int window, float scale, int S, int g, int s, int nt) {
-    const int cluster = S >> 16;
+    const int cluster = (S >> 16) & 1, cp = CP ? (S >> 17) & 3 : 0; // option attn_cp
     S &= 0xffff;
     __shared__ int ra_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
@@ -1292,35 +1395,56 @@ __device__ __forceinline__ void rope_attention_body(
     const long row = (long)Hkv * hd;
     const long base = ((long)slot * max_seq) * row + (long)g * hd;
     const long prow = base + (long)p * row; // head g of row p in the cache
+    // attn_cp bit 1: the RoPE stage's constants (norm weights, inverse frequencies: no kernel
+    // writes them) go into shared memory (cst: qns | kns | ifs) by cp.async before the wait, so
+    // that stage reads no global memory; 4-byte pieces, so operands off 4-byte alignment read
+    // global memory there instead. Bit 2: the q|k|v rows arrive by cp.async (ra_load_rows).
+    const int half = rot / 2;
+    wgt *qns = (wgt *)(rs + 12), *kns = qns + hd;
+    float *ifs = (float *)(kns + hd);
+    const bool cst = (cp & 1) && (hd * (int)sizeof(wgt)) % 4 == 0 &&
+                     (((unsigned long long)inv_freq |
+                       (qn ? (unsigned long long)qn | (unsigned long long)kn : 0ull)) & 3) == 0;
+    if (cst) {
+        const int w4 = qn ? hd * (int)sizeof(wgt) / 4 : 0;
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < 2 * w4 + half; i += nt) {
+            if (i < 2 * w4)
+                cp_async<4>((unsigned *)qns + i,
+                          i < w4 ? (const unsigned *)qn + i : (const unsigned *)kn + (i - w4));
+            else
+                cp_async<4>(ifs + (i - 2 * w4), inv_freq + (i - 2 * w4));
+        }
+    }
+    act *raw = (act *)(ifs + hd);  // (nh + 1, hd) as stored: the q|k|v rows' copies
+    const bool rawok = (cp & 2) && hd % (16 / (int)sizeof(act)) == 0 &&
+                       (((unsigned long long)qsrc | (unsigned long long)ksrc |
+                         (unsigned long long)vsrc | (unsigned long long)raw) & 15) == 0;
+    float *vlast = vs + (long)(n - 1) * hd;
     ats_stage(kc, vc, base, row, j0, own ? n - 1 : n, hd, ks, vs, nt, [&]() {
         pdl_enter();
         STAGE_MARK(inv, 1);
-        #pragma unroll 1
-        for (int i = threadIdx.x; i < nh * hd; i += nt) {
-            int hh = i / hd, e = i % hd;
-            X[i] = hh < G ? A::ld(qsrc, (long)(g * G + hh) * hd + e) : A::ld(ksrc, (long)g * hd + e);
-        }
-        if (own) {
-            #pragma unroll 1
-            for (int i = threadIdx.x; i < hd; i += nt) {
-                vc[prow + i] = vsrc[(long)g * hd + i];
-                vs[(n - 1) * hd + i] = A::ld(vsrc, (long)g * hd + i);
-            }
-        }
+        ra_load_rows(qsrc, ksrc, vsrc, vc, g, G, hd, nh, own, prow, rawok, raw, X, vlast, nt);
     });
+    if (cst || rawok) cp_async_wait_all();
     bsync(nt);
+    if (rawok) {
+        ra_rows_from_raw(raw, vc, hd, nh, own, prow, X, vlast, nt);
+        bsync(nt);
+    }
     STAGE_MARK(inv, 2);
     if (qn) {
         for (int hh = warp; hh < nh; hh += nw) {
-            float ss = ra_head_sumsq(X + hh * hd, hd, nnorm, lane);
+            float ss = ra_head_sumsq<CP>(X + hh * hd, hd, nnorm, lane);
             if (lane == 0) rs[hh] = rsqrtf(ss / hd + eps);
         }
         bsync(nt);
     }
     // q heads -> qs (rounded as stored, then scaled as the split kernel loads them); the k head
     // -> the cache and the chunk's last staged row
-    const int half = rot / 2;
     const float pf = (float)p;
+    const wgt *qnw = cst ? qns : qn, *knw = cst ? kns : kn;
+    const float *ifr = cst ? ifs : inv_freq;
     #pragma unroll 1
     for (int i = threadIdx.x; i < nh * half; i += nt) {
         int hh = i / half, k = i % half;
@@ -1328,12 +1452,12 @@ __device__ __forceinline__ void rope_attention_body(
         int a = layout == 0 ? k : 2 * k, b = layout == 0 ? k + half : 2 * k + 1;
         float xa = x[a], xb = x[b];
         if (qn) {
-            const wgt *nwt = hh < G ? qn : kn;
+            const wgt *nwt = hh < G ? qnw : knw;
             float r = rs[hh];
             xa = A::round(W::ld(nwt, a) * A::round(xa * r));
             xb = A::round(W::ld(nwt, b) * A::round(xb * r));
         }
-        float ang = pf * inv_freq[k];
+        float ang = pf * ifr[k];
         float c = A::round(cosf(ang)), sn = A::round(sinf(ang));
 #if WEFT_TA == 1
         // f32: weft_qkv_rope's two expressions below compile (fmad on) to xa*c - xb*s with both
@@ -1361,7 +1485,7 @@ __device__ __forceinline__ void rope_attention_body(
         int hh = i / pass, e = rot + i % pass;
         float y = X[hh * hd + e];
         if (qn) {
-            const wgt *nwt = hh < G ? qn : kn;
+            const wgt *nwt = hh < G ? qnw : knw;
             y = A::round(W::ld(nwt, e) * A::round(y * rs[hh]));
         }
         if (hh < G) {
@@ -1437,9 +1561,23 @@ extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
     int max_seq, int window, float scale, int S) {
-    rope_attention_body(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part, counters, o,
-                        Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq, window, scale, S,
-                        blockIdx.y, blockIdx.z, blockDim.x);
+    rope_attention_body<false>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,
+                               counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq, window,
+                               scale, S, blockIdx.y, blockIdx.z, blockDim.x);
+}
+// The option attn_cp form: both copy paths compiled in take it to ~118 registers, so it is held
+// to 80 (three blocks an SM; no spills), which keeps one of its blocks fitting beside four GEMV
+// blocks under PDL (unbounded, Qwen3-0.6B with smem_carveout 100 measured -6%). The plain form
+// compiles to 80 unforced; with this bound and the copy paths in it measured -3.4% on
+// Llama-3.2-1B (cause not isolated), hence two kernels (docs/perf/batch1.md, 16:20-16:33 UTC).
+extern "C" __global__ void __launch_bounds__(256, 3) weft_rope_attention_cp(
+    const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
+    const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
+    unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
+    int max_seq, int window, float scale, int S) {
+    rope_attention_body<true>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,
+                              counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq, window,
+                              scale, S, blockIdx.y, blockIdx.z, blockDim.x);
 }
 
 #if WEFT_TA == WEFT_TW
@@ -1605,7 +1743,7 @@ __device__ __noinline__ void pk_run(const pk_node &nd, int vb) {
                                by, nt);
         break;
     case PK_ROPE_ATTENTION:
-        rope_attention_body(PP(const act *, 0), PP(const act *, 1), PP(const act *, 2),
+        rope_attention_body<true>(PP(const act *, 0), PP(const act *, 1), PP(const act *, 2),
                             PP(const wgt *, 3), PP(const wgt *, 4), PP(const int *, 5),
                             PP(const float *, 6), PP(const int *, 7), PP(act *, 8), PP(act *, 9),
                             PP(float *, 10), PP(unsigned *, 11), PP(act *, 12), PI(13), PI(14),
