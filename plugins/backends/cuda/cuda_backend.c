@@ -353,6 +353,17 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         free(b);
         return e;
     }
+    b->ablate = (int)opt_int(host, opts, "ablate", 0);
+    if (b->ablate < 0 || b->ablate > 7) {
+        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option ablate: expected 0..7 (1: the "
+                                  "fused attention, 2: the fused add + RMSNorm, 4: the GEMVs), "
+                                  "got %d", b->ablate);
+        free(b);
+        return e;
+    }
+    if (b->ablate)
+        fprintf(stderr, "weft cuda: option ablate %d: kernels that do no work, for profiling; "
+                        "every output of this engine is wrong\n", b->ablate);
     b->attn_cp = (int)opt_int(host, opts, "attn_cp", 0);
     if (b->attn_cp < 0 || b->attn_cp > 3) {
         weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option attn_cp: expected 0..3 (1: "

@@ -80,6 +80,9 @@ typedef struct cuda_backend {
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */
     int attn_cp;
+    /* option ablate (profiling only): kernel classes compiled to do no work (core.cu
+     * WEFT_ABLATE: 1 the fused attention, 2 the fused add + RMSNorm, 4 the GEMVs) */
+    int ablate;
     /* option trace: modules compiled with WEFT_TRACE; the names of the kernels launched during
      * the latest stream capture, in order (cuda_trace.c) */
     int trace, trace_capturing;

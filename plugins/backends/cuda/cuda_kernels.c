@@ -17,10 +17,13 @@ static weft_status compile(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule *
     char def_a[32], def_w[32];
     snprintf(def_a, sizeof(def_a), "-DWEFT_TA=%u", ta);
     snprintf(def_w, sizeof(def_w), "-DWEFT_TW=%u", tw);
-    const char *defs[4] = {def_a, def_w, NULL, NULL};
+    char def_abl[32];
+    snprintf(def_abl, sizeof(def_abl), "-DWEFT_ABLATE=%d", b->ablate);
+    const char *defs[5] = {def_a, def_w, NULL, NULL, NULL};
     size_t n_defs = 2;
     if (b->trace) defs[n_defs++] = "-DWEFT_TRACE";
     if (b->pdl && b->pdl_early) defs[n_defs++] = "-DWEFT_PDL_EARLY";
+    if (b->ablate) defs[n_defs++] = def_abl;
     weft_cuda_api api;
     weft_cuda_api_link_nvrtc(&api);
     weft_cuda_api_link_driver(&api);

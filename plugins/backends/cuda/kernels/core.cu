@@ -189,6 +189,26 @@ __device__ __forceinline__ void pdl_enter() {
     trace_mark();
 }
 
+// WEFT_ABLATE (the backend's option ablate; profiling only, the step's outputs are then wrong):
+// a mask of kernel classes that launch, wait for their predecessor and exit without any work
+// (their outputs keep whatever the buffers held), so a decode benchmark measures how fast the
+// step would be if that class cost nothing beyond its kernel boundary: 1 the fused attention
+// (which stores zeros as its output: stale attention outputs grew into non-finite logits on
+// Llama-3.2-1B and Qwen3-8B, and the device sampler's slow path for those then dominated),
+// 2 the fused add + RMSNorm, 4 the GEMV products (before their weight loads, so no weight is
+// read). docs/perf/batch1.md has the Amdahl bounds measured this way.
+#ifdef WEFT_ABLATE
+#define ABLATE(bit)                                                                                \
+    do {                                                                                           \
+        if (WEFT_ABLATE & (bit)) {                                                                 \
+            pdl_enter();                                                                           \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+#else
+#define ABLATE(bit) ((void)0)
+#endif
+
 // x (T,D) <- table (V,D) rows of tokens; ids outside [0,V) give zero rows (the host refuses them).
 // The bodies' block-strided loops carry `#pragma unroll 1`: with the thread count a parameter
 // instead of blockDim.x the compiler unrolled them 4x, making the small kernels' code 2-3x longer,
@@ -322,6 +342,7 @@ __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, c
 extern "C" __global__ void __launch_bounds__(1024)
     weft_add_rmsnorm(const act *x, const act *res, const wgt *w, act *y, act *r, int T, int D,
                      float eps) {
+    ABLATE(2);
     add_rmsnorm_body<1>(x, res, w, y, r, T, D, eps, blockIdx.x, blockDim.x, true);
 }
 
@@ -822,21 +843,25 @@ __device__ __forceinline__ void gemv_swiglu(const act *x, const wgt *wg, const w
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_##TT(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32, int T,   \
                        int N, int K, int S) {                                                      \
+        ABLATE(4);                                                                                 \
         gemv_plain<TT>(x, w, bias, y, out_f32, T, N, K, S, blockIdx.x);                        \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_swiglu_##TT(const act *x, const wgt *wg, const wgt *wu, act *y, int T, int F,    \
                               int K, int S) {                                                      \
+        ABLATE(4);                                                                                 \
         gemv_swiglu<TT>(x, wg, wu, y, T, F, K, S, blockIdx.x);                                 \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_xs_##TT(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32,       \
                           int T, int N, int K, int S) {                                            \
+        ABLATE(4);                                                                                 \
         gemv_plain<TT, true>(x, w, bias, y, out_f32, T, N, K, S, blockIdx.x);                      \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_swiglu_xs_##TT(const act *x, const wgt *wg, const wgt *wu, act *y, int T, int F, \
                                  int K, int S) {                                                   \
+        ABLATE(4);                                                                                 \
         gemv_swiglu<TT, true>(x, wg, wu, y, T, F, K, S, blockIdx.x);                               \
     }
 WEFT_GEMV(1)
@@ -1556,11 +1581,26 @@ __device__ __forceinline__ void rope_attention_body(
     if (g == 0) STAGE_NEXT();
 }
 
+// option ablate bit 1: the block of split 0 of each kv head stores zeros as its heads' output
+#if defined(WEFT_ABLATE) && (WEFT_ABLATE & 1)
+#define ABLATE_ATTENTION()                                                                         \
+    do {                                                                                           \
+        pdl_enter();                                                                               \
+        const int G_ = Hq / Hkv;                                                                   \
+        if (blockIdx.z == 0)                                                                       \
+            for (int i = threadIdx.x; i < G_ * hd; i += blockDim.x)                                \
+                A::st(o, (long)blockIdx.y * G_ * hd + i, 0.f);                                     \
+        return;                                                                                    \
+    } while (0)
+#else
+#define ABLATE_ATTENTION() ((void)0)
+#endif
 extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
     int max_seq, int window, float scale, int S) {
+    ABLATE_ATTENTION();
     rope_attention_body<false>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,
                                counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq, window,
                                scale, S, blockIdx.y, blockIdx.z, blockDim.x);
@@ -1575,6 +1615,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) weft_rope_attention_cp(
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
     int max_seq, int window, float scale, int S) {
+    ABLATE_ATTENTION();
     rope_attention_body<true>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,
                               counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq, window,
                               scale, S, blockIdx.y, blockIdx.z, blockDim.x);
