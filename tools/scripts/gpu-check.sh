@@ -31,6 +31,9 @@
 #                                        decode of WEFT_AB_CANDIDATES with every bundle of
 #                                        WEFT_AB_BUNDLES and backend options of WEFT_AB_OPTS, in
 #                                        WEFT_AB_ROUNDS interleaved rounds, then traces
+#   tools/scripts/gpu-check.sh amdahl    each model's fastest candidate with kernel classes
+#                                        compiled to do no work (the backend's option ablate):
+#                                        the Amdahl bound of the attention, the norms, the GEMVs
 #   tools/scripts/gpu-check.sh carveout  the GEMV alone (ncu, serialised) in the driver's
 #                                        shared-memory configuration and under smem_carveout 100:
 #                                        duration, L1/L2 traffic, stall reasons, on
@@ -434,6 +437,24 @@ carveout)
         weft bench decode --candidate "$c" --model "$M/$cfg-bf16" --prompt 16 --gen 32 --repeats 1
       grep -E "^  weft_|Duration|Shared Memory Configuration|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|DRAM Throughput|Stall Long|Warp Cycles Per Issued" \
         "$out/ncu_carveout_${tag}_$cfg.log" | cut -c1-110
+    done
+  done
+  rm -rf "$out/cand"
+  ;;
+amdahl)
+  # the backend's option ablate (profiling only): each model's fastest candidate as shipped and
+  # with the fused attention (1), the fused add + RMSNorm (2), both (3), the GEMVs (4) and all
+  # three (7) compiled to do no work, so each figure is the step as if that class cost only its
+  # kernel boundary (docs/perf/batch1.md). WEFT_AMDAHL_RUNS: "config:candidate ..." pairs.
+  runs=${WEFT_AMDAHL_RUNS:-Qwen3-0.6B:fast-cuda-async-smem Llama-3.2-1B:fast-cuda-async-xs Qwen3-8B:fast-cuda-async}
+  synth_bf16 $(for r in $runs; do echo "${r%%:*}"; done)
+  mkdir -p "$out/cand"
+  for r in $runs; do
+    cfg=${r%%:*} cand=${r#*:}
+    for a in ${WEFT_AMDAHL_MASKS:-0 1 2 3 4 7}; do
+      if [ "$a" = 0 ]; then cp "manifests/$cand.yaml" "$out/cand/a.yaml"
+      else with_options "manifests/$cand.yaml" "{ablate: $a}" > "$out/cand/a.yaml"; fi
+      bench_batch1 "amdahl_${cfg}_${cand}_ablate$a" "$out/cand/a.yaml" "$cfg"
     done
   done
   rm -rf "$out/cand"
