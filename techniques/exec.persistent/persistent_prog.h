@@ -60,7 +60,8 @@ static const pk_kernel pk_kernels[] = {
     {"weft_attention_split", PK_ATTENTION_SPLIT, "ppppppiiiiiifi", 0},
     {"weft_attention_combine", PK_ATTENTION_COMBINE, "ppiiii", 0},
     {"weft_rope_attention", PK_ROPE_ATTENTION, "pppppppppppppiiiiifiiifi", 256},
-    /* the cuda backend's option attn_cp form: the same body, its copy flags in S */
+    /* the cuda backend's option attn_cp form: the same body; the persistent kernels run it
+     * without the copies (core.cu pk_run), so the same bits, in the plain kernel's code */
     {"weft_rope_attention_cp", PK_ROPE_ATTENTION, "pppppppppppppiiiiifiiifi", 256},
 };
 

@@ -1784,12 +1784,12 @@ __device__ __noinline__ void pk_run(const pk_node &nd, int vb) {
                                by, nt);
         break;
     case PK_ROPE_ATTENTION:
-        rope_attention_body<true>(PP(const act *, 0), PP(const act *, 1), PP(const act *, 2),
-                            PP(const wgt *, 3), PP(const wgt *, 4), PP(const int *, 5),
-                            PP(const float *, 6), PP(const int *, 7), PP(act *, 8), PP(act *, 9),
-                            PP(float *, 10), PP(unsigned *, 11), PP(act *, 12), PI(13), PI(14),
-                            PI(15), PI(16), PI(17), PF(18), PI(19), PI(20), PI(21), PF(22), PI(23),
-                            by, bz, nt);
+        rope_attention_body<false>(
+            PP(const act *, 0), PP(const act *, 1), PP(const act *, 2), PP(const wgt *, 3),
+            PP(const wgt *, 4), PP(const int *, 5), PP(const float *, 6), PP(const int *, 7),
+            PP(act *, 8), PP(act *, 9), PP(float *, 10), PP(unsigned *, 11), PP(act *, 12),
+            PI(13), PI(14), PI(15), PI(16), PI(17), PF(18), PI(19), PI(20), PI(21), PF(22),
+            PI(23), by, bz, nt);
         break;
     default: break;
     }
