@@ -330,6 +330,27 @@ static int64_t opt_int(const weft_host_services *host, const weft_options *opts,
     return dflt;
 }
 
+/* The integer options with a range: each read into *dst, or an error naming the option, the
+ * range and what its values mean. */
+typedef struct int_opt {
+    const char *key;
+    int64_t dflt, lo, hi;
+    const char *meaning;
+    int *dst;
+} int_opt;
+static weft_status read_int_opts(const weft_host_services *host, const weft_options *opts,
+                                 const int_opt *t, size_t n, weft_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = opt_int(host, opts, t[i].key, t[i].dflt);
+        if (v < t[i].lo || v > t[i].hi)
+            return cuda_fail(err, WEFT_ERR_INVALID, "option %s: expected %lld..%lld%s, got %lld",
+                             t[i].key, (long long)t[i].lo, (long long)t[i].hi, t[i].meaning,
+                             (long long)v);
+        *t[i].dst = (int)v;
+    }
+    return WEFT_OK;
+}
+
 static weft_status cuda_create(const weft_host_services *host, const weft_options *opts,
                                void **out, weft_error *err) {
     if (!out) return cuda_fail(err, WEFT_ERR_INVALID, "create: out is NULL");
@@ -339,51 +360,27 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->host = host;
     b->ordinal = (int)opt_int(host, opts, "device", 0);
     b->arena_fixed = (uint64_t)opt_int(host, opts, "arena_mb", 0) << 20;
-    b->gemv_max_tokens = (int)opt_int(host, opts, "gemv_max_tokens", CUDA_GEMV_MAX_TOKENS);
     b->gemv_force = opt_int(host, opts, "gemv_force", 0) != 0;
     b->pdl = opt_int(host, opts, "pdl", 1) != 0;
     b->pdl_early = opt_int(host, opts, "pdl_early", 1) != 0;
-    b->smem_carveout = (int)opt_int(host, opts, "smem_carveout", -1);
     b->trace = opt_int(host, opts, "trace", 0) != 0;
-    b->gemv_xsmem = (int)opt_int(host, opts, "gemv_xsmem", 0);
-    if (b->gemv_xsmem < 0 || b->gemv_xsmem > 3) {
-        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_xsmem: expected 0..3 (1: "
-                                  "the plain GEMVs, 2: gate|up + SwiGLU, 3: both), got %d",
-                                  b->gemv_xsmem);
-        free(b);
-        return e;
-    }
-    b->ablate = (int)opt_int(host, opts, "ablate", 0);
-    if (b->ablate < 0 || b->ablate > 7) {
-        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option ablate: expected 0..7 (1: the "
-                                  "fused attention, 2: the fused add + RMSNorm, 4: the GEMVs), "
-                                  "got %d", b->ablate);
+    const int_opt ranged[] = {
+        {"gemv_max_tokens", CUDA_GEMV_MAX_TOKENS, 0, 8, "", &b->gemv_max_tokens},
+        {"smem_carveout", -1, -1, 100, " (percent)", &b->smem_carveout},
+        {"gemv_xsmem", 0, 0, 3, " (1: the plain GEMVs, 2: gate|up + SwiGLU, 3: both)",
+         &b->gemv_xsmem},
+        {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
+        {"ablate", 0, 0, 7, " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs)",
+         &b->ablate},
+    };
+    weft_status e = read_int_opts(host, opts, ranged, sizeof(ranged) / sizeof(ranged[0]), err);
+    if (e != WEFT_OK) {
         free(b);
         return e;
     }
     if (b->ablate)
         fprintf(stderr, "weft cuda: option ablate %d: kernels that do no work, for profiling; "
                         "every output of this engine is wrong\n", b->ablate);
-    b->attn_cp = (int)opt_int(host, opts, "attn_cp", 0);
-    if (b->attn_cp < 0 || b->attn_cp > 3) {
-        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option attn_cp: expected 0..3 (1: "
-                                  "the RoPE constants, 2: the q|k|v rows, 3: both), got %d",
-                                  b->attn_cp);
-        free(b);
-        return e;
-    }
-    if (b->smem_carveout < -1 || b->smem_carveout > 100) {
-        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option smem_carveout: expected -1..100 "
-                                  "(percent), got %d", b->smem_carveout);
-        free(b);
-        return e;
-    }
-    if (b->gemv_max_tokens < 0 || b->gemv_max_tokens > 8) {
-        weft_status e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_max_tokens: expected 0..8, "
-                                  "got %d", b->gemv_max_tokens);
-        free(b);
-        return e;
-    }
     weft_status s;
     CUresult r = cuInit(0);
     if (r != CUDA_SUCCESS) {

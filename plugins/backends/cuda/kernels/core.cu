@@ -1595,31 +1595,25 @@ __device__ __forceinline__ void rope_attention_body(
 #else
 #define ABLATE_ATTENTION() ((void)0)
 #endif
-extern "C" __global__ void __launch_bounds__(256) weft_rope_attention(
-    const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
-    const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
-    unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
-    int max_seq, int window, float scale, int S) {
-    ABLATE_ATTENTION();
-    rope_attention_body<false>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,
-                               counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq, window,
-                               scale, S, blockIdx.y, blockIdx.z, blockDim.x);
-}
-// The option attn_cp form: both copy paths compiled in take it to ~118 registers, so it is held
-// to 80 (three blocks an SM; no spills), which keeps one of its blocks fitting beside four GEMV
-// blocks under PDL (unbounded, Qwen3-0.6B with smem_carveout 100 measured -6%). The plain form
-// compiles to 80 unforced; with this bound and the copy paths in it measured -3.4% on
+// The two launchable forms, the same body: the plain one, and the option attn_cp form
+// (weft_rope_attention_cp). Both copy paths compiled in take the latter to ~118 registers, so it
+// is held to 80 (three blocks an SM; no spills), which keeps one of its blocks fitting beside
+// four GEMV blocks under PDL (unbounded, Qwen3-0.6B with smem_carveout 100 measured -6%). The
+// plain form compiles to 80 unforced; with this bound and the copy paths in it measured -3.4% on
 // Llama-3.2-1B (cause not isolated), hence two kernels (docs/perf/batch1.md, 16:20-16:33 UTC).
-extern "C" __global__ void __launch_bounds__(256, 3) weft_rope_attention_cp(
-    const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
-    const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
-    unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
-    int max_seq, int window, float scale, int S) {
-    ABLATE_ATTENTION();
-    rope_attention_body<true>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,
-                              counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq, window,
-                              scale, S, blockIdx.y, blockIdx.z, blockDim.x);
-}
+#define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP)                                                       \
+    extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
+        const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,           \
+        const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,    \
+        unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps,       \
+        int nnorm, int max_seq, int window, float scale, int S) {                                  \
+        ABLATE_ATTENTION();                                                                        \
+        rope_attention_body<CP>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,      \
+                                counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq,        \
+                                window, scale, S, blockIdx.y, blockIdx.z, blockDim.x);             \
+    }
+WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true)
 
 #if WEFT_TA == WEFT_TW
 // ---- the persistent decode kernel (exec.persistent) ---------------------------------------
