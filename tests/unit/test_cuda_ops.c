@@ -1214,6 +1214,33 @@ static void test_rope_attention(void **state) {
     use_inst(0);
 }
 
+/* ---- ranged integer options: each value out of range refused at create, the option named -- */
+static void test_option_ranges(void **state) {
+    (void)state;
+    static const struct {
+        const char *key;
+        int64_t v;
+    } bad[] = {{"gemv_max_tokens", 9}, {"smem_carveout", 101}, {"smem_carveout", -2},
+               {"gemv_xsmem", 4},      {"attn_cp", 4},         {"attn_cp", -1},
+               {"ablate", 8}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        weft_option o[2] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
+                            {.key = bad[i].key, .type = WEFT_OPTION_INT, .i = bad[i].v}};
+        weft_options opts = {2, o};
+        weft_error err = {.size = sizeof(err)};
+        void *inst = NULL;
+        weft_status st = desc->create(weft_host_services_of(host), &opts, &inst, &err);
+        if (st == WEFT_OK) {
+            desc->destroy(inst);
+            fail_msg("option %s = %lld was accepted", bad[i].key, (long long)bad[i].v);
+        }
+        assert_int_equal(st, WEFT_ERR_INVALID);
+        if (!strstr(err.message, bad[i].key))
+            fail_msg("option %s = %lld: the error does not name it: %s", bad[i].key,
+                     (long long)bad[i].v, err.message);
+    }
+}
+
 static int setup(void **state) {
     (void)state;
     char path[1024];
@@ -1299,6 +1326,7 @@ GPU_TEST(test_head_gemv)
 GPU_TEST(test_pdl_chain)
 GPU_TEST(test_rope_attention)
 GPU_TEST(test_gemv_xsmem)
+GPU_TEST(test_option_ranges)
 GPU_TEST(test_pdl_chain_xsmem)
 
 int main(void) {
@@ -1311,6 +1339,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_head_gemv),    cmocka_unit_test(gpu_test_pdl_chain),
         cmocka_unit_test(gpu_test_rope_attention),
         cmocka_unit_test(gpu_test_gemv_xsmem),   cmocka_unit_test(gpu_test_pdl_chain_xsmem),
+        cmocka_unit_test(gpu_test_option_ranges),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
