@@ -110,10 +110,19 @@ grep -q "^decode " "$tmp/rank.txt" && grep -q "^prefill " "$tmp/rank.txt" || fai
 cat > "$tmp/stop.yaml" <<YAML
 stop: true
 YAML
+# Whether stopping is refused depends on this run's measurement: a gap counts only above the
+# noise of the repeats, which a loaded machine widens. So the check follows the ranking: with a
+# gap above noise the stop must be refused and say why; with every gap within noise it must be
+# accepted (the refusal is then not exercised, and the run says so).
+above=$(grep -E "^(decode|prefill) " "$tmp/rank.txt" | grep -cE "(gap above noise|leads)$" || true)
 if "$weft" plan --result "$tmp/base.json" "$tmp/stop.yaml" > "$tmp/stop.txt"; then
-    fail "a plan that stops far from the limits was accepted"
+    [ "$above" = 0 ] ||
+        { cat "$tmp/rank.txt"; fail "a plan that stops far from the limits was accepted"; }
+    echo "note: decode and prefill were within this run's noise; the stop refusal was not exercised"
+else
+    [ "$above" != 0 ] || { cat "$tmp/rank.txt" "$tmp/stop.txt"; fail "stop refused within noise"; }
+    grep -q "REFUSED stop" "$tmp/stop.txt" || fail "stop refusal not explained"
 fi
-grep -q "REFUSED stop" "$tmp/stop.txt" || fail "stop refusal not explained"
 cat > "$tmp/plan.yaml" <<YAML
 format: 1
 levers:
