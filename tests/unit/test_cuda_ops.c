@@ -29,8 +29,8 @@ static void *bst;
 static const weft_backend_vtable *be;
 /* Backend instances: [0] as described above; [1] the same options plus gemv_xsmem (the GEMVs
  * read x from shared memory) and attn_cp 3 (the fused attention's cp.async copies) and [2]
- * that with smem_carveout 100, each with its op table. All
- * retain the device's primary context, so tensors of one are valid in another's ops. */
+ * that with smem_carveout 100, each with its op table. All retain the device's primary
+ * context, so tensors of one are valid in another's ops. */
 enum { N_INST = 3 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];

@@ -83,7 +83,6 @@ typedef struct cuda_ops_state {
     uint64_t head_scratch_bytes;
     CUdeviceptr att_part; /* split-KV partials: (ATS_MAX_T, Hq, S, hd + 2) f32 */
     uint64_t att_part_bytes;
-    int att_smem_set;     /* dynamic shared memory limit raised for weft_attention_split */
     CUdeviceptr ra_count; /* weft_rope_attention's arrival counter per KV head, 0 between steps */
     uint32_t ra_count_n;
 } cuda_ops_state;
