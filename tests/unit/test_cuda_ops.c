@@ -28,10 +28,11 @@ static const weft_plugin_descriptor *desc;
 static void *bst;
 static const weft_backend_vtable *be;
 /* Backend instances: [0] as described above; [1] the same options plus gemv_xsmem (the GEMVs
- * read x from shared memory) and attn_cp 3 (the fused attention's cp.async copies) and [2]
- * that with smem_carveout 100, each with its op table. All retain the device's primary
- * context, so tensors of one are valid in another's ops. */
-enum { N_INST = 3 };
+ * read x from shared memory) and attn_cp 3 (the fused attention's cp.async copies), [2]
+ * that with smem_carveout 100, and [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs
+ * stage their weights in shared memory), each with its op table. All retain the device's
+ * primary context, so tensors of one are valid in another's ops. */
+enum { N_INST = 4 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
 static size_t inst_n[N_INST];
@@ -861,9 +862,12 @@ static void check_xs_swiglu(uint32_t dt, int T, int F, int K) {
 
 static void test_gemv_xsmem(void **state) {
     (void)state;
-    if (!insts[1] || !insts[2]) skip();
+    if (!insts[1] || !insts[2] || !insts[3]) skip();
     /* every split (K 1024..12288), T 1..8, rows that leave the last block short, f32, x past
-     * 48 KiB of shared memory (T = 4, K = 8192) and past 96 KiB (the plain form's fallback) */
+     * 48 KiB of shared memory (T = 4, K = 8192) and past 96 KiB (the plain form's fallback);
+     * for the staged form (instance 3, T = 1): one to six vectors a lane, lanes short of the
+     * last vector (K = 2056), grids whose row groups shrink (N = 517, 33) and a full 4096-row
+     * product (six row groups a block) */
     check_xs_linear(WEFT_DTYPE_BF16, 1, 3072, 2048, 0);
     check_xs_linear(WEFT_DTYPE_BF16, 1, 4096, 1024, 1);
     check_xs_linear(WEFT_DTYPE_BF16, 1, 2048, 8192, 0);
@@ -872,9 +876,12 @@ static void test_gemv_xsmem(void **state) {
     check_xs_linear(WEFT_DTYPE_BF16, 4, 64, 8192, 0);
     check_xs_linear(WEFT_DTYPE_BF16, 8, 40, 8192, 0);
     check_xs_linear(WEFT_DTYPE_BF16, 1, 33, 2056, 0);
+    check_xs_linear(WEFT_DTYPE_BF16, 1, 4096, 4096, 1);
+    check_xs_linear(WEFT_DTYPE_F32, 1, 300, 1028, 1);
     check_xs_linear(WEFT_DTYPE_F32, 2, 50, 1028, 1);
     check_xs_swiglu(WEFT_DTYPE_BF16, 1, 8192, 2048);
     check_xs_swiglu(WEFT_DTYPE_BF16, 1, 3072, 1024);
+    check_xs_swiglu(WEFT_DTYPE_BF16, 1, 6144, 4096);
     check_xs_swiglu(WEFT_DTYPE_BF16, 2, 300, 4096);
     check_xs_swiglu(WEFT_DTYPE_F32, 1, 40, 512);
     /* the LM head: f32 logits of a gathered row */
@@ -969,9 +976,10 @@ static void test_pdl_chain(void **state) {
     free_tensors(all, 7);
 }
 
-/* the same chain with the GEMVs reading x from shared memory (instances 1 and 2) */
+/* the same chain with the GEMVs reading x from shared memory (instances 1 and 2) and staging
+ * their weights in it (instance 3) */
 static void test_pdl_chain_xsmem(void **state) {
-    if (!insts[1] || !insts[2]) skip();
+    if (!insts[1] || !insts[2] || !insts[3]) skip();
     for (int k = 1; k < N_INST; k++) {
         use_inst(k);
         test_pdl_chain(state);
@@ -1222,7 +1230,7 @@ static void test_option_ranges(void **state) {
         int64_t v;
     } bad[] = {{"gemv_max_tokens", 9}, {"smem_carveout", 101}, {"smem_carveout", -2},
                {"gemv_xsmem", 4},      {"attn_cp", 4},         {"attn_cp", -1},
-               {"ablate", 8}};
+               {"ablate", 8},          {"gemv_stage", 201},    {"gemv_stage", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         weft_option o[2] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
                             {.key = bad[i].key, .type = WEFT_OPTION_INT, .i = bad[i].v}};
@@ -1279,7 +1287,9 @@ static int setup(void **state) {
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
             {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
             {.key = "attn_cp", .type = WEFT_OPTION_INT, .i = 3}};
-        weft_options kopts = {7, kopt};
+        if (k == 3) /* [0]'s options plus gemv_stage */
+            kopt[4] = (weft_option){.key = "gemv_stage", .type = WEFT_OPTION_INT, .i = 96};
+        weft_options kopts = {k == 3 ? 5 : 7, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
             fprintf(stderr, "backend instance %d: %s\n", k, err.message);
             return -1;

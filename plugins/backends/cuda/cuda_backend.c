@@ -369,6 +369,8 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         {"smem_carveout", -1, -1, 100, " (percent)", &b->smem_carveout},
         {"gemv_xsmem", 0, 0, 3, " (1: the plain GEMVs, 2: gate|up + SwiGLU, 3: both)",
          &b->gemv_xsmem},
+        {"gemv_stage", 0, 0, 200, " (KiB of weights a staged GEMV block copies to shared memory; "
+         "0: off)", &b->gemv_stage},
         {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
         {"ablate", 0, 0, 7, " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs)",
          &b->ablate},

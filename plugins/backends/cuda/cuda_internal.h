@@ -76,6 +76,9 @@ typedef struct cuda_backend {
     /* option gemv_xsmem: which GEMV kernels read x from a shared-memory copy (1 the plain
      * ones, 2 gate|up + SwiGLU; cuda_ops.c gemv_xs_bytes) */
     int gemv_xsmem;
+    /* option gemv_stage: KiB of weights a block of the staged T = 1 GEMV copies into shared
+     * memory before its wait (cuda_ops.c gemv_st_bytes), 0 = the register form */
+    int gemv_stage;
     /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */

@@ -265,10 +265,35 @@ static unsigned gemv_xs_bytes(const cuda_backend *b, int swiglu, int T, int K, u
 }
 static weft_status gemv_launch(cuda_backend *b, CUfunction f, const char *name, unsigned blocks,
                                unsigned smem, void **args, weft_error *err) {
-    if (smem > (48u << 10))
+    /* past 32 KiB, so dynamic plus the kernel's static shared memory may pass 48 KiB */
+    if (smem > (32u << 10))
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
-           "raising the GEMV's shared memory limit for x");
+           "raising the GEMV's shared memory limit");
     return cuda_launch_ex(b, f, name, blocks, 1, 1, 256, smem, 1, args, err);
+}
+
+/* option gemv_stage (KiB of shared memory a block of the staged GEMV may fill, 0 = off): the
+ * T = 1 GEMVs as weft_gemv_st_1 / weft_gemv_swiglu_st_1 (core.cu), whose blocks copy their whole
+ * weight tile into shared memory before the wait for the previous kernel. Sets *rg (row groups
+ * of 8/S rows a block owns, at least 1) and *maxv (16-byte vectors a lane owns in a row) and
+ * returns the tile's bytes, or 0 for the register form (option off, T > 1, rows too long). The
+ * row groups shrink while the grid would hold fewer than two blocks an SM, so short products
+ * still spread over every SM. */
+static unsigned gemv_st_bytes(const cuda_backend *b, int nw, int T, int N, int K, int S,
+                              uint32_t dt, int *rg, int *maxv) {
+    if (b->gemv_stage <= 0 || T != 1) return 0;
+    int nv = K / (16 / elem_size(dt)), stride = S * 32;
+    int mv = (nv + stride - 1) / stride;
+    if (mv > 8) return 0; /* core.cu GEMV_ST_MAXV */
+    long group = (long)nw * mv * 256 * 16;
+    long g = ((long)b->gemv_stage << 10) / group;
+    if (g < 1) return 0;
+    if (g > 8) g = 8; /* core.cu GEMV_ST_MAXG */
+    long groups = (N + 8 / S - 1) / (8 / S), floor_blocks = 2l * (b->sm_count > 0 ? b->sm_count : 1);
+    while (g > 1 && (groups + g - 1) / g < floor_blocks) g--;
+    *rg = (int)g;
+    *maxv = mv;
+    return (unsigned)(g * group);
 }
 
 weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
@@ -282,12 +307,19 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
     int S = split ? split : cuda_gemv_split(K);
     if (S != 1 && S != 2 && S != 4 && S != 8)
         return cuda_fail(err, WEFT_ERR_INVALID, "gemv: split %d is not 1, 2, 4 or 8", S);
+    int rows = 8 / S, rg = 0, maxv = 0;
+    CUfunction f;
+    unsigned stb = gemv_st_bytes(b, 1, T, N, K, S, dt, &rg, &maxv);
+    if (stb) {
+        TRY(kern(b, dt, dt, "weft_gemv_st_1", &f, err));
+        void *sargs[] = {&x, &w, &bias, &y, &out_f32, &N, &K, &S, &rg, &maxv};
+        return gemv_launch(b, f, "weft_gemv_st_1", (unsigned)((N + rows * rg - 1) / (rows * rg)),
+                           stb, sargs, err);
+    }
     unsigned xs = gemv_xs_bytes(b, 0, T, K, dt);
     const char *name = gemv_name(T, 0, xs != 0);
-    CUfunction f;
     TRY(kern(b, dt, dt, name, &f, err));
     void *args[] = {&x, &w, &bias, &y, &out_f32, &T, &N, &K, &S};
-    int rows = 8 / S;
     return gemv_launch(b, f, name, (unsigned)((N + rows - 1) / rows), xs, args, err);
 }
 
@@ -695,14 +727,20 @@ static weft_status op_linear_swiglu(void *st, const weft_exec_ctx *c, const weft
     if (!cuda_gemv_fits(x->dtype, xp, wg, T, K) || wu % 16)
         return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "fuse.linear_swiglu %s: T=%d K=%d does not "
                          "fit the GEMV kernel (T <= 8, 16-byte rows)", n->name, T, K);
-    int S = cuda_gemv_split(K);
-    unsigned xs = gemv_xs_bytes(b, 1, T, K, x->dtype);
-    const char *name = gemv_name(T, 1, xs != 0);
+    int S = cuda_gemv_split(K), rows = 8 / S, rg = 0, maxv = 0;
     CUfunction f;
     CK(cuCtxSetCurrent(b->ctx), "making the context current");
+    unsigned stb = gemv_st_bytes(b, 2, T, F, K, S, x->dtype, &rg, &maxv);
+    if (stb) {
+        TRY(kern(b, x->dtype, w->dtype, "weft_gemv_swiglu_st_1", &f, err));
+        void *sargs[] = {&xp, &wg, &wu, &yp, &F, &K, &S, &rg, &maxv};
+        return gemv_launch(b, f, "weft_gemv_swiglu_st_1",
+                           (unsigned)((F + rows * rg - 1) / (rows * rg)), stb, sargs, err);
+    }
+    unsigned xs = gemv_xs_bytes(b, 1, T, K, x->dtype);
+    const char *name = gemv_name(T, 1, xs != 0);
     TRY(kern(b, x->dtype, w->dtype, name, &f, err));
     void *args[] = {&xp, &wg, &wu, &yp, &T, &F, &K, &S};
-    int rows = 8 / S;
     return gemv_launch(b, f, name, (unsigned)((F + rows - 1) / rows), xs, args, err);
 }
 

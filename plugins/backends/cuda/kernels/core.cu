@@ -1616,6 +1616,146 @@ WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false)
 WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true)
 
 #if WEFT_TA == WEFT_TW
+// ---- staged GEMV (the backend's option gemv_stage) ----------------------------------------
+// gemv_plain / gemv_swiglu at T = 1 with the weights landing in shared memory instead of
+// registers: before griddepcontrol.wait each thread copies every weight vector it will use
+// (RG row groups of 8/S rows, all of a lane's vectors of each row) by cp.async, which holds no
+// register while the copies fly, so a block can have its whole tile (RG x 16 KiB for a 4096-dim
+// row at S = 4) in flight instead of the register form's 64 bytes a thread. The point is the
+// window before the wait: while a latency-bound kernel runs (the attention, a norm), the
+// resident blocks of the next product stream up to the shared memory's capacity of its weights,
+// and after the wait compute from shared memory. Each thread reads back only the slots it
+// copied (slot = ((group * NW + r) * maxv + k) * 256 + thread), so the copies' wait needs no
+// barrier. Arithmetic: gemv_row's, row by row (each lane's vectors in ascending order, the
+// elements of a vector in ascending order, the warp sum, the S splits in order), so the bits
+// are the register form's.
+#define GEMV_ST_MAXG 8 // row groups a block may own
+#define GEMV_ST_MAXV 8 // 16-byte vectors of one row a lane may own (K <= 8 S 32 GEMV_VEC)
+__device__ __forceinline__ void cp_async_cg16(void *dst, const void *src) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                 "cvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [s], [g], 16;\n\t}" ::"l"(
+                     (unsigned long long)dst),
+                 "l"((unsigned long long)src)
+                 : "memory");
+#else
+    *(uint4 *)dst = *(const uint4 *)src;
+#endif
+}
+
+// acc[g][r]: row group g's dot products of this warp's row with x, reduced over the warp and
+// the S splits (valid in lane 0 of a row's first warp). Returns whether this thread writes.
+template <int NW>
+__device__ __forceinline__ bool gemv_st_rows(const act *x, const wgt *const *w, int N, int K,
+                                             int S, int RG, int maxv, float (*acc)[NW]) {
+    extern __shared__ __align__(16) unsigned char gemv_xs[];
+    __shared__ float red[GEMV_THREADS / 32][GEMV_ST_MAXG][NW];
+    uint4 *st = (uint4 *)gemv_xs;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S, rpg = 8 / S;
+    const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
+    const long n0 = (long)blockIdx.x * RG * rpg + warp / S; // this warp's row in group 0
+    #pragma unroll 1
+    for (int g = 0; g < RG; g++) {
+        const long n = n0 + (long)g * rpg;
+        if (n >= N) break;
+#pragma unroll
+        for (int r = 0; r < NW; r++)
+            #pragma unroll 1
+            for (int k = 0; k < maxv && v0 + k * stride < nv; k++)
+                cp_async_cg16(st + ((g * NW + r) * maxv + k) * GEMV_THREADS + threadIdx.x,
+                              w[r] + n * K + (long)(v0 + k * stride) * GEMV_VEC);
+    }
+    pdl_enter();
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+#pragma unroll
+    for (int g = 0; g < GEMV_ST_MAXG; g++) {
+#pragma unroll
+        for (int r = 0; r < NW; r++) acc[g][r] = 0.f;
+        if (g >= RG || n0 + (long)g * rpg >= N) continue;
+        #pragma unroll 1
+        for (int k = 0; k < maxv; k++) {
+            const int v = v0 + k * stride;
+            if (v >= nv) break;
+            float xf[GEMV_VEC];
+            unpack16(*(const uint4 *)(x + (long)v * GEMV_VEC), xf);
+#pragma unroll
+            for (int r = 0; r < NW; r++) {
+                float wf[GEMV_VEC];
+                unpack16(st[((g * NW + r) * maxv + k) * GEMV_THREADS + threadIdx.x], wf);
+#pragma unroll
+                for (int e = 0; e < GEMV_VEC; e++) acc[g][r] = fmaf(xf[e], wf[e], acc[g][r]);
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GEMV_ST_MAXG; g++)
+#pragma unroll
+        for (int r = 0; r < NW; r++)
+            if (g < RG) acc[g][r] = warp_sum(acc[g][r]);
+    if (S > 1) {
+        if (lane == 0)
+#pragma unroll
+            for (int g = 0; g < GEMV_ST_MAXG; g++)
+#pragma unroll
+                for (int r = 0; r < NW; r++)
+                    if (g < RG) red[warp][g][r] = acc[g][r];
+        bsync(GEMV_THREADS);
+        if (s == 0)
+#pragma unroll
+            for (int g = 0; g < GEMV_ST_MAXG; g++)
+#pragma unroll
+                for (int r = 0; r < NW; r++)
+                    if (g < RG) {
+                        float tot = red[warp][g][r];
+                        for (int j = 1; j < S; j++) tot += red[warp + j][g][r];
+                        acc[g][r] = tot;
+                    }
+    }
+    return s == 0 && lane == 0;
+}
+
+// y = x w^T [+ bias] at T = 1, staged (gemv_plain's epilogue)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    weft_gemv_st_1(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32, int N,
+                   int K, int S, int RG, int maxv) {
+    ABLATE(4);
+    const wgt *rows[1] = {w};
+    float acc[GEMV_ST_MAXG][1];
+    if (!gemv_st_rows<1>(x, rows, N, K, S, RG, maxv, acc)) return;
+    const long n0 = (long)blockIdx.x * RG * (8 / S) + (threadIdx.x >> 5) / S;
+#pragma unroll
+    for (int g = 0; g < GEMV_ST_MAXG; g++) {
+        const long n = n0 + (long)g * (8 / S);
+        if (g >= RG || n >= N) break;
+        float v = acc[g][0] + (bias ? W::ld(bias, n) : 0.f);
+        if (out_f32) ((float *)y)[n] = v;
+        else A::st((act *)y, n, v);
+    }
+}
+
+// y = silu(x wg^T) * (x wu^T) at T = 1, staged (gemv_swiglu's epilogue)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    weft_gemv_swiglu_st_1(const act *x, const wgt *wg, const wgt *wu, act *y, int F, int K, int S,
+                          int RG, int maxv) {
+    ABLATE(4);
+    const wgt *rows[2] = {wg, wu};
+    float acc[GEMV_ST_MAXG][2];
+    if (!gemv_st_rows<2>(x, rows, F, K, S, RG, maxv, acc)) return;
+    const long n0 = (long)blockIdx.x * RG * (8 / S) + (threadIdx.x >> 5) / S;
+#pragma unroll
+    for (int g = 0; g < GEMV_ST_MAXG; g++) {
+        const long n = n0 + (long)g * (8 / S);
+        if (g >= RG || n >= F) break;
+        float gt = A::round(acc[g][0]), u = A::round(acc[g][1]);
+        float sg = A::round(gt / (1.f + __expf(-gt)));
+        A::st(y, n, sg * u);
+    }
+}
+#endif
+
+#if WEFT_TA == WEFT_TW
 // ---- the persistent decode kernel (exec.persistent) ---------------------------------------
 // One cooperative launch runs a whole step: prog lists the step's kernels in stream order (read
 // by the technique from a captured CUDA graph of the step), each with its op code, grid,
