@@ -1222,6 +1222,14 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 #endif
 }
+// cluster_sync_relaxed: the same rendezvous without the release: for a barrier that only has to
+// keep blocks resident until the others have read their shared memory (the reads' values are in
+// registers by then), so it need not wait for the arriving thread's global stores to complete.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
     float v = 0.f;
 #if __CUDA_ARCH__ >= 900
@@ -1533,7 +1541,9 @@ __device__ __forceinline__ void rope_attention_body(
         STAGE_MARK(inv, 5);
         if (own) ra_merge_cluster(mine, pstride, s_lo, s_hi - s_lo + 1, G, hd,
                                   o + (long)(g * G) * hd, nt);
-        cluster_sync(); // the merging block has read them: the others may exit
+        // the merging block has read them: the others may exit (relaxed: its stores of o need
+        // not have completed for that; the kernel's end makes them visible)
+        cluster_sync_relaxed();
         if (!own) return;
         STAGE_MARK(inv, 6);
         if (g == 0) STAGE_NEXT();
