@@ -41,17 +41,18 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The stages of weft_rope_attention's last `launches` launches (core.cu STAGE_MARK): mean time
- * from the last block passing its wait to the last block reaching each later stage. */
+/* The stages of weft_rope_attention's last `launches` launches (core.cu STAGE_MARK, marks in the
+ * kernel's order below): mean time from the last block reaching one mark to the last block
+ * reaching the next. */
 static void report_stages(cuda_backend *b, size_t launches) {
-    static const char *const label[8] = {"launch -> wait passed (max over blocks)",
-                                         "wait -> K/V staged, q|k|v rows read",
+    static const int order[8] = {0, 1, 7, 2, 3, 4, 5, 6};
+    static const char *const label[7] = {"launch -> wait passed (max over blocks)",
+                                         "wait -> q|k|v rows read (cp form: issued)",
+                                         "-> K/V staged (their loads issued pre-wait)",
                                          "-> qk-norm and RoPE done",
                                          "-> scores, softmax, sums written",
                                          "-> fence and arrival counted",
-                                         "-> merge done (last block)",
-                                         "",
-                                         ""};
+                                         "-> merge done (last block)"};
     for (size_t m = 0; m < b->n_modules && launches; m++) {
         CUdeviceptr st, cnt;
         size_t sb, cb;
@@ -64,15 +65,14 @@ static void report_stages(cuda_backend *b, size_t launches) {
             continue;
         size_t k = launches < n ? launches : n;
         if (k > 64) k = 64;
-        double sum[8] = {0};
+        double sum[7] = {0};
         for (size_t i = 0; i < k; i++) {
             const unsigned long long *r = t[(n - 1 - i) % 64];
-            sum[0] += (double)(r[1] - r[0]) / 1e3;
-            for (int j = 2; j <= 6; j++)
-                sum[j - 1] += (double)(r[j] - r[j - 1]) / 1e3;
+            for (int j = 0; j < 7; j++)
+                sum[j] += ((double)r[order[j + 1]] - (double)r[order[j]]) / 1e3;
         }
         fprintf(stderr, "weft_rope_attention stages (mean of its last %zu launches, us):\n", k);
-        for (int j = 0; j < 6; j++)
+        for (int j = 0; j < 7; j++)
             fprintf(stderr, "  %-45s %7.2f\n", label[j], sum[j] / k);
     }
 }

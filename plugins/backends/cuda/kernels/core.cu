@@ -146,7 +146,9 @@ __device__ __forceinline__ void trace_mark() {
 }
 // Stages inside one kernel (weft_rope_attention): for each of the last 64 launches, the time
 // the last block reached stage L (atomicMax of the global timer), indexed by a launch counter
-// that the launch's merging block advances at its end. Trace builds only.
+// that the launch's merging block advances at its end. Trace builds only. Stages in the
+// kernel's order: 0 start, 1 wait passed, 7 q|k|v rows read, 2 K/V staged, 3 RoPE done,
+// 4 attended, 5 arrived, 6 merged (cuda_trace.c prints them in that order).
 #ifdef WEFT_TRACE
 #define WEFT_TRACE_STAGES 8
 extern "C" __device__ unsigned long long weft_trace_stage[64][WEFT_TRACE_STAGES];
@@ -1458,6 +1460,7 @@ __device__ __forceinline__ void rope_attention_body(
         pdl_enter();
         STAGE_MARK(inv, 1);
         ra_load_rows(qsrc, ksrc, vsrc, vc, g, G, hd, nh, own, prow, rawok, raw, X, vlast, nt);
+        STAGE_MARK(inv, 7); // the rows read (the cp.async form: their copies issued)
     });
     if (cst || rawok) cp_async_wait_all();
     bsync(nt);
