@@ -289,7 +289,8 @@ static unsigned gemv_st_bytes(const cuda_backend *b, int nw, int T, int N, int K
     long g = ((long)b->gemv_stage << 10) / group;
     if (g < 1) return 0;
     if (g > 8) g = 8; /* core.cu GEMV_ST_MAXG */
-    long groups = (N + 8 / S - 1) / (8 / S), floor_blocks = 2l * (b->sm_count > 0 ? b->sm_count : 1);
+    long groups = (N + 8 / S - 1) / (8 / S);
+    long floor_blocks = 2l * (b->sm_count > 0 ? b->sm_count : 1);
     while (g > 1 && (groups + g - 1) / g < floor_blocks) g--;
     *rg = (int)g;
     *maxv = mv;

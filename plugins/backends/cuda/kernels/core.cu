@@ -1297,14 +1297,23 @@ __device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride
 
 // N (4, 8 or 16) bytes from global to shared memory without passing through registers
 // (cp.async, sm_80+), and the wait for every such copy of the thread; the block's barrier after
-// the wait makes them visible to the other threads.
-template <int N> __device__ __forceinline__ void cp_async(void *dst, const void *src) {
+// the wait makes them visible to the other threads. CG: the copy bypasses L1 (cp.async.cg,
+// 16 bytes only), for data read once (the staged GEMV's weights).
+template <int N, bool CG = false>
+__device__ __forceinline__ void cp_async(void *dst, const void *src) {
+    static_assert(!CG || N == 16, "cp.async.cg copies 16 bytes");
 #if __CUDA_ARCH__ >= 800
-    asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
-                 "cvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [s], [g], %2;\n\t}" ::"l"(
-                     (unsigned long long)dst),
-                 "l"((unsigned long long)src), "n"(N)
-                 : "memory");
+    const unsigned long long d = (unsigned long long)dst, g = (unsigned long long)src;
+    if (CG)
+        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                     "cvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [s], [g], 16;\n\t}"
+                     ::"l"(d), "l"(g)
+                     : "memory");
+    else
+        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                     "cvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [s], [g], %2;\n\t}"
+                     ::"l"(d), "l"(g), "n"(N)
+                     : "memory");
 #else
     for (int b = 0; b < N; b += 4)
         *(unsigned *)((char *)dst + b) = *(const unsigned *)((const char *)src + b);
@@ -1644,17 +1653,6 @@ WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true)
 // are the register form's.
 #define GEMV_ST_MAXG 8 // row groups a block may own
 #define GEMV_ST_MAXV 8 // 16-byte vectors of one row a lane may own (K <= 8 S 32 GEMV_VEC)
-__device__ __forceinline__ void cp_async_cg16(void *dst, const void *src) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
-                 "cvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [s], [g], 16;\n\t}" ::"l"(
-                     (unsigned long long)dst),
-                 "l"((unsigned long long)src)
-                 : "memory");
-#else
-    *(uint4 *)dst = *(const uint4 *)src;
-#endif
-}
 
 // acc[g][r]: row group g's dot products of this warp's row with x, reduced over the warp and
 // the S splits (valid in lane 0 of a row's first warp). Returns whether this thread writes.
@@ -1675,13 +1673,11 @@ __device__ __forceinline__ bool gemv_st_rows(const act *x, const wgt *const *w, 
         for (int r = 0; r < NW; r++)
             #pragma unroll 1
             for (int k = 0; k < maxv && v0 + k * stride < nv; k++)
-                cp_async_cg16(st + ((g * NW + r) * maxv + k) * GEMV_THREADS + threadIdx.x,
-                              w[r] + n * K + (long)(v0 + k * stride) * GEMV_VEC);
+                cp_async<16, true>(st + ((g * NW + r) * maxv + k) * GEMV_THREADS + threadIdx.x,
+                                   w[r] + n * K + (long)(v0 + k * stride) * GEMV_VEC);
     }
     pdl_enter();
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
+    cp_async_wait_all(); // this thread's own copies: it reads only those
 #pragma unroll
     for (int g = 0; g < GEMV_ST_MAXG; g++) {
 #pragma unroll
