@@ -55,7 +55,8 @@ static void use_inst(int k) {
     n_impls = inst_n[k];
 }
 static weft_host *host;
-static uint32_t op_lsw, op_qkr; /* fuse.linear_swiglu, fuse.qkv_rope */
+static uint32_t op_lsw, op_qkr, op_lan; /* fuse.linear_swiglu, fuse.qkv_rope,
+                                          fuse.linear_add_rmsnorm */
 
 static const weft_op_impl *reg_find(uint32_t op) {
     for (size_t i = 0; i < n_impls; i++)
@@ -899,6 +900,83 @@ static void test_gemv_xsmem(void **state) {
     free_tensors(all, 3);
 }
 
+/* fuse.linear_add_rmsnorm against linear then add_rmsnorm, bit for bit (y and the residual r),
+ * with the residual on either side of the add; at T = 1 the one-kernel form (its last block
+ * normalises), run twice so the second launch finds the counter the first left at zero, and on
+ * every instance (gemv_xsmem's form included); at T > 1 the fallback into y. */
+static void check_linear_add_rmsnorm(uint32_t dt, int T, int N, int K, int bias) {
+    tens x = {dt, T, K}, w = {dt, N, K}, b = {dt, 1, N}, res = {dt, T, N}, nw = {dt, 1, N};
+    tens p = {dt, T, N}, y0 = {dt, T, N}, r0 = {dt, T, N}, y1 = {dt, T, N}, r1 = {dt, T, N};
+    weft_node l = linear_node(&x, &w, &b, &p, bias);
+    uint32_t ires = add_tensor(&res, 1), inw = add_tensor(&nw, 1);
+    uint32_t oy0 = add_tensor(&y0, 0), or0 = add_tensor(&r0, 0), oy1 = add_tensor(&y1, 0),
+             or1 = add_tensor(&r1, 0);
+    run_node(&l, (uint32_t)T, NULL, NULL);
+    weft_node a = {.op = WEFT_OP_ADD_RMSNORM, .n_in = 3, .n_out = 2};
+    a.in[0] = l.out[0], a.in[1] = ires, a.in[2] = inw, a.out[0] = oy0, a.out[1] = or0;
+    a.p.f[0] = 1e-6f;
+    run_node(&a, (uint32_t)T, NULL, NULL);
+    weft_node f = {.op = op_lan, .n_in = 5, .n_out = 2};
+    f.in[0] = l.in[0], f.in[1] = l.in[1], f.in[2] = l.in[2], f.in[3] = ires, f.in[4] = inw;
+    f.out[0] = oy1, f.out[1] = or1, f.p.f[0] = 1e-6f;
+    size_t cnt = (size_t)T * N;
+    float *want_y = malloc(cnt * 4), *want_r = malloc(cnt * 4), *got = malloc(cnt * 4);
+    fetch(&y0, want_y), fetch(&r0, want_r);
+    char what[128];
+    for (int round = 0; round < 2; round++) {
+        poison(&y1), poison(&r1);
+        run_node(&f, (uint32_t)T, NULL, NULL);
+        snprintf(what, sizeof(what), "linear_add_rmsnorm dt=%u T=%d N=%d K=%d bias=%d run %d: y",
+                 dt, T, N, K, bias, round + 1);
+        fetch(&y1, got);
+        expect_same(what, got, want_y, cnt);
+        what[strlen(what) - 1] = 'r';
+        fetch(&r1, got);
+        expect_same(what, got, want_r, cnt);
+    }
+    /* a sane result, not only an agreeing one: r = x w^T + b + res within rounding */
+    double *ref = malloc(cnt * 8);
+    for (int t = 0; t < T; t++)
+        for (int o = 0; o < N; o++) {
+            double sum = bias ? b.h[o] : 0;
+            for (int k = 0; k < K; k++) sum += (double)x.h[t * K + k] * w.h[o * K + k];
+            ref[t * N + o] = sum + res.h[t * N + o];
+        }
+    double e = relerr(got, ref, cnt);
+    printf("linear_add_rmsnorm r: rel err %.2e\n", e);
+    assert_true(e < tol(dt) * 2);
+    snprintf(what, sizeof(what), "linear_add_rmsnorm dt=%u T=%d N=%d K=%d: y", dt, T, N, K);
+    same_on_insts(what, &f, &y1, (uint32_t)T, NULL);
+    /* the residual on the other side of the add: the same bits */
+    a.in[0] = ires, a.in[1] = l.out[0];
+    poison(&y0), poison(&r0);
+    run_node(&a, (uint32_t)T, NULL, NULL);
+    fetch(&y0, got);
+    expect_same("add_rmsnorm, residual first", got, want_y, cnt);
+    free(want_y), free(want_r), free(got), free(ref);
+    tens all[] = {x, w, b, p, res, nw, y0, r0, y1, r1};
+    free_tensors(all, 10);
+    if (!bias) be->free(bst, &b.d);
+}
+
+static void test_linear_add_rmsnorm(void **state) {
+    (void)state;
+    if (!reg_find(op_lan)) fail_msg("the backend registered no fuse.linear_add_rmsnorm");
+    /* the o and down shapes of Qwen3-0.6B, Llama-3.2-1B and Qwen3-8B (norms of 1,024 threads
+     * run by 256, four and eight values a thread in registers, then sixteen), a Qwen2-style
+     * row (896: a 256-thread norm) with a bias, a row past the registers (the loops), the
+     * 64-thread norm of a tiny model in f32, and more rows (the fallback) */
+    check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 1, 1024, 2048, 0);
+    check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 1, 1024, 3072, 0);
+    check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 1, 2048, 8192, 0);
+    check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 1, 4096, 4096, 0);
+    check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 1, 4096, 12288, 0);
+    check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 1, 896, 4864, 1);
+    check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 1, 5120, 1024, 0);
+    check_linear_add_rmsnorm(WEFT_DTYPE_F32, 1, 64, 64, 1);
+    check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 3, 1024, 2048, 1);
+}
+
 /* Programmatic dependent launch (backend option pdl, on by default on sm_90+): a chain of
  * dependent nodes launched back to back, so each kernel's blocks start while the previous one
  * drains, must give the same bits as the same chain with the stream drained after every node
@@ -1301,6 +1379,7 @@ static int setup(void **state) {
     const weft_graph_service *gs = weft_graph_service_get();
     op_lsw = gs->op_register("fuse.linear_swiglu", &err);
     op_qkr = gs->op_register("fuse.qkv_rope", &err);
+    op_lan = gs->op_register("fuse.linear_add_rmsnorm", &err);
     if (!reg_find(op_lsw) || !reg_find(op_qkr)) {
         fprintf(stderr, "the backend registered no fused ops\n");
         return -1;
@@ -1332,6 +1411,7 @@ GPU_TEST(test_linear_swiglu)
 GPU_TEST(test_merged_linear_split)
 GPU_TEST(test_qkv_rope)
 GPU_TEST(test_add_rmsnorm)
+GPU_TEST(test_linear_add_rmsnorm)
 GPU_TEST(test_head_gemv)
 GPU_TEST(test_pdl_chain)
 GPU_TEST(test_rope_attention)
@@ -1350,6 +1430,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_rope_attention),
         cmocka_unit_test(gpu_test_gemv_xsmem),   cmocka_unit_test(gpu_test_pdl_chain_xsmem),
         cmocka_unit_test(gpu_test_option_ranges),
+        cmocka_unit_test(gpu_test_linear_add_rmsnorm),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,8 +1,9 @@
 /* Op implementations of the cuda backend: the builtin ops of weft/graph.h on f32, f16 and bf16
  * activations, plus the fused user ops the fuse.* techniques emit ("fuse.linear_swiglu",
- * "fuse.qkv_rope", "fuse.rope_attention"). Linear layers and the LM head take one of two paths: with few rows (decode)
- * a bandwidth-bound GEMV kernel of kernels/core.cu, with more rows cuBLASLt with the chosen
- * algorithm cached per shape; the crossover (option gemv_max_tokens) was set by measurement
+ * "fuse.qkv_rope", "fuse.rope_attention", "fuse.linear_add_rmsnorm"). Linear layers and the
+ * LM head take one of two paths: with few rows (decode) a bandwidth-bound GEMV kernel of
+ * kernels/core.cu, with more rows cuBLASLt with the chosen algorithm cached per shape; the
+ * crossover (option gemv_max_tokens) was set by measurement
  * (docs/perf/fuse.md). Everything else is a kernel of kernels/core.cu. Activations, weights
  * and the contiguous KV cache of a node share one 16-bit or 32-bit dtype per tensor role;
  * accepts() refuses other combinations at build time so an unsupported node is named before
@@ -85,6 +86,7 @@ typedef struct cuda_ops_state {
     uint64_t att_part_bytes;
     CUdeviceptr ra_count; /* weft_rope_attention's arrival counter per KV head, 0 between steps */
     uint32_t ra_count_n;
+    CUdeviceptr ln_count; /* weft_gemv_norm_*'s arrival counter, 0 between launches */
 } cuda_ops_state;
 
 /* Split-KV decode attention (kernels/core.cu weft_attention_split): used for steps of at most
@@ -1066,6 +1068,77 @@ static int32_t accepts_rope_attention(void *st, const weft_graph *g, const weft_
     return 1;
 }
 
+/* fuse.linear_add_rmsnorm (techniques/fuse.linear-add-norm/README.md): in x (T,K), w (N,K),
+ * bias (N) or none, res (T,N), the norm's weight (N); out y (T,N) = rmsnorm(r) * weight and
+ * r (T,N) = x w^T [+ bias] + res, each rounded as LINEAR then ADD_RMSNORM store them; p.f[0]
+ * eps. At one row with the GEMV path it is one kernel (core.cu weft_gemv_norm_1: the last
+ * block to finish normalises); otherwise the product goes into y, which ADD_RMSNORM's kernel
+ * then reads and overwrites in place (each element is read and written by one thread). */
+static weft_status ln_counter(cuda_backend *b, CUdeviceptr *out, weft_error *err) {
+    cuda_ops_state *o = ops_of(b);
+    if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+    if (!o->ln_count) { /* first step: setup, not per step */
+        TRY(cuda_arena_alloc(b, sizeof(uint32_t), &o->ln_count, err));
+        CK(cuMemsetD32Async(o->ln_count, 0, 1, b->stream), "zeroing the product-norm counter");
+    }
+    *out = o->ln_count;
+    return WEFT_OK;
+}
+
+static weft_status op_linear_add_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                         weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 1), *nwt = tin(c, n, 4),
+                      *y = &c->graph->tensors[n->out[0]];
+    int T = (int)c->n_tokens, N = (int)w->shape[0], K = (int)w->shape[1];
+    if (T == 0) return WEFT_OK;
+    CUdeviceptr xp = din(c, n, 0), wp = din(c, n, 1), bp = din(c, n, 2), rp = din(c, n, 3),
+                nwp = din(c, n, 4), yp = dout(c, n, 0), ro = dout(c, n, 1);
+    float eps = n->p.f[0];
+    uint32_t dt = x->dtype;
+    CK(cuCtxSetCurrent(b->ctx), "making the context current");
+    CUfunction f;
+    if (T == 1 && b->gemv_max_tokens >= 1 && w->dtype == dt && nwt->dtype == dt &&
+        cuda_gemv_fits(dt, xp, wp, 1, K)) {
+        CUdeviceptr cnt;
+        TRY(ln_counter(b, &cnt, err));
+        int S = cuda_gemv_split(K), rows = 8 / S, nt = (int)norm_block(N);
+        unsigned xs = gemv_xs_bytes(b, 0, 1, K, dt);
+        const char *name = xs ? "weft_gemv_norm_xs_1" : "weft_gemv_norm_1";
+        TRY(kern(b, dt, dt, name, &f, err));
+        void *args[] = {&xp, &wp, &bp, &rp, &nwp, &yp, &ro, &cnt, &N, &K, &S, &nt, &eps};
+        return gemv_launch(b, f, name, (unsigned)((N + rows - 1) / rows), xs, args, err);
+    }
+    weft_status s = cuda_linear(b, xp, dt, wp, w->dtype, bp, yp, y->dtype, T, N, K, err);
+    if (s) return s;
+    TRY(kern(b, dt, nwt->dtype, "weft_add_rmsnorm", &f, err));
+    void *args[] = {&yp, &rp, &nwp, &yp, &ro, &T, &N, &eps};
+    return cuda_launch(b, f, "weft_add_rmsnorm", (unsigned)T, 1, norm_block(N), args, err);
+}
+
+static int32_t accepts_linear_add_rmsnorm(void *st, const weft_graph *g, const weft_node *n) {
+    (void)st;
+    if (n->n_in != 5 || n->n_out != 2) return 0;
+    for (uint32_t i = 0; i < 5; i++)
+        if (n->in[i] >= g->n_tensors && !(i == 2 && n->in[i] == WEFT_TENSOR_NONE)) return 0;
+    if (n->out[0] >= g->n_tensors || n->out[1] >= g->n_tensors) return 0;
+    const weft_tensor *x = &g->tensors[n->in[0]], *w = &g->tensors[n->in[1]];
+    if (!is_float(x->dtype) || w->rank != 2 || w->dtype != x->dtype || w->shape[0] <= 0 ||
+        w->shape[0] > (1 << 24) || cols_of(x) != w->shape[1])
+        return 0;
+    int64_t N = w->shape[0];
+    if (n->in[2] != WEFT_TENSOR_NONE &&
+        (numel(&g->tensors[n->in[2]]) != N || g->tensors[n->in[2]].dtype != w->dtype))
+        return 0;
+    const weft_tensor *nw = &g->tensors[n->in[4]];
+    if (!is_float(nw->dtype) || numel(nw) != N) return 0;
+    const weft_tensor *same[3] = {&g->tensors[n->in[3]], &g->tensors[n->out[0]],
+                                  &g->tensors[n->out[1]]};
+    for (int i = 0; i < 3; i++)
+        if (same[i]->dtype != x->dtype || cols_of(same[i]) != N) return 0;
+    return 1;
+}
+
 /* ---- registration --------------------------------------------------------------------- */
 /* setup: which nodes this backend can run. */
 static int32_t accepts(void *st, const weft_graph *g, const weft_node *n) {
@@ -1126,6 +1199,7 @@ weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error 
         {"fuse.qkv_rope", op_qkv_rope, accepts_qkv_rope},
         {"exec.l2_prefetch", op_l2_prefetch, accepts_l2_prefetch},
         {"fuse.rope_attention", op_rope_attention, accepts_rope_attention},
+        {"fuse.linear_add_rmsnorm", op_linear_add_rmsnorm, accepts_linear_add_rmsnorm},
     };
     for (size_t i = 0; i < sizeof(fused) / sizeof(fused[0]); i++) {
         uint32_t id = gs->op_register(fused[i].name, err);

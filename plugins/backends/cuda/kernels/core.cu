@@ -870,6 +870,110 @@ WEFT_GEMV(1)
 WEFT_GEMV(2)
 WEFT_GEMV(4)
 WEFT_GEMV(8)
+
+// ---- one-row GEMV with the residual add + RMSNorm in its last block (fuse.linear_add_rmsnorm)
+// r = round(round(x w^T + b) + res); y = nw * round(r * rsqrt(mean(r^2) + eps)), at T = 1.
+// Every block computes its output rows as gemv_plain does and stores r (the product rounded as
+// the linear stores it, then added as add_rmsnorm_body adds), then counts itself in; the block
+// that arrives last normalises the whole row. A decode layer's two residual joins then cost
+// no kernel of their own: the step loses the norm kernel's boundary, its launch-to-wait and its
+// wait on the whole product, and keeps only the last block's read of r, its sum and its store.
+
+// r[i] as stored by another block of this kernel: read at L2 (ld.global.cg), never from an L1
+// line an earlier kernel on this SM may have left for the same address.
+__device__ __forceinline__ float act_ld_cg(const act *p, int i) {
+    act v = __ldcg(p + i);
+    return A::ld(&v, 0);
+}
+
+// The last block's norm over the D values of r: add_rmsnorm_body's sums for a block of nt
+// threads, run by nt / K physical threads (K virtual threads each, as the persistent kernels
+// run it), so y gets the standalone kernel's bits. Each thread loads all of its r and nw values
+// at once when they fit TAIL_MAXE registers (D <= 16 * 256: every model row here), so the tail
+// makes one round trip to L2 before its sum; longer rows take add_rmsnorm_body's loops. The
+// kernels are bound to six blocks an SM (40 registers, no spills: weft_gemv_1's occupancy);
+// unbound, the tail took them to 62.
+#define TAIL_MAXE 16
+template <int K>
+__device__ __forceinline__ void norm_tail(const act *r, const wgt *nw, act *y, int D, float eps,
+                                          int nt) {
+    const int np = nt / K;
+    float ss[K];
+    if (np == GEMV_THREADS && D <= TAIL_MAXE * GEMV_THREADS) {
+        // np a constant here: the addresses are one base plus immediates, which keeps the
+        // kernel within its register bound
+        constexpr int P = GEMV_THREADS;
+        const act *rb = r + threadIdx.x;
+        const wgt *wb = nw + threadIdx.x;
+        float vv[TAIL_MAXE];
+#pragma unroll
+        for (int j = 0; j < TAIL_MAXE; j++) {
+            vv[j] = threadIdx.x + j * P < D ? act_ld_cg(rb, j * P) : 0.f;
+            // the norm weights reach L1 during the sum without holding registers through it
+            if (threadIdx.x + j * P < D) asm volatile("prefetch.global.L1 [%0];" ::"l"(wb + j * P));
+        }
+        // virtual thread tid + k np sums elements tid + k np + m nt, i.e. j = k, k + K, ...
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            ss[k] = 0.f;
+#pragma unroll
+            for (int j = k; j < TAIL_MAXE; j += K)
+                if (threadIdx.x + j * P < D) ss[k] = fmaf(vv[j], vv[j], ss[k]);
+        }
+        float rs = rsqrtf(block_sum<K>(ss, nt) / D + eps);
+#pragma unroll
+        for (int j = 0; j < TAIL_MAXE; j++)
+            if (threadIdx.x + j * P < D)
+                A::st(y, threadIdx.x + j * P, W::ld(wb, j * P) * A::round(vv[j] * rs));
+        return;
+    }
+    norm_sumsq<K>(ss, D, nt, [&](int i) { return act_ld_cg(r, i); });
+    float rs = rsqrtf(block_sum<K>(ss, nt) / D + eps);
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < D; i += np)
+        A::st(y, i, W::ld(nw, i) * A::round(act_ld_cg(r, i) * rs));
+}
+
+// nt: the standalone add_rmsnorm's block size for D (cuda_ops.c norm_block: 1024, 256, 64 or
+// 32). count: a zeroed counter that the last block sets back to zero for the next launch;
+// kernels using it never overlap, as each touches it only after its griddepcontrol.wait.
+template <bool XS>
+__device__ __forceinline__ void gemv_norm(const act *x, const wgt *w, const wgt *bias,
+                                          const act *res, const wgt *nw, act *y, act *r,
+                                          unsigned *count, int N, int K, int S, int nt,
+                                          float eps) {
+    __shared__ unsigned last;
+    int n = blockIdx.x * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
+    const wgt *rows[1] = {w + (long)n * K};
+    float acc[1][1];
+    if (gemv_row<1, 1, XS>(x, rows, 1, N, K, S, n, acc) && (threadIdx.x & 31) == 0) {
+        float p = A::round(acc[0][0] + (bias ? W::ld(bias, n) : 0.f));
+        A::st(r, n, A::round(p + A::ld(res, n)));
+    }
+    __threadfence(); // this block's r before its count
+    bsync(GEMV_THREADS);
+    if (threadIdx.x == 0) last = atomicAdd(count, 1u) == gridDim.x - 1;
+    bsync(GEMV_THREADS);
+    if (!last) return;
+    __threadfence(); // every other block's r was stored before its count
+    if (threadIdx.x == 0) *count = 0u;
+    if (nt >= 1024) norm_tail<4>(r, nw, y, N, eps, nt);
+    else if (nt >= GEMV_THREADS) norm_tail<1>(r, nw, y, N, eps, nt);
+    else if ((int)threadIdx.x < nt) norm_tail<1>(r, nw, y, N, eps, nt);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
+    weft_gemv_norm_1(const act *x, const wgt *w, const wgt *bias, const act *res, const wgt *nw,
+                     act *y, act *r, unsigned *count, int N, int K, int S, int nt, float eps) {
+    ABLATE(4);
+    gemv_norm<false>(x, w, bias, res, nw, y, r, count, N, K, S, nt, eps);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
+    weft_gemv_norm_xs_1(const act *x, const wgt *w, const wgt *bias, const act *res,
+                        const wgt *nw, act *y, act *r, unsigned *count, int N, int K, int S,
+                        int nt, float eps) {
+    ABLATE(4);
+    gemv_norm<true>(x, w, bias, res, nw, y, r, count, N, K, S, nt, eps);
+}
 #endif
 
 // Random fill for probes and synthetic checks: uniform in [-1, 1) from a hash of (seed, i),
