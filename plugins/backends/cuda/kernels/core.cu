@@ -749,9 +749,26 @@ __device__ __forceinline__ void gemv_fma(const act *x, int T, int K, int v, int 
 // shared memory and the products read it there, so x does not depend on staying in L1 (with a
 // large shared-memory carveout the L1 left is small: docs/perf/batch1.md); same values, same
 // order.
+// r[i] as stored by another block of this kernel (weft_gemv_norm_1's tail): read at L2
+// (ld.global.cg), never from an L1 line an earlier kernel on this SM may have left there.
+__device__ __forceinline__ float act_ld_cg(const act *p, int i) {
+    act v = __ldcg(p + i);
+    return A::ld(&v, 0);
+}
+// the same load kept where it is written (volatile), so it is in flight during the products
+__device__ __forceinline__ float act_ld_early(const act *p, long i) {
+    act v;
+    if (sizeof(act) == 4)
+        asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(*(float *)&v) : "l"(p + i));
+    else
+        asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(*(unsigned short *)&v) : "l"(p + i));
+    return A::ld(&v, 0);
+}
+
 template <int TT, int NW, bool XS = false>
 __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int T, int N, int K,
-                                         int S, int n, float (*acc)[TT]) {
+                                         int S, int n, float (*acc)[TT],
+                                         const act *early = nullptr, float *early_v = nullptr) {
     __shared__ float red[GEMV_THREADS / 32][NW][TT];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S;
     const int nv = K / GEMV_VEC, stride = S * 32;
@@ -759,6 +776,9 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
     uint4 wv[4][NW];
     if (n < N) gemv_load<NW>(w, v, stride, nv, wv);
     pdl_enter();
+    // early (weft_gemv_norm_1: the residual at row n): loaded right after the wait by the lane
+    // that will use it, so its L2 round trip overlaps the products
+    if (early && n < N && lane == 0 && s == 0) *early_v = act_ld_early(early, n);
     if (XS) {
         extern __shared__ __align__(16) unsigned char gemv_xs[];
         const int n16 = T * K / (16 / (int)sizeof(act));
@@ -876,15 +896,9 @@ WEFT_GEMV(8)
 // Every block computes its output rows as gemv_plain does and stores r (the product rounded as
 // the linear stores it, then added as add_rmsnorm_body adds), then counts itself in; the block
 // that arrives last normalises the whole row. A decode layer's two residual joins then cost
-// no kernel of their own: the step loses the norm kernel's boundary, its launch-to-wait and its
-// wait on the whole product, and keeps only the last block's read of r, its sum and its store.
-
-// r[i] as stored by another block of this kernel: read at L2 (ld.global.cg), never from an L1
-// line an earlier kernel on this SM may have left for the same address.
-__device__ __forceinline__ float act_ld_cg(const act *p, int i) {
-    act v = __ldcg(p + i);
-    return A::ld(&v, 0);
-}
+// no kernel of their own. Measured slower at batch 1 on the H200 (4-14%: fuse.linear-add-norm's
+// README): every block's arrival (a barrier and an acquire-release atomic, an L2 round trip)
+// lengthens each wave of the product by more than the graph's kernel boundary it replaces.
 
 // The last block's norm over the D values of r: add_rmsnorm_body's sums for a block of nt
 // threads, run by nt / K physical threads (K virtual threads each, as the persistent kernels
@@ -945,17 +959,22 @@ __device__ __forceinline__ void gemv_norm(const act *x, const wgt *w, const wgt 
     __shared__ unsigned last;
     int n = blockIdx.x * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
     const wgt *rows[1] = {w + (long)n * K};
-    float acc[1][1];
-    if (gemv_row<1, 1, XS>(x, rows, 1, N, K, S, n, acc) && (threadIdx.x & 31) == 0) {
+    float acc[1][1], rv = 0.f;
+    if (gemv_row<1, 1, XS>(x, rows, 1, N, K, S, n, acc, res, &rv) && (threadIdx.x & 31) == 0) {
         float p = A::round(acc[0][0] + (bias ? W::ld(bias, n) : 0.f));
-        A::st(r, n, A::round(p + A::ld(res, n)));
+        A::st(r, n, A::round(p + rv));
     }
-    __threadfence(); // this block's r before its count
+    // the block's stores of r, then one arrival by thread 0 with acquire-release semantics
+    // (the barrier orders the other threads' stores before its release; its acquire, in the
+    // last block, orders every other block's r before this block's reads of them below)
     bsync(GEMV_THREADS);
-    if (threadIdx.x == 0) last = atomicAdd(count, 1u) == gridDim.x - 1;
+    if (threadIdx.x == 0) {
+        unsigned prev;
+        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(prev) : "l"(count) : "memory");
+        last = prev == gridDim.x - 1;
+    }
     bsync(GEMV_THREADS);
     if (!last) return;
-    __threadfence(); // every other block's r was stored before its count
     if (threadIdx.x == 0) *count = 0u;
     if (nt >= 1024) norm_tail<4>(r, nw, y, N, eps, nt);
     else if (nt >= GEMV_THREADS) norm_tail<1>(r, nw, y, N, eps, nt);
