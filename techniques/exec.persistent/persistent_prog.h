@@ -41,6 +41,7 @@ static const pk_kernel pk_kernels[] = {
     {"weft_embed", PK_EMBED, "pppiii", 0},
     {"weft_rmsnorm", PK_RMSNORM, "pppiiif", -1},
     {"weft_add_rmsnorm", PK_ADD_RMSNORM, "pppppiif", -1},
+    {"weft_add_rmsnorm_b", PK_ADD_RMSNORM, "pppppiif", -1}, /* the same op, batched loads */
     {"weft_rope", PK_ROPE, "ppppiiiii", 256},
     {"weft_kv_store", PK_KV_STORE, "ppppppiiii", 0},
     {"weft_attention", PK_ATTENTION, "ppppppiiiiiif", 128},

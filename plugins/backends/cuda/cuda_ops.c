@@ -407,18 +407,25 @@ static weft_status op_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node 
                        args, err);
 }
 
+/* weft_add_rmsnorm at rows of more than one element a thread takes its _b form, which loads a
+ * thread's elements before it stores any (core.cu add_rmsnorm_body BATCH): same bits, measured
+ * faster there and slower at one element a thread (docs/perf/batch1.md, 22:52 UTC session) */
+static weft_status add_rmsnorm_launch(cuda_backend *b, uint32_t ta, uint32_t tw, CUdeviceptr xp,
+                                      CUdeviceptr rp, CUdeviceptr wp, CUdeviceptr yp,
+                                      CUdeviceptr ro, int T, int D, float eps, weft_error *err) {
+    const char *name = D > (int)norm_block(D) ? "weft_add_rmsnorm_b" : "weft_add_rmsnorm";
+    CUfunction f;
+    TRY(kern(b, ta, tw, name, &f, err));
+    void *args[] = {&xp, &rp, &wp, &yp, &ro, &T, &D, &eps};
+    return cuda_launch(b, f, name, (unsigned)T, 1, norm_block(D), args, err);
+}
+
 static weft_status op_add_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node *n,
                                   weft_error *err) {
-    cuda_backend *b = st;
     const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 2);
-    CUfunction f;
-    TRY(kern(b, x->dtype, w->dtype, "weft_add_rmsnorm", &f, err));
-    int T = (int)c->n_tokens, D = (int)cols_of(x);
-    float eps = n->p.f[0];
-    CUdeviceptr xp = din(c, n, 0), rp = din(c, n, 1), wp = din(c, n, 2), yp = dout(c, n, 0),
-                ro = dout(c, n, 1);
-    void *args[] = {&xp, &rp, &wp, &yp, &ro, &T, &D, &eps};
-    return cuda_launch(b, f, "weft_add_rmsnorm", (unsigned)T, 1, norm_block(D), args, err);
+    return add_rmsnorm_launch(st, x->dtype, w->dtype, din(c, n, 0), din(c, n, 1), din(c, n, 2),
+                              dout(c, n, 0), dout(c, n, 1), (int)c->n_tokens, (int)cols_of(x),
+                              n->p.f[0], err);
 }
 
 /* inverse frequencies per distinct rope configuration, computed on the host as transformers
@@ -1111,9 +1118,7 @@ static weft_status op_linear_add_rmsnorm(void *st, const weft_exec_ctx *c, const
     }
     weft_status s = cuda_linear(b, xp, dt, wp, w->dtype, bp, yp, y->dtype, T, N, K, err);
     if (s) return s;
-    TRY(kern(b, dt, nwt->dtype, "weft_add_rmsnorm", &f, err));
-    void *args[] = {&yp, &rp, &nwp, &yp, &ro, &T, &N, &eps};
-    return cuda_launch(b, f, "weft_add_rmsnorm", (unsigned)T, 1, norm_block(N), args, err);
+    return add_rmsnorm_launch(b, dt, nwt->dtype, yp, rp, nwp, yp, ro, T, N, eps, err);
 }
 
 static int32_t accepts_linear_add_rmsnorm(void *st, const weft_graph *g, const weft_node *n) {

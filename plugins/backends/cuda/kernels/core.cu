@@ -285,7 +285,7 @@ extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int 
 // and r), with the same values in the same order. Otherwise (the persistent kernels' 4-way
 // virtual threads on long rows) the loops below read r and w back as before.
 #define NORM_MAXE 8
-template <int K>
+template <int K, bool BATCH = false>
 __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, const wgt *w,
                                                  act *y, act *r, int T, int D, float eps, int t,
                                                  int nt, bool pre = false) {
@@ -307,27 +307,45 @@ __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, c
     if (regs) {
         // element j of this thread is i = tid + j * np; for each k the loop below visits
         // j = k, k + K, k + 2K, ... (i = tid + k * np + m * nt), the order of the loop after it
-        // every x and res value first, then the sums and the stores of r: with a store of r
-        // between them (r may alias x or res, so the compiler kept that order) each element
-        // cost its own L2 round trip, four in series at D = 4096 (Qwen3-8B: 5.0 us a norm)
-        float vv[NORM_MAXE], rv[NORM_MAXE];
+        float vv[NORM_MAXE];
+        if (BATCH) {
+            // weft_add_rmsnorm_b: every x and res value first, then the sums and the stores of
+            // r. With a store of r between them (r may alias x or res, so the compiler keeps
+            // that order) each element costs its own L2 round trip: four in series at D = 4096.
+            float rv[NORM_MAXE];
 #pragma unroll
-        for (int j = 0; j < NORM_MAXE; j++) {
-            int i = threadIdx.x + j * np;
-            vv[j] = i < D ? A::ld(x, base + i) : 0.f;
-            rv[j] = i < D ? A::ld(res, base + i) : 0.f;
-        }
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            ss[k] = 0.f;
-#pragma unroll
-            for (int j = k; j < NORM_MAXE; j += K) {
+            for (int j = 0; j < NORM_MAXE; j++) {
                 int i = threadIdx.x + j * np;
-                if (i < D) {
-                    float v = A::round(vv[j] + rv[j]);
-                    A::st(r, base + i, v);
-                    vv[j] = v;
-                    ss[k] = fmaf(v, v, ss[k]);
+                vv[j] = i < D ? A::ld(x, base + i) : 0.f;
+                rv[j] = i < D ? A::ld(res, base + i) : 0.f;
+            }
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                ss[k] = 0.f;
+#pragma unroll
+                for (int j = k; j < NORM_MAXE; j += K) {
+                    int i = threadIdx.x + j * np;
+                    if (i < D) {
+                        float v = A::round(vv[j] + rv[j]);
+                        A::st(r, base + i, v);
+                        vv[j] = v;
+                        ss[k] = fmaf(v, v, ss[k]);
+                    }
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                ss[k] = 0.f;
+#pragma unroll
+                for (int j = k; j < NORM_MAXE; j += K) {
+                    int i = threadIdx.x + j * np;
+                    if (i < D) {
+                        float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
+                        A::st(r, base + i, v);
+                        vv[j] = v;
+                        ss[k] = fmaf(v, v, ss[k]);
+                    }
                 }
             }
         }
@@ -355,6 +373,15 @@ extern "C" __global__ void __launch_bounds__(1024)
                      float eps) {
     ABLATE(2);
     add_rmsnorm_body<1>(x, res, w, y, r, T, D, eps, blockIdx.x, blockDim.x, true);
+}
+// The batched form (BATCH above) for rows of more than one element a thread (cuda_ops.c picks
+// it for D > the block size): Qwen3-8B +1.0%, Llama-3.2-1B +0.5%; at one element a thread
+// (Qwen3-0.6B, D = 1024) it measured 1.5% slower than the loop, which stays there.
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_add_rmsnorm_b(const act *x, const act *res, const wgt *w, act *y, act *r, int T, int D,
+                       float eps) {
+    ABLATE(2);
+    add_rmsnorm_body<1, true>(x, res, w, y, r, T, D, eps, blockIdx.x, blockDim.x, true);
 }
 
 // RoPE on (T, H*hd). inv_freq (rot/2) f32 precomputed on the host with the model's scaling.
