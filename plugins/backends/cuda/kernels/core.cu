@@ -307,12 +307,11 @@ __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, c
     if (regs) {
         // element j of this thread is i = tid + j * np; for each k the loop below visits
         // j = k, k + K, k + 2K, ... (i = tid + k * np + m * nt), the order of the loop after it
-        float vv[NORM_MAXE];
-        if (BATCH) {
-            // weft_add_rmsnorm_b: every x and res value first, then the sums and the stores of
-            // r. With a store of r between them (r may alias x or res, so the compiler keeps
-            // that order) each element costs its own L2 round trip: four in series at D = 4096.
-            float rv[NORM_MAXE];
+        float vv[NORM_MAXE], rv[NORM_MAXE];
+        // BATCH (weft_add_rmsnorm_b): every x and res value first, then the sums and the stores
+        // of r. With a store of r between them (r may alias x or res, so the compiler keeps
+        // that order) each element costs its own L2 round trip: four in series at D = 4096.
+        if (BATCH)
 #pragma unroll
             for (int j = 0; j < NORM_MAXE; j++) {
                 int i = threadIdx.x + j * np;
@@ -320,32 +319,17 @@ __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, c
                 rv[j] = i < D ? A::ld(res, base + i) : 0.f;
             }
 #pragma unroll
-            for (int k = 0; k < K; k++) {
-                ss[k] = 0.f;
+        for (int k = 0; k < K; k++) {
+            ss[k] = 0.f;
 #pragma unroll
-                for (int j = k; j < NORM_MAXE; j += K) {
-                    int i = threadIdx.x + j * np;
-                    if (i < D) {
-                        float v = A::round(vv[j] + rv[j]);
-                        A::st(r, base + i, v);
-                        vv[j] = v;
-                        ss[k] = fmaf(v, v, ss[k]);
-                    }
-                }
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                ss[k] = 0.f;
-#pragma unroll
-                for (int j = k; j < NORM_MAXE; j += K) {
-                    int i = threadIdx.x + j * np;
-                    if (i < D) {
-                        float v = A::round(A::ld(x, base + i) + A::ld(res, base + i));
-                        A::st(r, base + i, v);
-                        vv[j] = v;
-                        ss[k] = fmaf(v, v, ss[k]);
-                    }
+            for (int j = k; j < NORM_MAXE; j += K) {
+                int i = threadIdx.x + j * np;
+                if (i < D) {
+                    float v = A::round(BATCH ? vv[j] + rv[j]
+                                             : A::ld(x, base + i) + A::ld(res, base + i));
+                    A::st(r, base + i, v);
+                    vv[j] = v;
+                    ss[k] = fmaf(v, v, ss[k]);
                 }
             }
         }
