@@ -31,6 +31,7 @@
 #                                        decode of WEFT_AB_CANDIDATES with every bundle of
 #                                        WEFT_AB_BUNDLES and backend options of WEFT_AB_OPTS, in
 #                                        WEFT_AB_ROUNDS interleaved rounds, then traces
+#                                        (Qwen3-8B's with WEFT_AB_TRACE_8B=1)
 #   tools/scripts/gpu-check.sh amdahl    each model's fastest candidate with kernel classes
 #                                        compiled to do no work (the backend's option ablate):
 #                                        the Amdahl bound of the attention, the norms, the GEMVs
@@ -407,10 +408,11 @@ ab)
     done
   done
   # the in-graph trace of the first candidate with .gpu and each options map (WEFT_ISSUE8_TRACE=0
-  # skips them)
+  # skips them; Qwen3-8B's only with WEFT_AB_TRACE_8B=1)
   c=$(echo ${WEFT_AB_CANDIDATES:-manifests/fast-cuda-async.yaml} | cut -d' ' -f1)
   for cfg in $models; do
-    [ "$cfg" = Qwen3-8B ] || [ "${WEFT_ISSUE8_TRACE:-1}" = 0 ] && continue
+    [ "${WEFT_ISSUE8_TRACE:-1}" = 0 ] && continue
+    [ "$cfg" = Qwen3-8B ] && [ "${WEFT_AB_TRACE_8B:-0}" != 1 ] && continue
     for i in "${!abopts[@]}"; do
       with_options "$c" "${abopts[$i]}" > "$out/cand/trace-o$i.yaml"
       trace_decode "trace_o${i}_$cfg" "$out/cand/trace-o$i.yaml" "$cfg"
