@@ -760,15 +760,6 @@ __device__ __forceinline__ void gemv_fma(const act *x, int T, int K, int v, int 
     }
 }
 
-// The dot products of output row n (NW weight rows) for every x row, reduced over the warp and
-// the S splits; valid in lanes of the row's first warp (s == 0). Returns n < N. Lane `lane` of
-// split s owns the 16-byte vectors s*32+lane, then every S*32-th. Its first batch of weight
-// loads is issued before pdl_enter(): weights are never written by a kernel, so they may stream
-// while the previous kernel drains; x is read only after the wait.
-// XS (the backend's option gemv_xsmem): the block first copies x (T rows of K) into dynamic
-// shared memory and the products read it there, so x does not depend on staying in L1 (with a
-// large shared-memory carveout the L1 left is small: docs/perf/batch1.md); same values, same
-// order.
 // r[i] as stored by another block of this kernel (weft_gemv_norm_1's tail): read at L2
 // (ld.global.cg), never from an L1 line an earlier kernel on this SM may have left there.
 __device__ __forceinline__ float act_ld_cg(const act *p, int i) {
@@ -785,6 +776,15 @@ __device__ __forceinline__ float act_ld_early(const act *p, long i) {
     return A::ld(&v, 0);
 }
 
+// The dot products of output row n (NW weight rows) for every x row, reduced over the warp and
+// the S splits; valid in lanes of the row's first warp (s == 0). Returns n < N. Lane `lane` of
+// split s owns the 16-byte vectors s*32+lane, then every S*32-th. Its first batch of weight
+// loads is issued before pdl_enter(): weights are never written by a kernel, so they may stream
+// while the previous kernel drains; x is read only after the wait.
+// XS (the backend's option gemv_xsmem): the block first copies x (T rows of K) into dynamic
+// shared memory and the products read it there, so x does not depend on staying in L1 (with a
+// large shared-memory carveout the L1 left is small: docs/perf/batch1.md); same values, same
+// order.
 template <int TT, int NW, bool XS = false>
 __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int T, int N, int K,
                                          int S, int n, float (*acc)[TT],
