@@ -1079,7 +1079,11 @@ typedef struct ra_case {
     uint32_t dt;
     int Hq, Hkv, hd, norm, scaling, merged;
     int cluster; /* option merge: cluster (the splits of a kv head merge through a cluster) */
+    int max_seq; /* the cache's positions (0: RA_MAX_SEQ) */
+    int window;  /* sliding window (0: none) */
 } ra_case;
+
+static int ra_max_seq(const ra_case *cs) { return cs->max_seq ? cs->max_seq : RA_MAX_SEQ; }
 
 typedef struct ra_cache {
     weft_buffer k[1], v[1];
@@ -1097,7 +1101,8 @@ static void ra_cache_init(ra_cache *c, const ra_case *cs, const void *kh, const 
     assert_int_equal(be->upload(bst, &c->k[0], 0, kh, bytes, &err), 0);
     assert_int_equal(be->upload(bst, &c->v[0], 0, vh, bytes, &err), 0);
     c->desc = (weft_kv_contiguous){.size = sizeof(c->desc), .n_layers = 1, .n_slots = RA_SLOTS,
-                                   .max_seq = RA_MAX_SEQ, .n_kv_heads = (uint32_t)cs->Hkv,
+                                   .max_seq = (uint32_t)ra_max_seq(cs),
+                                   .n_kv_heads = (uint32_t)cs->Hkv,
                                    .head_dim = (uint32_t)cs->hd, .dtype = cs->dt, .k = c->k,
                                    .v = c->v};
     c->view = (weft_kv_view){.size = sizeof(c->view), .layout = "contiguous", .desc = &c->desc};
@@ -1163,12 +1168,13 @@ static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P,
     weft_node a = {.op = WEFT_OP_ATTENTION, .n_in = 5, .n_out = 1};
     a.in[0] = iq1, a.in[1] = ik1, a.in[2] = cs->merged ? iv1 : iv, a.in[3] = ip, a.in[4] = isl;
     a.out[0] = io1;
-    a.p.i[1] = Hq, a.p.i[2] = Hkv, a.p.i[3] = hd;
+    a.p.i[1] = Hq, a.p.i[2] = Hkv, a.p.i[3] = hd, a.p.i[4] = cs->window;
     snprintf(a.name, sizeof(a.name), "layers.0.attn");
     run_node(&a, (uint32_t)T, NULL, &ca->view);
     /* fused on cache b */
     weft_node r = {.op = op_ra, .p = rp};
-    r.p.i[6] = (cs->merged ? 1 : 0) | (cs->norm ? 2 : 0) | (cs->cluster ? 4 : 0);
+    r.p.i[6] = (cs->merged ? 1 : 0) | (cs->norm ? 2 : 0) | (cs->cluster ? 4 : 0) |
+               ((int64_t)cs->window << 8);
     r.p.i[7] = 0;
     n_in = 0;
     if (cs->merged) {
@@ -1192,10 +1198,12 @@ static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P,
     fetch(&o1, a1);
     fetch(&o2, a2);
     char what[160];
-    snprintf(what, sizeof(what), "rope_attention%s dt=%u Hq=%d Hkv=%d hd=%d T=%d pos=%d: o",
-             cs->cluster ? " (cluster merge)" : "", dt, Hq, Hkv, hd, T, P);
+    const int MS = ra_max_seq(cs);
+    snprintf(what, sizeof(what),
+             "rope_attention%s dt=%u Hq=%d Hkv=%d hd=%d max_seq=%d window=%d T=%d pos=%d: o",
+             cs->cluster ? " (cluster merge)" : "", dt, Hq, Hkv, hd, MS, cs->window, T, P);
     expect_same(what, a2, a1, no);
-    size_t nc = (size_t)RA_SLOTS * RA_MAX_SEQ * Hkv * hd;
+    size_t nc = (size_t)RA_SLOTS * MS * Hkv * hd;
     void *ra = malloc(nc * 4), *rb = malloc(nc * 4);
     weft_error err = {.size = sizeof(err)};
     for (int kv = 0; kv < 2; kv++) {
@@ -1209,13 +1217,14 @@ static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P,
     /* double reference over the unfused q' and the cache after the step */
     fetch(&q1, qf);
     float *K = ra_cache_get(&cb->k[0], dt, nc, ra), *V = ra_cache_get(&cb->v[0], dt, nc, ra);
-    double *ref = malloc(no * 8), *sc = malloc(RA_MAX_SEQ * 8);
+    double *ref = malloc(no * 8), *sc = malloc((size_t)MS * 8);
     int G = Hq / Hkv;
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hq; h++) {
-            size_t kb = (size_t)RA_SLOT * RA_MAX_SEQ * Hkv * hd + (size_t)(h / G) * hd;
+            size_t kb = (size_t)RA_SLOT * MS * Hkv * hd + (size_t)(h / G) * hd;
             double m = -1e300, l = 0;
-            for (int j = 0; j <= pos[t]; j++) {
+            const int lo = cs->window && pos[t] - cs->window + 1 > 0 ? pos[t] - cs->window + 1 : 0;
+            for (int j = lo; j <= pos[t]; j++) {
                 double d = 0;
                 for (int e = 0; e < hd; e++)
                     d += (double)qf[(size_t)t * Hq * hd + h * hd + e] *
@@ -1223,10 +1232,10 @@ static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P,
                 sc[j] = d / sqrt((double)hd);
                 if (sc[j] > m) m = sc[j];
             }
-            for (int j = 0; j <= pos[t]; j++) l += exp(sc[j] - m);
+            for (int j = lo; j <= pos[t]; j++) l += exp(sc[j] - m);
             for (int e = 0; e < hd; e++) {
                 double acc = 0;
-                for (int j = 0; j <= pos[t]; j++)
+                for (int j = lo; j <= pos[t]; j++)
                     acc += exp(sc[j] - m) * V[kb + (size_t)j * Hkv * hd + e];
                 ref[(size_t)t * Hq * hd + h * hd + e] = acc / l;
             }
@@ -1244,7 +1253,8 @@ static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P,
 }
 
 static void check_rope_attention(const ra_case *cs, uint32_t op_ra) {
-    size_t nc = (size_t)RA_SLOTS * RA_MAX_SEQ * cs->Hkv * cs->hd, bytes = nc * ra_es(cs->dt);
+    size_t nc = (size_t)RA_SLOTS * ra_max_seq(cs) * cs->Hkv * cs->hd,
+           bytes = nc * ra_es(cs->dt);
     /* the history: random K and V rows everywhere (positions past a step's row included, which
      * no attention may read) */
     void *kh = malloc(bytes), *vh = malloc(bytes);
@@ -1259,11 +1269,17 @@ static void check_rope_attention(const ra_case *cs, uint32_t op_ra) {
     ra_cache ca, cb;
     ra_cache_init(&ca, cs, kh, vh, bytes);
     ra_cache_init(&cb, cs, kh, vh, bytes);
-    /* contexts of 1, 63, 64, 65 and 300 positions, each followed by the next step */
-    static const int ctx[] = {1, 63, 64, 65, 300};
+    /* contexts of 1, 63, 64, 65 and 300 positions, each followed by the next step; with a
+     * longer cache also 511, 512, 513 (the last step whose splits fit one cluster of 8, then
+     * the first that spans two), 701 and 1,000 (with the window: splits 9-10 and 14-15, one
+     * cluster at ranks 1-2 and 6-7) and the cache's last positions */
+    static const int ctx[] = {1, 63, 64, 65, 300, 511, 512, 513, 701, 1000, 0};
+    const int MS = ra_max_seq(cs);
     for (size_t i = 0; i < sizeof(ctx) / sizeof(ctx[0]); i++) {
-        ra_step(cs, &ca, &cb, 1, ctx[i] - 1, op_ra);
-        ra_step(cs, &ca, &cb, 1, ctx[i], op_ra);
+        const int c = ctx[i] ? ctx[i] : MS - 1;
+        if (c + 1 > MS || (!ctx[i] && MS <= 513)) continue;
+        ra_step(cs, &ca, &cb, 1, c - 1, op_ra);
+        ra_step(cs, &ca, &cb, 1, c, op_ra);
     }
     ra_step(cs, &ca, &cb, 3, 126, op_ra); /* several rows: the unfused kernels in the op */
     be->free(bst, &ca.k[0]), be->free(bst, &ca.v[0]);
@@ -1288,6 +1304,13 @@ static void test_rope_attention(void **state) {
         {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 1},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 0, 1},
+        /* a cache of 1,100 positions: 18 splits, launched as three clusters of 8; below
+         * position 512 the first merges, past it every block takes the counter merge; with a
+         * window of 100 the live splits of a step past 512 lie in one cluster again, at ranks
+         * other than 0 (and the unfused kernels take the same window) */
+        {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 1, 1100},
+        {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1, 1100, 100},
+        {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 0, 1100, 100},
     };
     /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
      * copies), the unfused nodes as on [0] */

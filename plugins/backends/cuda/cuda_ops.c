@@ -96,6 +96,7 @@ typedef struct cuda_ops_state {
  * shorten the block for any G (docs/perf/fuse-rope-attention.md). */
 #define ATS_CHUNK 64
 #define ATS_MAXG 8
+#define ATS_CLUSTER 8 /* core.cu ATS_MAXS: the cluster merge's splits, the portable cluster size */
 #define ATS_MAX_T 8
 #define ATS_THREADS 256
 
@@ -999,22 +1000,32 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
      * in test_cuda_ops on the H200), and bit identity with the unfused nodes is the contract */
     if (T == 1 && r.hd % 32 == 0 && G <= ATS_MAXG && dt != WEFT_DTYPE_F32) {
         int S = (max_seq + ATS_CHUNK - 1) / ATS_CHUNK;
+        /* option merge: cluster: each kv head's splits as thread-block clusters merging
+         * through distributed shared memory: up to 8 splits (max_seq <= 512) one cluster;
+         * more, rounded up to a multiple of 8 (the extra splits empty), clusters of 8
+         * consecutive splits (the kernels' _mc form: a step whose live splits lie in one
+         * cluster, every step below position 512, merges there; a longer one takes the
+         * counter merge; docs/perf/batch1.md, session of 2026-12-01). 8: the portable
+         * cluster size. */
+        int cl = r.cluster && b->cc_major >= 9, mc = cl && S > ATS_CLUSTER;
+        if (mc) S = (S + ATS_CLUSTER - 1) / ATS_CLUSTER * ATS_CLUSTER;
         CUdeviceptr part, cnt, freqs;
         TRY(ats_workspace(b, r.Hq, r.hd, S, &part, err));
         TRY(ra_counters(b, r.Hkv, &cnt, err));
         TRY(rope_freqs(b, n, r.rot, &freqs, err));
         CUfunction f;
-        /* option attn_cp: its kernel form (core.cu weft_rope_attention_cp) */
-        const char *kname = b->attn_cp ? "weft_rope_attention_cp" : "weft_rope_attention";
+        /* option attn_cp: its kernel form (core.cu weft_rope_attention_cp); clusters of 8
+         * of more than 8 splits: the _mc forms */
+        static const char *const knames[2][2] = {
+            {"weft_rope_attention", "weft_rope_attention_mc"},
+            {"weft_rope_attention_cp", "weft_rope_attention_cp_mc"}};
+        const char *kname = knames[b->attn_cp != 0][mc];
         TRY(kern(b, dt, tw, kname, &f, err));
         unsigned smem = ats_smem(r.hd, 1, b->attn_cp);
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of the fused rope-attention kernel");
         CUdeviceptr vs = r.merged ? rows.vs : vin;
         int nnorm = (int)norm_block(r.hd);
-        /* option merge: cluster: each kv head's S splits as one cluster (at most 8 blocks, the
-         * portable cluster size) merging through distributed shared memory; else the counter */
-        int cl = r.cluster && S <= 8 && b->cc_major >= 9;
         /* the kernel reads the cluster flag from bit 16 of S, option attn_cp from bits 17-18 */
         int S_arg = S | (cl << 16) | (b->attn_cp << 17);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
@@ -1023,7 +1034,7 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
                         &r.eps,   &nnorm,   &max_seq, &r.window, &r.scale, &S_arg};
         if (cl)
             return cuda_launch_cluster(b, f, kname, 1, (unsigned)r.Hkv, (unsigned)S, ATS_THREADS,
-                                       smem, (unsigned)S, args, err);
+                                       smem, (unsigned)(mc ? ATS_CLUSTER : S), args, err);
         return cuda_launch_ex(b, f, kname, 1, (unsigned)r.Hkv, (unsigned)S, ATS_THREADS, smem, 1,
                               args, err);
     }

@@ -1406,10 +1406,12 @@ __device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride
 
 // The cluster form of ra_merge: each thread reads the m, l and accumulator of its (head, dim)
 // from the ns splits' shared memory (`mine`: a split's (G, pstride) partials, at the same
-// address in every block; split s_lo + s is cluster rank s_lo + s) straight into registers,
+// address in every block; split s_lo + s is cluster rank s_lo + s, or (s_lo + s) mod 8 in the
+// MC form, whose clusters are 8-aligned runs of splits) straight into registers,
 // all 3 ns loads in flight together (ns <= ATS_MAXS), then merges them in combine_ml's and
 // combine_val's order, so the bits are ra_merge's after a gather.
 #define ATS_MAXS 8
+template <bool MC>
 __device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride, int s_lo,
                                                  int ns, int G, int hd, act *o, int nt) {
     #pragma unroll 1
@@ -1420,9 +1422,10 @@ __device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride
 #pragma unroll
         for (int s = 0; s < ATS_MAXS; s++)
             if (s < ns) {
-                m[s] = ld_cluster(hp + hd, (unsigned)(s_lo + s));
-                l[s] = ld_cluster(hp + hd + 1, (unsigned)(s_lo + s));
-                a[s] = ld_cluster(hp + d, (unsigned)(s_lo + s));
+                const unsigned rk = MC ? (unsigned)(s_lo + s) % ATS_MAXS : (unsigned)(s_lo + s);
+                m[s] = ld_cluster(hp + hd, rk);
+                l[s] = ld_cluster(hp + hd + 1, rk);
+                a[s] = ld_cluster(hp + d, rk);
             }
         float M = -INFINITY, L = 0.f, v = 0.f;
 #pragma unroll
@@ -1519,11 +1522,13 @@ __device__ __forceinline__ void ra_rows_from_raw(const act *raw, act *vc, int hd
     }
 }
 
-// S: the split count, with bit 16 set when the launch made each kv head's splits one
-// thread-block cluster (option merge: cluster; the persistent kernels never run that form) and
-// the backend's option attn_cp in bits 17-18 (the launch sized shared memory for its areas),
-// which only the CP form reads: the form without it compiles to the code before the option.
-template <bool CP>
+// S: the split count, with bit 16 set when the launch made each kv head's splits thread-block
+// clusters (option merge: cluster; the persistent kernels never run that form) and the
+// backend's option attn_cp in bits 17-18 (the launch sized shared memory for its areas), which
+// only the CP form reads: the form without it compiles to the code before the option.
+// MC (S > 8 splits, a multiple of 8): the clusters are 8-aligned runs of 8 splits; without it
+// (S <= 8) the S splits are one cluster.
+template <bool CP, bool MC = false>
 __device__ __forceinline__ void rope_attention_body(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
@@ -1543,8 +1548,6 @@ __device__ __forceinline__ void rope_attention_body(
     // chunk's K and V then stream in while the q|k|v projection finishes. Everything the step
     // writes (the q, k, v rows) is read after the wait, and every exit waits first.
     const int p = pos[0], slot = slots[0];
-    // cluster (the launch made each kv head's S splits one thread-block cluster, rank = split):
-    // every block of it passes the two cluster barriers of the merge below, whatever it does
     if (p < 0 || p >= max_seq || slot < 0) { // no cache row to write or read: a zero output
         pdl_enter();
         if (s == 0)
@@ -1557,13 +1560,20 @@ __device__ __forceinline__ void rope_attention_body(
     }
     const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
     const int s_lo = lo / ATS_CHUNK, s_hi = p / ATS_CHUNK;
+    // cluster: every block of a cluster passes the two cluster barriers of the merge below,
+    // whatever it does. MC: when the step's live splits s_lo..s_hi all lie in one cluster of 8
+    // (every step below position 512), that cluster merges through distributed shared memory
+    // and no other cluster has work; otherwise every block takes the counter merge at the end,
+    // the form of a launch without clusters. p is the step's, the same for every block, so the
+    // blocks of a cluster all choose alike.
+    const bool clm = MC && cluster && (S <= ATS_MAXS || (s_lo ^ s_hi) < ATS_MAXS);
     int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
     if (j0 < lo) j0 = lo;
     if (j1 > p) j1 = p;
     const int n = j1 - j0 + 1;
     if (n <= 0) { // not counted: the target is the number of non-empty splits
         pdl_enter();
-        if (cluster) {
+        if (MC ? clm && (s ^ s_hi) < ATS_MAXS : cluster) {
             cluster_sync();
             cluster_sync();
         }
@@ -1685,7 +1695,7 @@ __device__ __forceinline__ void rope_attention_body(
     }
     bsync(nt);
     STAGE_MARK(inv, 3);
-    if (cluster) {
+    if (MC ? clm : cluster) {
         // the split's partials stay in this block's shared memory (X: the norm's scratch, free
         // after RoPE; (G, hd + 2) fits in its (G + 1, hd)); the block holding row p merges the
         // splits s_lo..s_hi from the others' shared memory, in combine order, into ks's space
@@ -1694,7 +1704,7 @@ __device__ __forceinline__ void rope_attention_body(
         STAGE_MARK(inv, 4);
         cluster_sync(); // every split's partials written
         STAGE_MARK(inv, 5);
-        if (own) ra_merge_cluster(mine, pstride, s_lo, s_hi - s_lo + 1, G, hd,
+        if (own) ra_merge_cluster<MC>(mine, pstride, s_lo, s_hi - s_lo + 1, G, hd,
                                   o + (long)(g * G) * hd, nt);
         // the merging block has read them: the others may exit (relaxed: its stores of o need
         // not have completed for that; the kernel's end makes them visible)
@@ -1766,19 +1776,29 @@ __device__ __forceinline__ void rope_attention_body(
 // four GEMV blocks under PDL (unbounded, Qwen3-0.6B with smem_carveout 100 measured -6%). The
 // plain form compiles to 80 unforced; with this bound and the copy paths in it measured -3.4% on
 // Llama-3.2-1B (cause not isolated), hence two kernels (docs/perf/batch1.md, 16:20-16:33 UTC).
-#define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP)                                                       \
+#define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC)                                                   \
     extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
         const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,           \
         const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,    \
         unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps,       \
         int nnorm, int max_seq, int window, float scale, int S) {                                  \
         ABLATE_ATTENTION();                                                                        \
-        rope_attention_body<CP>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,      \
+        rope_attention_body<CP, MC>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,  \
                                 counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq,        \
                                 window, scale, S, blockIdx.y, blockIdx.z, blockDim.x);             \
     }
-WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false)
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true)
+WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false, false)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true, false)
+// The MC forms (S > 8 splits as clusters of 8, launched when max_seq passes 512 positions; each
+// of both kernels above measured slower with the MC logic compiled in, Llama-3.2-1B by 3%,
+// hence two more; docs/perf/batch1.md, session of 2026-12-01). bf16 compiles to 80 registers
+// unbound; f16 took 96, held to three blocks an SM it takes 79.
+#if WEFT_TA == 2
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true)
+#else
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256), false, true)
+#endif
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc, (256, 3), true, true)
 
 #if WEFT_TA == WEFT_TW
 // ---- staged GEMV (the backend's option gemv_stage) ----------------------------------------
