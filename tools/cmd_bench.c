@@ -30,6 +30,9 @@ static void usage(FILE *f) {
                "  --gen N            generated tokens (default 256)\n"
                "  --threads N        worker threads (default 1)\n"
                "  --repeats N        timed repeats (default 5)\n"
+               "  --max-model-len N  positions a sequence may reach (default: the manifest's\n"
+               "                     serving.max_model_len); sizes the kv cache and, with\n"
+               "                     it, kernels split by context (the fused attention)\n"
                "  --profile          time per op class over the timed repeats\n"
                "  --json             one JSON object on stdout instead of text\n"
                "\n"
@@ -97,6 +100,7 @@ static int bench_decode(int argc, char **argv) {
     const char *candidate = NULL, *model = NULL;
     uint32_t n_prompt = 16, gen = 256, threads = 1, repeats = 5;
     uint32_t concurrency = 0, arrival = 0, window = 16, max_requests = 0, max_batch = 0;
+    uint32_t max_len = 0;
     uint64_t kv_tokens = 0;
     int profile = 0, json = 0;
     for (int i = 1; i < argc; i++) {
@@ -130,6 +134,8 @@ static int bench_decode(int argc, char **argv) {
             dst = &threads;
         } else if (!strcmp(a, "--repeats")) {
             dst = &repeats;
+        } else if (!strcmp(a, "--max-model-len")) {
+            dst = &max_len;
         } else if (!strcmp(a, "--concurrency")) {
             dst = &concurrency;
         } else if (!strcmp(a, "--arrival")) {
@@ -175,6 +181,7 @@ static int bench_decode(int argc, char **argv) {
     o.threads = threads;
     o.profile = profile;
     o.max_batch_tokens = max_batch;
+    o.max_model_len = max_len; /* 0: the manifest's */
     o.kv_tokens = kv_tokens;
     if (concurrency) o.max_requests = max_requests ? max_requests : concurrency + (arrival ? 1 : 0);
     weft_engine *e = NULL;
@@ -233,16 +240,19 @@ static int bench_decode(int argc, char **argv) {
         const weft_candidate *c = weft_engine_candidate(e);
         if (json) {
             printf("{\"bench\":\"decode\",\"candidate\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
-                   "\"threads\":%u,\"prompt\":%u,\"gen\":%u,\"repeats\":%u,"
+                   "\"threads\":%u,\"prompt\":%u,\"gen\":%u,\"max_model_len\":%u,\"repeats\":%u,"
                    "\"tokens_per_s\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f},"
                    "\"ms_per_token\":{\"median\":%.5f,\"min\":%.5f,\"max\":%.5f},"
                    "\"prefill_tokens_per_s\":%.2f,\"tokens_per_cpu_s\":%.2f}\n",
-                   c->id, c->model_dir, c->backend, weft_engine_threads(e), n_prompt, gen, repeats,
+                   c->id, c->model_dir, c->backend, weft_engine_threads(e), n_prompt, gen,
+                   weft_engine_max_model_len(e), repeats,
                    t_med, t_min, t_max, m_med, m_min, m_max, p_med, c_med);
         } else {
-            printf("decode: %s (%s, %u thread%s), prompt %u, gen %u, %u repeats after warm-up\n",
+            printf("decode: %s (%s, %u thread%s), prompt %u, gen %u, max_model_len %u, %u repeats "
+                   "after warm-up\n",
                    c->model_dir, c->backend, weft_engine_threads(e),
-                   weft_engine_threads(e) == 1 ? "" : "s", n_prompt, gen, repeats);
+                   weft_engine_threads(e) == 1 ? "" : "s", n_prompt, gen,
+                   weft_engine_max_model_len(e), repeats);
             printf("  tokens/s   median %.1f  (min %.1f, max %.1f)\n", t_med, t_min, t_max);
             printf("  ms/token   median %.4f  (min %.4f, max %.4f)\n", m_med, m_min, m_max);
             printf("  prefill    %.1f tokens/s (median)\n", p_med);

@@ -130,7 +130,7 @@ static void test_amdahl_arithmetic(void **state) {
 }
 
 static const char bench_profile[] =
-    "decode: /m (cpu, 1 thread), prompt 16, gen 256, 5 repeats after warm-up\n"
+    "decode: /m (cpu, 1 thread), prompt 16, gen 256, max_model_len 512, 5 repeats after warm-up\n"
     "  tokens/s   median 1000.0  (min 990.0, max 1010.0)\n"
     "  time per op class (all timed repeats, prefill included):\n"
     "    linear           50.000 ms   50.0%  1000 calls\n"

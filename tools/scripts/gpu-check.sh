@@ -95,9 +95,11 @@ gpu_test() {
 }
 # batch-1 decode as issue 8 measures it (prompt 128, 256 out, 3 repeats): log name, candidate
 # manifest, config
+# (WEFT_BENCH_MAX_MODEL_LEN: every such bench at that max_model_len instead of the manifest's;
+# the fused attention's splits, and so its merge, follow it: docs/perf/batch1.md, 2026-12-01)
 bench_batch1() {
   run "$1" weft bench decode --candidate "$2" --model "$M/$3-bf16" --prompt 128 --gen 256 \
-    --repeats 3
+    --repeats 3 ${WEFT_BENCH_MAX_MODEL_LEN:+--max-model-len "$WEFT_BENCH_MAX_MODEL_LEN"}
 }
 # the backend's in-graph trace of one decode of candidate manifest $2 on config $3 (log name $1;
 # the manifest's copy with trace on goes to $out/trace-src.yaml); prints the per-kernel table
