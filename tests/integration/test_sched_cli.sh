@@ -4,7 +4,8 @@
 # + kv.paged + kv.prefix-cache) gives the greedy continuation the baseline gives, also frozen to
 # a lock; `weft bench decode --concurrency` reports an aggregate speed, with as many decode tokens
 # per step as requests in flight under sched.continuous and one under the serial default; the
-# arrival mode reports latencies; bad bench options are refused with a message.
+# arrival mode reports latencies; --max-model-len replaces the manifest's; bad bench options
+# are refused with a message.
 set -euo pipefail
 build=${1:?usage: test_sched_cli.sh BUILD_DIR}
 weft="$build/bin/weft"
@@ -71,4 +72,18 @@ if "$weft" bench decode --arrival 10 2> "$tmp/err"; then echo "--arrival alone a
 grep -q -- '--arrival needs --concurrency' "$tmp/err"
 if "$weft" bench decode --concurrency x 2> "$tmp/err"; then echo "--concurrency x accepted"; exit 1; fi
 grep -q -- '--concurrency' "$tmp/err"
+
+# --max-model-len replaces the manifest's serving.max_model_len (512 in serve-cpu.yaml): the
+# result names it, a run that does not fit it is refused, and so is a value below 2.
+json=$("$weft" bench decode --candidate "$tmp/serve.yaml" --max-model-len 40 --prompt 8 --gen 24 \
+    --repeats 1 --json)
+grep -q '"max_model_len":40,' <<<"$json" || { echo "bench printed: $json"; exit 1; }
+text=$("$weft" bench decode --candidate "$tmp/serve.yaml" --prompt 8 --gen 24 --repeats 1)
+grep -q 'max_model_len 512,' <<<"$text" || { echo "$text"; exit 1; }
+if "$weft" bench decode --candidate "$tmp/serve.yaml" --max-model-len 16 --prompt 8 --gen 24 \
+    2> "$tmp/err" > /dev/null; then echo "a run past --max-model-len accepted"; exit 1; fi
+grep -q 'exceed max_model_len 16' "$tmp/err" || { cat "$tmp/err"; exit 1; }
+if "$weft" bench decode --candidate "$tmp/serve.yaml" --max-model-len 1 2> "$tmp/err" \
+    > /dev/null; then echo "--max-model-len 1 accepted"; exit 1; fi
+grep -q 'max_model_len: expected at least 2, got 1' "$tmp/err" || { cat "$tmp/err"; exit 1; }
 echo ok
