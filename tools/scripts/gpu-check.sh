@@ -95,18 +95,22 @@ gpu_test() {
 }
 # batch-1 decode as issue 8 measures it (prompt 128, 256 out, 3 repeats): log name, candidate
 # manifest, config
-# (WEFT_BENCH_MAX_MODEL_LEN: every such bench at that max_model_len instead of the manifest's;
-# the fused attention's splits, and so its merge, follow it: docs/perf/batch1.md, 2026-12-01)
+# (WEFT_BENCH_MAX_MODEL_LEN: every such bench and trace at that max_model_len instead of the
+# manifest's; the fused attention's splits, and so its merge, follow it. WEFT_BENCH_PROMPT: the
+# prompt instead of 128 tokens, e.g. 1024 with max_model_len 2048 for long contexts, where the
+# attention costs most: docs/perf/batch1.md, 2026-12-01)
 bench_batch1() {
-  run "$1" weft bench decode --candidate "$2" --model "$M/$3-bf16" --prompt 128 --gen 256 \
-    --repeats 3 ${WEFT_BENCH_MAX_MODEL_LEN:+--max-model-len "$WEFT_BENCH_MAX_MODEL_LEN"}
+  run "$1" weft bench decode --candidate "$2" --model "$M/$3-bf16" \
+    --prompt "${WEFT_BENCH_PROMPT:-128}" --gen 256 --repeats 3 \
+    ${WEFT_BENCH_MAX_MODEL_LEN:+--max-model-len "$WEFT_BENCH_MAX_MODEL_LEN"}
 }
 # the backend's in-graph trace of one decode of candidate manifest $2 on config $3 (log name $1;
 # the manifest's copy with trace on goes to $out/trace-src.yaml); prints the per-kernel table
 trace_decode() {
   with_options "$2" "{trace: true}" > "$out/trace-src.yaml"
-  run "$1" weft bench decode --candidate "$out/trace-src.yaml" --model "$M/$3-bf16" --prompt 128 \
-    --gen 64 --repeats 1
+  run "$1" weft bench decode --candidate "$out/trace-src.yaml" --model "$M/$3-bf16" \
+    --prompt "${WEFT_BENCH_PROMPT:-128}" --gen 64 --repeats 1 \
+    ${WEFT_BENCH_MAX_MODEL_LEN:+--max-model-len "$WEFT_BENCH_MAX_MODEL_LEN"}
   sed -n '/cuda trace by kernel/,/^decode/p' "$out/$1.log"
   rm -f "$out/trace-src.yaml"
 }
