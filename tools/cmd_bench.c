@@ -61,8 +61,26 @@ static double median(double *v, uint32_t n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* One request; returns decode seconds (steps after the first sampled token) and prefill
- * seconds. */
+/* When the first generated token reached the host (the request's callback). With a pipelined
+ * executor (exec.async-pipeline) the step that launches the prefill returns before the prefill
+ * has run, so the end of the first step is not where decoding starts: until 2026-12-01 the
+ * decode window began there and held the prefill (docs/perf/batch1.md, session of 2026-12-01
+ * 05:25 UTC). */
+typedef struct {
+    int seen;
+    double t, cpu;
+} first_token;
+static void on_token(void *user, const weft_token_event *ev) {
+    first_token *f = user;
+    if (!f->seen && ev->token >= 0) {
+        f->seen = 1;
+        f->t = weft_cli_now_s();
+        f->cpu = cpu_seconds_now();
+    }
+}
+
+/* One request; returns decode seconds (from the first generated token's arrival at the host to
+ * the last's) and prefill seconds (submit to the first token). */
 static weft_status one_run(weft_engine *e, const int32_t *prompt, uint32_t n_prompt, uint32_t gen,
                            double *prefill_s, double *decode_s, double *decode_cpu_s,
                            uint32_t *decoded, weft_error *err) {
@@ -72,26 +90,26 @@ static weft_status one_run(weft_engine *e, const int32_t *prompt, uint32_t n_pro
     rp.max_tokens = gen;
     rp.ignore_eos = 1;
     rp.detokenize = 1; /* text is part of what a user waits for */
+    first_token ft = {0, 0, 0};
+    rp.callback = on_token;
+    rp.user = &ft;
     weft_engine_stats st0, st1;
     weft_engine_get_stats(e, &st0);
     weft_status s = weft_request_submit(e, prompt, n_prompt, &rp, NULL, err);
     if (s != WEFT_OK) return s;
-    double t0 = weft_cli_now_s(), t1 = t0, c1 = cpu_seconds_now();
-    int first = 1;
+    double t0 = weft_cli_now_s();
     while (weft_engine_active(e)) {
         s = weft_engine_step(e, err);
         if (s < 0) return s;
-        if (first) {
-            t1 = weft_cli_now_s();
-            c1 = cpu_seconds_now();
-            first = 0;
-        }
     }
     double t2 = weft_cli_now_s();
-    *decode_cpu_s = cpu_seconds_now() - c1;
     weft_engine_get_stats(e, &st1);
-    *prefill_s = t1 - t0;
-    *decode_s = t2 - t1;
+    if (!ft.seen)
+        return weft_error_set(err, WEFT_ERR_INTERNAL, "bench decode", "no generated token came back");
+    *decode_cpu_s = cpu_seconds_now() - ft.cpu;
+    *prefill_s = ft.t - t0;
+    *decode_s = t2 - ft.t;
+    /* the decode rows computed: one per token after the first */
     *decoded = (uint32_t)(st1.decode_tokens - st0.decode_tokens);
     return WEFT_OK;
 }

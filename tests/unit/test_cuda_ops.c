@@ -1272,8 +1272,9 @@ static void check_rope_attention(const ra_case *cs, uint32_t op_ra) {
     /* contexts of 1, 63, 64, 65 and 300 positions, each followed by the next step; with a
      * longer cache also 511, 512, 513 (the last step whose splits fit one cluster of 8, then
      * the first that spans two), 701 and 1,000 (with the window: splits 9-10 and 14-15, one
-     * cluster at ranks 1-2 and 6-7) and the cache's last positions */
-    static const int ctx[] = {1, 63, 64, 65, 300, 511, 512, 513, 701, 1000, 0};
+     * cluster at ranks 1-2 and 6-7), 2,100 (with 2,200 positions: the merge from global memory) and the
+     * cache's last positions */
+    static const int ctx[] = {1, 63, 64, 65, 300, 511, 512, 513, 701, 1000, 2100, 0};
     const int MS = ra_max_seq(cs);
     for (size_t i = 0; i < sizeof(ctx) / sizeof(ctx[0]); i++) {
         const int c = ctx[i] ? ctx[i] : MS - 1;
@@ -1311,6 +1312,10 @@ static void test_rope_attention(void **state) {
         {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 1, 1100},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1, 1100, 100},
         {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 0, 1100, 100},
+        /* 2,200 positions: past 2,048 (33-35 live splits) a group's partials (G 4 x 66 floats
+         * a split) outgrow the staging area, and the counter merge reads them from global
+         * memory value by value */
+        {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1, 2200},
     };
     /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
      * copies), the unfused nodes as on [0] */

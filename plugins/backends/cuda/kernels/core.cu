@@ -1522,6 +1522,37 @@ __device__ __forceinline__ void ra_rows_from_raw(const act *raw, act *vc, int hd
     }
 }
 
+// The counter merge's gather past 8 splits: each head's per = ns * pstride floats of partials
+// (head h's at src + h * hstride; per and the offsets even, pstride = hd + 2) into pc (h * per),
+// as 8-byte L2 loads (ld.global.cg: other blocks of this launch wrote them), RA_GATHER of a
+// thread in flight before any is stored, so 18 splits (positions 1,024-1,151) take two round
+// trips instead of one a value. Not inlined: inlined, the bf16 _mc kernel took 100 registers
+// instead of 80 (and the _cp_mc one, held to 80, spilled).
+#define RA_GATHER 8
+__device__ __noinline__ void ra_gather_cg(const float *src, long hstride, int per, int tot,
+                                          float *pc, int nt) {
+    const int n2 = tot / 2, per2 = per / 2;
+    #pragma unroll 1
+    for (int i0 = threadIdx.x; i0 < n2; i0 += RA_GATHER * nt) {
+        float2 v[RA_GATHER];
+#pragma unroll
+        for (int k = 0; k < RA_GATHER; k++) {
+            const int i = i0 + k * nt;
+            if (i < n2) {
+                const float *a = src + (long)(i / per2) * hstride + 2 * (i % per2);
+                asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];"
+                             : "=f"(v[k].x), "=f"(v[k].y)
+                             : "l"(a));
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < RA_GATHER; k++) {
+            const int i = i0 + k * nt;
+            if (i < n2) *(float2 *)(pc + 2 * i) = v[k];
+        }
+    }
+}
+
 // S: the split count, with bit 16 set when the launch made each kv head's splits thread-block
 // clusters (option merge: cluster; the persistent kernels never run that form) and the
 // backend's option attn_cp in bits 17-18 (the launch sized shared memory for its areas), which
@@ -1734,10 +1765,15 @@ __device__ __forceinline__ void rope_attention_body(
     const long per = (long)ns * pstride; // one head's partials
     if ((long)G * per <= (long)ATS_CHUNK * (ATS_KST(hd) + hd)) {
         float *pc = ats_smem;
-        #pragma unroll 1
-        for (long i = threadIdx.x; i < (long)G * per; i += nt) {
-            long h = i / per, r = i % per;
-            pc[i] = ld_cg(part + (long)(g * G) * hstride + h * hstride + s_lo * pstride + r);
+        if (MC) // past 8 splits: ra_gather_cg's batches (one load a value took 9-11 us at 18)
+            ra_gather_cg(part + (long)(g * G) * hstride + s_lo * pstride, hstride, (int)per,
+                         G * (int)per, pc, nt);
+        else {
+            #pragma unroll 1
+            for (long i = threadIdx.x; i < (long)G * per; i += nt) {
+                long h = i / per, r = i % per;
+                pc[i] = ld_cg(part + (long)(g * G) * hstride + h * hstride + s_lo * pstride + r);
+            }
         }
         bsync(nt);
         ra_merge(pc, per, pstride, ns, G, hd, o + (long)(g * G) * hd, nt);
