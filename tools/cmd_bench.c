@@ -1,7 +1,7 @@
 /* `weft bench decode`: decode speed of a candidate. One request of --prompt tokens is prefilled,
  * then --gen tokens are decoded greedily with EOS ignored, so every repeat does the same work.
  * A warm-up run comes first (graphs built, caches and pages warm); each repeat then times its
- * decode steps only. Prints tokens/s and ms/token as the median over repeats with the spread
+ * decode steps only (from the first generated token's arrival at the host to the last's). Prints tokens/s and ms/token as the median over repeats with the spread
  * (min..max), decode tokens per CPU-second of the process (steadier on a shared machine), and
  * with --profile the time per op class. With --concurrency N, many requests are in flight at
  * once (aggregate throughput, or with --arrival the latency of running streams when a long
@@ -21,7 +21,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: weft bench decode [options]\n"
                "\n"
                "Measures decode speed: a prompt is prefilled, then tokens are generated greedily\n"
-               "(EOS ignored); a warm-up run precedes the timed repeats.\n"
+               "(EOS ignored); a warm-up run precedes the timed repeats. Decode is timed from the\n"
+               "first generated token's arrival to the last's; prefill is submit to first token.\n"
                "\n"
                "options:\n"
                "  --candidate PATH   a lock or a candidate manifest (default: the CPU baseline)\n"
