@@ -1,9 +1,10 @@
 /* `weft bench decode`: decode speed of a candidate. One request of --prompt tokens is prefilled,
  * then --gen tokens are decoded greedily with EOS ignored, so every repeat does the same work.
  * A warm-up run comes first (graphs built, caches and pages warm); each repeat then times its
- * decode steps only (from the first generated token's arrival at the host to the last's). Prints tokens/s and ms/token as the median over repeats with the spread
- * (min..max), decode tokens per CPU-second of the process (steadier on a shared machine), and
- * with --profile the time per op class. With --concurrency N, many requests are in flight at
+ * decode steps only (from the first generated token's arrival at the host to the last's).
+ * Prints tokens/s and ms/token as the median over repeats with the spread (min..max), decode
+ * tokens per CPU-second of the process (steadier on a shared machine), and with --profile the
+ * time per op class. With --concurrency N, many requests are in flight at
  * once (aggregate throughput, or with --arrival the latency of running streams when a long
  * prompt arrives): bench_concurrency.c. */
 #include <stdio.h>
@@ -106,7 +107,8 @@ static weft_status one_run(weft_engine *e, const int32_t *prompt, uint32_t n_pro
     double t2 = weft_cli_now_s();
     weft_engine_get_stats(e, &st1);
     if (!ft.seen)
-        return weft_error_set(err, WEFT_ERR_INTERNAL, "bench decode", "no generated token came back");
+        return weft_error_set(err, WEFT_ERR_INTERNAL, "bench decode",
+                              "no generated token came back");
     *decode_cpu_s = cpu_seconds_now() - ft.cpu;
     *prefill_s = ft.t - t0;
     *decode_s = t2 - ft.t;

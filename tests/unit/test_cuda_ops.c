@@ -1272,8 +1272,8 @@ static void check_rope_attention(const ra_case *cs, uint32_t op_ra) {
     /* contexts of 1, 63, 64, 65 and 300 positions, each followed by the next step; with a
      * longer cache also 511, 512, 513 (the last step whose splits fit one cluster of 8, then
      * the first that spans two), 701 and 1,000 (with the window: splits 9-10 and 14-15, one
-     * cluster at ranks 1-2 and 6-7), 2,100 (with 2,200 positions: the merge from global memory) and the
-     * cache's last positions */
+     * cluster at ranks 1-2 and 6-7), 2,100 (with 2,200 positions: the merge from global
+     * memory) and the cache's last positions */
     static const int ctx[] = {1, 63, 64, 65, 300, 511, 512, 513, 701, 1000, 2100, 0};
     const int MS = ra_max_seq(cs);
     for (size_t i = 0; i < sizeof(ctx) / sizeof(ctx[0]); i++) {
