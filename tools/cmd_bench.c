@@ -4,9 +4,9 @@
  * decode steps only (from the first generated token's arrival at the host to the last's).
  * Prints tokens/s and ms/token as the median over repeats with the spread (min..max), decode
  * tokens per CPU-second of the process (steadier on a shared machine), and with --profile the
- * time per op class. With --concurrency N, many requests are in flight at
- * once (aggregate throughput, or with --arrival the latency of running streams when a long
- * prompt arrives): bench_concurrency.c. */
+ * time per op class. With --concurrency N, many requests are in flight at once (aggregate
+ * throughput, or with --arrival the latency of running streams when a long prompt arrives):
+ * bench_concurrency.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1256,6 +1256,12 @@ __device__ __forceinline__ float ld_cg(const float *p) {
     asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
     return v;
 }
+// The same as 8 bytes (p 8-byte aligned).
+__device__ __forceinline__ float2 ld_cg2(const float *p) {
+    float2 v;
+    asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p));
+    return v;
+}
 template <bool CG> __device__ __forceinline__ float part_ld(const float *p) { return *p; }
 template <> __device__ __forceinline__ float part_ld<true>(const float *p) { return ld_cg(p); }
 template <bool CG>
@@ -1538,12 +1544,7 @@ __device__ __noinline__ void ra_gather_cg(const float *src, long hstride, int pe
 #pragma unroll
         for (int k = 0; k < RA_GATHER; k++) {
             const int i = i0 + k * nt;
-            if (i < n2) {
-                const float *a = src + (long)(i / per2) * hstride + 2 * (i % per2);
-                asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];"
-                             : "=f"(v[k].x), "=f"(v[k].y)
-                             : "l"(a));
-            }
+            if (i < n2) v[k] = ld_cg2(src + (long)(i / per2) * hstride + 2 * (i % per2));
         }
 #pragma unroll
         for (int k = 0; k < RA_GATHER; k++) {
