@@ -30,7 +30,8 @@ static const weft_backend_vtable *be;
 /* Backend instances: [0] as described above; [1] the same options plus gemv_xsmem (the GEMVs
  * read x from shared memory) and attn_cp 3 (the fused attention's cp.async copies), [2]
  * that with smem_carveout 100, and [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs
- * stage their weights in shared memory), each with its op table. All retain the device's
+ * stage their weights in shared memory) and prefill_tc off (prefill attention on CUDA cores),
+ * each with its op table. All retain the device's
  * primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 4 };
 static void *insts[N_INST];
@@ -346,10 +347,13 @@ static void test_rope(void **state) {
     check_rope(WEFT_DTYPE_BF16, 8, 4, 128, 0, 1);
 }
 
-/* Two sequences in slots 1 and 0, written over two steps: step 1 = prompts of 5 and 3 rows,
- * step 2 = one row each. Checks the second step's output against attention over all rows. */
-static void check_attention(uint32_t dt, int Hq, int Hkv, int hd) {
-    const int max_seq = 16, slots = 2, n_layers = 1;
+/* Two sequences in slots 1 and 0, written over two steps: step 1 = prompts of len0 - 1 and
+ * len1 - 1 rows, step 2 = one row each. Checks both steps' outputs against a double-precision
+ * attention over all rows. With step1 set, returns step 1's output (malloc'd floats). */
+static void check_attention_at(uint32_t dt, int Hq, int Hkv, int hd, int len0, int len1,
+                               float **step1) {
+    const int slots = 2, n_layers = 1;
+    const int max_seq = len0 > len1 ? len0 : len1;
     size_t es = dt == WEFT_DTYPE_F32 ? 4 : 2;
     weft_buffer kb[1], vb[1];
     weft_error err = {.size = sizeof(err)};
@@ -361,7 +365,7 @@ static void check_attention(uint32_t dt, int Hq, int Hkv, int hd) {
                              .k = kb, .v = vb};
     weft_kv_view view = {.size = sizeof(view), .layout = "contiguous", .desc = &kc};
     /* all rows of both steps, per sequence */
-    int lens[2] = {6, 4};
+    int lens[2] = {len0, len1};
     float *Q[2], *K[2], *V[2];
     for (int s = 0; s < 2; s++) {
         size_t nq = (size_t)lens[s] * Hq * hd, nk = (size_t)lens[s] * Hkv * hd;
@@ -373,15 +377,17 @@ static void check_attention(uint32_t dt, int Hq, int Hkv, int hd) {
     }
     int slot_of[2] = {1, 0};
     for (int step = 0; step < 2; step++) {
-        int rows_of[2] = {step ? 1 : 5, step ? 1 : 3};
-        int start[2] = {step ? 5 : 0, step ? 3 : 0};
+        int rows_of[2] = {step ? 1 : len0 - 1, step ? 1 : len1 - 1};
+        int start[2] = {step ? len0 - 1 : 0, step ? len1 - 1 : 0};
         int T = rows_of[0] + rows_of[1];
         tens q = {dt, T, Hq * hd}, k = {dt, T, Hkv * hd}, v = {dt, T, Hkv * hd},
              o = {dt, T, Hq * hd}, p = {WEFT_DTYPE_I32, T, 1};
         q.h = malloc((size_t)T * Hq * hd * 4);
         k.h = malloc((size_t)T * Hkv * hd * 4);
         v.h = malloc((size_t)T * Hkv * hd * 4);
-        int32_t pos[16], seq_of_row[16];
+        int32_t *pos = malloc((size_t)T * 4), *seq_of_row = malloc((size_t)T * 4);
+        int32_t *lr = malloc((size_t)T * 4);
+        double *sc = malloc((size_t)max_seq * 8);
         weft_seq seqs[2];
         int r = 0;
         for (int s = 0; s < 2; s++) {
@@ -408,7 +414,6 @@ static void check_attention(uint32_t dt, int Hq, int Hkv, int hd) {
         n.p.i[2] = Hkv;
         n.p.i[3] = hd;
         snprintf(n.name, sizeof(n.name), "layers.0.attn");
-        int32_t lr[16];
         for (int i = 0; i < T; i++) lr[i] = i;
         weft_batch batch = {.size = sizeof(batch), .n_tokens = (uint32_t)T, .n_seqs = 2,
                             .n_logits = (uint32_t)T, .tokens = pos, .positions = pos,
@@ -424,7 +429,7 @@ static void check_attention(uint32_t dt, int Hq, int Hkv, int hd) {
             int s = seq_of_row[row], P = pos[row];
             for (int h = 0; h < Hq; h++) {
                 int kh = h / (Hq / Hkv);
-                double sc[16], m = -1e300, l = 0;
+                double m = -1e300, l = 0;
                 for (int j = 0; j <= P; j++) {
                     double d = 0;
                     for (int e = 0; e < hd; e++) {
@@ -452,15 +457,25 @@ static void check_attention(uint32_t dt, int Hq, int Hkv, int hd) {
         printf("attention dt=%u Hq=%d Hkv=%d hd=%d step %d: rel err %.2e\n", dt, Hq, Hkv, hd,
                step, e);
         assert_true(e < (dt == WEFT_DTYPE_F32 ? 1e-5 : 2e-2));
-        free(got);
+        if (step == 0 && step1)
+            *step1 = got;
+        else
+            free(got);
         free(ref);
+        free(seq_of_row);
+        free(lr);
+        free(sc);
         tens all[] = {q, k, v, o, p};
-        all[4].h = NULL;
         free_tensors(all, 5);
+        free(pos);
     }
     for (int s = 0; s < 2; s++) free(Q[s]), free(K[s]), free(V[s]);
     be->free(bst, &kb[0]);
     be->free(bst, &vb[0]);
+}
+
+static void check_attention(uint32_t dt, int Hq, int Hkv, int hd) {
+    check_attention_at(dt, Hq, Hkv, hd, 6, 4, NULL);
 }
 
 static void test_attention(void **state) {
@@ -468,6 +483,36 @@ static void test_attention(void **state) {
     check_attention(WEFT_DTYPE_F32, 8, 4, 8);
     check_attention(WEFT_DTYPE_F32, 4, 2, 128);
     check_attention(WEFT_DTYPE_BF16, 8, 2, 64);
+}
+
+/* Prefill steps of bf16 models attend on tensor cores (option prefill_tc, core.cu
+ * weft_attention_tc): prompts of several tiles and chunks, both within the tolerance of the
+ * double reference, on instance [0] (prefill_tc on, the default) and [3] (off: weft_attention).
+ * The two must differ somewhere (the tensor cores round the softmax weights to bf16), which
+ * shows the tensor-core kernel ran. Shapes: G = 4, 2, 1 (tiles of 16, 32, 64 rows); few blocks
+ * (split, merged by weft_attention_combine) and, at Hkv 16 and 998 rows, enough tiles that the
+ * kernel does not split. */
+static void test_attention_prefill_tc(void **state) {
+    (void)state;
+    static const struct { int Hq, Hkv, hd, len0, len1; } cs[] = {
+        {8, 2, 64, 71, 38}, {16, 8, 128, 100, 33}, {4, 4, 64, 130, 17}, {64, 16, 16, 900, 100}};
+    for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+        float *tc = NULL, *cc = NULL;
+        use_inst(0);
+        check_attention_at(WEFT_DTYPE_BF16, cs[i].Hq, cs[i].Hkv, cs[i].hd, cs[i].len0,
+                           cs[i].len1, &tc);
+        use_inst(3);
+        check_attention_at(WEFT_DTYPE_BF16, cs[i].Hq, cs[i].Hkv, cs[i].hd, cs[i].len0,
+                           cs[i].len1, &cc);
+        use_inst(0);
+        size_t n = (size_t)(cs[i].len0 + cs[i].len1 - 2) * cs[i].Hq * cs[i].hd, diff = 0;
+        for (size_t j = 0; j < n; j++) diff += tc[j] != cc[j];
+        printf("prefill tc Hq=%d Hkv=%d hd=%d: %zu of %zu outputs differ from weft_attention's\n",
+               cs[i].Hq, cs[i].Hkv, cs[i].hd, diff, n);
+        assert_true(diff > 0);
+        free(tc);
+        free(cc);
+    }
 }
 
 static void test_elementwise_and_head(void **state) {
@@ -1393,9 +1438,11 @@ static int setup(void **state) {
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
             {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
             {.key = "attn_cp", .type = WEFT_OPTION_INT, .i = 3}};
-        if (k == 3) /* [0]'s options plus gemv_stage */
+        if (k == 3) { /* [0]'s options plus gemv_stage, without the tensor-core prefill */
             kopt[4] = (weft_option){.key = "gemv_stage", .type = WEFT_OPTION_INT, .i = 96};
-        weft_options kopts = {k == 3 ? 5 : 7, kopt};
+            kopt[5] = (weft_option){.key = "prefill_tc", .type = WEFT_OPTION_BOOL, .i = 0};
+        }
+        weft_options kopts = {k == 3 ? 6 : 7, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
             fprintf(stderr, "backend instance %d: %s\n", k, err.message);
             return -1;
@@ -1434,6 +1481,7 @@ GPU_TEST(test_linear)
 GPU_TEST(test_rmsnorm)
 GPU_TEST(test_rope)
 GPU_TEST(test_attention)
+GPU_TEST(test_attention_prefill_tc)
 GPU_TEST(test_elementwise_and_head)
 GPU_TEST(test_linear_swiglu)
 GPU_TEST(test_merged_linear_split)
@@ -1451,6 +1499,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpu_test_linear),   cmocka_unit_test(gpu_test_rmsnorm),
         cmocka_unit_test(gpu_test_rope),     cmocka_unit_test(gpu_test_attention),
+        cmocka_unit_test(gpu_test_attention_prefill_tc),
         cmocka_unit_test(gpu_test_elementwise_and_head),
         cmocka_unit_test(gpu_test_linear_swiglu), cmocka_unit_test(gpu_test_merged_linear_split),
         cmocka_unit_test(gpu_test_qkv_rope),     cmocka_unit_test(gpu_test_add_rmsnorm),

@@ -32,6 +32,12 @@
 #                                        WEFT_AB_BUNDLES and backend options of WEFT_AB_OPTS, in
 #                                        WEFT_AB_ROUNDS interleaved rounds, then traces
 #                                        (Qwen3-8B's with WEFT_AB_TRACE_8B=1)
+#   tools/scripts/gpu-check.sh prefill-tc  time to first token of long prompts with the cuda
+#                                        backend's tensor-core prefill (option prefill_tc) and
+#                                        without, fast-cuda-async on WEFT_PROFILE_MODELS
+#   tools/scripts/gpu-check.sh prefill-quality  bf16 logits of 512-position prefills against
+#                                        transformers with prefill_tc on and off (mean KL), and
+#                                        compute-sanitizer on a tensor-core prefill
 #   tools/scripts/gpu-check.sh amdahl    each model's fastest candidate with kernel classes
 #                                        compiled to do no work (the backend's option ablate):
 #                                        the Amdahl bound of the attention, the norms, the GEMVs
@@ -426,6 +432,59 @@ ab)
   done
   for i in "${!abopts[@]}"; do echo "options o$i: ${abopts[$i]}"; done
   rm -rf "$out/cand"
+  ;;
+prefill-tc)
+  # the cuda backend's tensor-core prefill on the contiguous cache (option prefill_tc, default
+  # on): prefill (submit to first token) of WEFT_PREFILL_LENGTHS-token prompts by
+  # fast-cuda-async with and without it, and the decode that follows (32 tokens, unchanged
+  # kernels); GPU tests of WEFT_AB_TESTS first
+  models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
+  synth_bf16 $models
+  for t in ${WEFT_AB_TESTS:-}; do gpu_test "$t"; done
+  with_options manifests/fast-cuda-async.yaml "{prefill_tc: false}" > "$out/fast-cuda-async-notc.yaml"
+  for cfg in $models; do
+    for n in ${WEFT_PREFILL_LENGTHS:-1024 2560}; do
+      mml=512
+      while [ "$mml" -lt $((n + 32)) ]; do mml=$((mml * 2)); done
+      for c in manifests/fast-cuda-async.yaml "$out/fast-cuda-async-notc.yaml"; do
+        tag=$(basename "$c" .yaml)
+        run "ttft_${tag}_${cfg}_$n" weft bench decode --candidate "$c" --model "$M/$cfg-bf16" \
+          --prompt "$n" --gen 32 --repeats 3 --max-model-len "$mml"
+        note "  $tag $cfg $n: $(grep -m1 'prefill' "$out/ttft_${tag}_${cfg}_$n.log" | tr -s ' ')"
+      done
+    done
+  done
+  ;;
+prefill-quality)
+  # what the tensor-core prefill's rounding of the softmax weights costs: bf16 logits of
+  # 512-position passes (every row one prefill step) against transformers' fp32 logits of the
+  # same weights, mean KL with prefill_tc on and off; then compute-sanitizer memcheck and
+  # racecheck on a bf16 prefill of tiny-qwen3's shapes
+  synth_f32() { for cfg in "$@"; do [ -d "$M/$cfg-f32" ] || weft synth "models/configs/$cfg.json" \
+    "$M/$cfg-f32" --dtype f32 --seed 1 >/dev/null & done; wait; }
+  synth_bf16 Qwen3-0.6B Llama-3.2-1B
+  synth_f32 Qwen3-0.6B Llama-3.2-1B
+  with_options "$cuda_manifest" "{prefill_tc: false}" > "$out/baseline-cuda-notc.yaml"
+  for cfg in Qwen3-0.6B Llama-3.2-1B; do
+    run "hfref512_$cfg" python3 tools/scripts/hf_reference.py "$M/$cfg-f32" \
+      "$M/ref512-$cfg.safetensors" --tokens 512 --prompt 8 --new 16
+    for c in "$cuda_manifest" "$out/baseline-cuda-notc.yaml"; do
+      tag=$(basename "$c" .yaml)
+      run "kl512_${tag}_$cfg" weft eval parity --manifest "$c" --model "$M/$cfg-bf16" \
+        --reference "$M/ref512-$cfg.safetensors" --max-mean-kl 1e-3 --no-greedy
+      note "  $tag $cfg: $(grep -m1 -i 'kl' "$out/kl512_${tag}_$cfg.log" | tr -s ' ' | cut -c1-150)"
+    done
+  done
+  weft synth "$S/reference/tiny-qwen3/config.json" "$M/tiny-qwen3-bf16" --dtype bf16 --seed 1 \
+    >/dev/null
+  if command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+      run "prefill_$tool" compute-sanitizer --tool $tool --error-exitcode 9 weft bench decode \
+        --candidate "$cuda_manifest" --model "$M/tiny-qwen3-bf16" --prompt 200 --gen 2 \
+        --repeats 1 --max-model-len 256
+      note "  $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/prefill_$tool.log")"
+    done
+  fi
   ;;
 carveout)
   # batch1.md's open question: with smem_carveout 100 the products of Llama-3.2-1B and Qwen3-8B

@@ -83,6 +83,9 @@ typedef struct cuda_backend {
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */
     int attn_cp;
+    /* option prefill_tc: prefill steps of f16/bf16 models attend on tensor cores (core.cu
+     * weft_attention_tc, cuda_ops.c attention_kernels) instead of weft_attention */
+    int prefill_tc;
     /* option ablate (profiling only): kernel classes compiled to do no work (core.cu
      * WEFT_ABLATE: 1 the fused attention, 2 the fused add + RMSNorm, 4 the GEMVs) */
     int ablate;

@@ -513,13 +513,12 @@ static weft_status kv_contiguous(const weft_exec_ctx *c, const char *node, int l
     return WEFT_OK;
 }
 
-/* The split-KV partials workspace for Hq heads of S splits (reused by every layer: the kernels
+/* The attention partials workspace of at least need bytes (reused by every layer: the kernels
  * of one stream never overlap in its use). First step of a larger cache: setup, not per step. */
-static weft_status ats_workspace(cuda_backend *b, int Hq, int hd, int S, CUdeviceptr *out,
+static weft_status att_workspace(cuda_backend *b, uint64_t need, CUdeviceptr *out,
                                  weft_error *err) {
     cuda_ops_state *o = ops_of(b);
     if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
-    uint64_t need = (uint64_t)ATS_MAX_T * Hq * S * (hd + 2) * sizeof(float);
     if (need > o->att_part_bytes) {
         if (o->att_part) cuda_arena_free(b, o->att_part);
         o->att_part = 0;
@@ -531,18 +530,80 @@ static weft_status ats_workspace(cuda_backend *b, int Hq, int hd, int S, CUdevic
     return WEFT_OK;
 }
 
-/* kv store, then attention of T rows over the contiguous cache (kc, vc): the split-KV kernels
- * for small T, the one-block-per-head kernel otherwise. */
-static weft_status attention_kernels(cuda_backend *b, uint32_t dt, int T, int Hq, int Hkv, int hd,
-                                     int window, float scale, int max_seq, CUdeviceptr qp,
-                                     CUdeviceptr kp, CUdeviceptr vp, CUdeviceptr pp,
-                                     CUdeviceptr slots, CUdeviceptr kc, CUdeviceptr vc,
-                                     CUdeviceptr op, weft_error *err) {
+/* The split-KV decode kernels' partials: up to ATS_MAX_T rows of Hq heads in S splits. */
+static weft_status ats_workspace(cuda_backend *b, int Hq, int hd, int S, CUdeviceptr *out,
+                                 weft_error *err) {
+    return att_workspace(b, (uint64_t)ATS_MAX_T * Hq * S * (hd + 2) * sizeof(float), out, err);
+}
+
+/* weft_attention_tc (core.cu, attention_tc.cuh): the fewest rows of a step that uses it, and the
+ * most bytes its splits' partials may take (above that, fewer splits) */
+#define ATC_MIN_ROWS 16
+#define ATC_PART_MAX (32ull << 20)
+#define ATC_CHUNK 32
+
+/* Prefill attention on tensor cores for a step with prefill rows (more rows than requests, at
+ * least ATC_MIN_ROWS) of an f16/bf16 model, where the kernel's shapes allow (head_dim a multiple
+ * of 16 up to 128, 1, 2 or 4 query heads a kv head); *used = 0 where it does not apply. Splits:
+ * about four blocks an SM over the tiles (at most T / R + requests of them), as the chunks of
+ * the context and ATC_PART_MAX allow; S > 1 merges in weft_attention_combine. */
+static weft_status attention_tc(cuda_backend *b, const weft_exec_ctx *c, uint32_t dt, int T,
+                                int Hq, int Hkv, int hd, int window, float scale, int max_seq,
+                                CUdeviceptr qp, CUdeviceptr pp, CUdeviceptr slots,
+                                CUdeviceptr kc, CUdeviceptr vc, CUdeviceptr op, int *used,
+                                weft_error *err) {
+    *used = 0;
+    int G = Hq / Hkv, R = G == 1 || G == 2 || G == 4 ? 64 / G : 0;
+    const weft_batch *bt = c->batch;
+    if (!b->prefill_tc || dt == WEFT_DTYPE_F32 || !R || hd % 16 || hd > 128 ||
+        T < ATC_MIN_ROWS || !bt || bt->n_seqs >= (uint32_t)T)
+        return WEFT_OK;
+    const weft_kv_contiguous *kv = c->kv->desc;
+    int n_slots = (int)kv->n_slots;
+    long tiles = T / R + (long)bt->n_seqs, blocks = tiles * Hkv;
+    long want = 4L * (b->sm_count > 0 ? b->sm_count : 132);
+    int S = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
+    int chunks = (max_seq + ATC_CHUNK - 1) / ATC_CHUNK;
+    uint64_t per = (uint64_t)T * Hq * (hd + 2) * sizeof(float);
+    if (S > chunks) S = chunks;
+    if (S > 1 && (uint64_t)S * per > ATC_PART_MAX) S = (int)(ATC_PART_MAX / per);
+    if (S < 1) S = 1;
+    CUdeviceptr part = 0;
+    if (S > 1) TRY(att_workspace(b, (uint64_t)S * per, &part, err));
+    CUfunction f;
+    TRY(kern(b, dt, dt, "weft_attention_tc", &f, err));
+    /* core.cu ATC_SMEM: K (32, hd + 8) and V transposed (hd, 40), 16-bit */
+    unsigned smem = (unsigned)((ATC_CHUNK * (hd + 8) + hd * (ATC_CHUNK + 8)) * 2);
+    void *args[] = {&qp, &pp, &slots, &kc, &vc, &op, &part, &T, &Hq, &Hkv, &hd, &max_seq,
+                    &n_slots, &window, &scale, &S};
+    TRY(cuda_launch_ex(b, f, "weft_attention_tc", (unsigned)T, (unsigned)Hkv, (unsigned)S, 128,
+                       smem, 1, args, err));
+    *used = 1;
+    if (S == 1) return WEFT_OK;
+    CUfunction fc;
+    TRY(kern(b, dt, dt, "weft_attention_combine", &fc, err));
+    void *cargs[] = {&part, &op, &T, &Hq, &hd, &S};
+    return cuda_launch(b, fc, "weft_attention_combine", (unsigned)T, (unsigned)Hq,
+                       hd >= 128 ? 128 : 64, cargs, err);
+}
+
+/* kv store, then attention of T rows over the contiguous cache (kc, vc): prefill steps on
+ * tensor cores (option prefill_tc), the split-KV kernels for small T, the one-block-per-head
+ * kernel otherwise. */
+static weft_status attention_kernels(cuda_backend *b, const weft_exec_ctx *c, uint32_t dt, int T,
+                                     int Hq, int Hkv, int hd, int window, float scale,
+                                     int max_seq, CUdeviceptr qp, CUdeviceptr kp, CUdeviceptr vp,
+                                     CUdeviceptr pp, CUdeviceptr slots, CUdeviceptr kc,
+                                     CUdeviceptr vc, CUdeviceptr op, weft_error *err) {
     CUfunction fs, fa;
     TRY(kern(b, dt, dt, "weft_kv_store", &fs, err));
-    TRY(kern(b, dt, dt, "weft_attention", &fa, err));
     void *sargs[] = {&kp, &vp, &pp, &slots, &kc, &vc, &T, &Hkv, &hd, &max_seq};
     TRY(cuda_launch(b, fs, "weft_kv_store", (unsigned)T, 1, 128, sargs, err));
+    int used;
+    TRY(attention_tc(b, c, dt, T, Hq, Hkv, hd, window, scale, max_seq, qp, pp, slots, kc, vc, op,
+                     &used, err));
+    if (used) return WEFT_OK;
+    TRY(kern(b, dt, dt, "weft_attention", &fa, err));
     int G = Hq / Hkv;
     if (T <= ATS_MAX_T && hd % 32 == 0 && G <= ATS_MAXG) {
         int S = (max_seq + ATS_CHUNK - 1) / ATS_CHUNK;
@@ -584,7 +645,7 @@ static weft_status op_attention(void *st, const weft_exec_ctx *c, const weft_nod
     float scale = n->p.f[0] != 0.f ? n->p.f[0] : 1.0f / sqrtf((float)hd);
     CUdeviceptr slots;
     TRY(row_slots(b, c, n, 4, &slots, err));
-    return attention_kernels(b, q->dtype, T, Hq, Hkv, hd, window, scale, max_seq, din(c, n, 0),
+    return attention_kernels(b, c, q->dtype, T, Hq, Hkv, hd, window, scale, max_seq, din(c, n, 0),
                              din(c, n, 1), din(c, n, 2), din(c, n, 3), slots, kc, vc,
                              dout(c, n, 0), err);
 }
@@ -1042,7 +1103,7 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
     CUdeviceptr qo = dout(c, n, 1), ko = dout(c, n, 2), vo = r.merged ? dout(c, n, 3) : 0;
     TRY(qkv_rope_kernel(b, n, dt, tw, T, r.Hq, r.Hkv, r.hd, r.rot, r.layout, r.eps, &rows, qn, kn,
                         pp, qo, ko, vo, err));
-    return attention_kernels(b, dt, T, r.Hq, r.Hkv, r.hd, r.window, r.scale, max_seq, qo, ko,
+    return attention_kernels(b, c, dt, T, r.Hq, r.Hkv, r.hd, r.window, r.scale, max_seq, qo, ko,
                              r.merged ? vo : vin, pp, slots, kc, vc, o, err);
 }
 

@@ -1304,6 +1304,31 @@ extern "C" __global__ void weft_attention_combine(const float *part, act *o, int
     attention_combine_body(part, o, T, Hq, hd, S, blockIdx.x, blockIdx.y, blockDim.x);
 }
 
+// ---- prefill attention on tensor cores (f16 / bf16): attention_tc.cuh over the contiguous cache
+// A prompt's rows in tiles of 64 / G, P rounded to the activation dtype (the tensor cores' operand)
+// where weft_attention keeps it in f32: cuda_ops.c attention_kernels launches it for prefill steps
+// with the backend's option prefill_tc; its partials (S > 1) go to weft_attention_combine.
+#if WEFT_TA != 1
+#include "attention_tc.cuh"
+// The contiguous layout: K/V (slots, max_seq, Hkv, hd), row = Hkv * hd.
+struct atc_contiguous {
+    int max_seq;
+    long row;
+    __device__ __forceinline__ long at(int slot, int p) const {
+        return p < max_seq ? ((long)slot * max_seq + p) * row : -1;
+    }
+};
+extern "C" __global__ void __launch_bounds__(128) weft_attention_tc(
+    const act *q, const int *pos, const int *slots, const act *kc, const act *vc, act *o,
+    float *part, int T, int Hq, int Hkv, int hd, int max_seq, int n_slots, int window, float scale,
+    int S) {
+    pdl_enter();
+    atc_contiguous cache = {max_seq, (long)Hkv * hd};
+    attention_tc_body<WEFT_TA, A>(q, pos, slots, cache, kc, vc, o, part, T, Hq, Hkv, hd, n_slots,
+                                  window, scale, S);
+}
+#endif
+
 // ---- fuse.rope_attention at one row: qk-norm, RoPE, kv store, split-KV attention, combine ----
 // One kernel for what weft_qkv_rope, weft_kv_store, weft_attention_split and
 // weft_attention_combine do for a batch-1 decode step, with their bits. Grid (1, Hkv, S) as
