@@ -1264,25 +1264,58 @@ __device__ __forceinline__ float2 ld_cg2(const float *p) {
 }
 template <bool CG> __device__ __forceinline__ float part_ld(const float *p) { return *p; }
 template <> __device__ __forceinline__ float part_ld<true>(const float *p) { return ld_cg(p); }
+// The merge order of split partials (docs/DESIGN.md): splits in aligned groups of ATS_GROUP
+// (split s in group s / ATS_GROUP), each group's live splits merged in ascending order against
+// the group's own max Mg (the order one thread-block cluster of the fused kernel merges its
+// splits in), then the groups in ascending order against the overall max M. With every split in
+// one group the second level is skipped, so up to 8 splits merge exactly as one level does.
+// pp points at the record of split `base`; each record is pstride floats: hd accumulators, the
+// max m and the sum l (m = -inf: an empty split, skipped).
+#define ATS_GROUP 8
 template <bool CG>
-__device__ __forceinline__ void combine_ml(const float *pp, long pstride, int hd, int s0, int s1,
-                                           float &M, float &L) {
-    M = -INFINITY;
-    for (int s = s0; s <= s1; s++) M = fmaxf(M, part_ld<CG>(pp + s * pstride + hd));
-    L = 0.f;
-    for (int s = s0; s <= s1; s++) {
-        float ms = part_ld<CG>(pp + s * pstride + hd);
-        if (ms != -INFINITY) L += part_ld<CG>(pp + s * pstride + hd + 1) * __expf(ms - M);
-    }
+__device__ __forceinline__ float combine_max(const float *pp, long pstride, int hd, int base,
+                                             int s0, int s1) {
+    float M = -INFINITY;
+    #pragma unroll 1
+    for (int s = s0; s <= s1; s++) M = fmaxf(M, part_ld<CG>(pp + (s - base) * pstride + hd));
+    return M;
 }
+// Sum over splits s0..s1 (one group) of element e of each record times e^(m_s - Mg), Mg their
+// max (returned in Mg).
 template <bool CG>
-__device__ __forceinline__ float combine_val(const float *pp, long pstride, int hd, int s0,
-                                             int s1, float M, float L, int d) {
-    float v = 0.f;
+__device__ __forceinline__ float combine_group(const float *pp, long pstride, int hd, int base,
+                                               int s0, int s1, int e, float &Mg) {
+    Mg = combine_max<CG>(pp, pstride, hd, base, s0, s1);
+    float r = 0.f;
+    #pragma unroll 1
     for (int s = s0; s <= s1; s++) {
-        float ms = part_ld<CG>(pp + s * pstride + hd);
-        if (ms != -INFINITY) v += part_ld<CG>(pp + s * pstride + d) * __expf(ms - M);
+        float ms = part_ld<CG>(pp + (s - base) * pstride + hd);
+        if (ms != -INFINITY) r += part_ld<CG>(pp + (s - base) * pstride + e) * __expf(ms - Mg);
     }
+    return r;
+}
+// Sum over splits s0..s1 of element e times e^(m_s - M) in the two-level order; M the splits'
+// max (combine_max).
+template <bool CG>
+__device__ __forceinline__ float combine_two(const float *pp, long pstride, int hd, int base,
+                                             int s0, int s1, int e, float M) {
+    float Mg;
+    if (s0 / ATS_GROUP == s1 / ATS_GROUP)
+        return combine_group<CG>(pp, pstride, hd, base, s0, s1, e, Mg);
+    float r = 0.f;
+    #pragma unroll 1
+    for (int a = s0; a <= s1; a = (a / ATS_GROUP + 1) * ATS_GROUP) {
+        int b = (a / ATS_GROUP + 1) * ATS_GROUP - 1;
+        float x = combine_group<CG>(pp, pstride, hd, base, a, b < s1 ? b : s1, e, Mg);
+        if (Mg != -INFINITY) r += x * __expf(Mg - M);
+    }
+    return r;
+}
+// Output d of the merge of splits s0..s1: sum of accumulators over sum of l, both weighted.
+template <bool CG>
+__device__ __forceinline__ float combine_out(const float *pp, long pstride, int hd, int base,
+                                             int s0, int s1, float M, float L, int d) {
+    float v = combine_two<CG>(pp, pstride, hd, base, s0, s1, d, M);
     return L > 0.f ? v / L : 0.f;
 }
 
@@ -1291,12 +1324,12 @@ __device__ __forceinline__ void attention_combine_body(const float *part, act *o
                                                        int hd, int S, int t, int h, int nt) {
     long pstride = (long)hd + 2;
     const float *pp = part + ((long)t * Hq + h) * S * pstride;
-    float M, L;
-    combine_ml<false>(pp, pstride, hd, 0, S - 1, M, L);
+    float M = combine_max<false>(pp, pstride, hd, 0, 0, S - 1);
+    float L = combine_two<false>(pp, pstride, hd, 0, 0, S - 1, hd + 1, M);
     #pragma unroll 1
     for (int d = threadIdx.x; d < hd; d += nt)
         A::st(o, (long)t * Hq * hd + (long)h * hd + d,
-              combine_val<false>(pp, pstride, hd, 0, S - 1, M, L, d));
+              combine_out<false>(pp, pstride, hd, 0, 0, S - 1, M, L, d));
 }
 extern "C" __global__ void weft_attention_combine(const float *part, act *o, int T, int Hq,
                                                   int hd, int S) {
@@ -1420,18 +1453,19 @@ __device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
     return v;
 }
 
-// The merge of a group's G heads from their ns partials gathered in shared memory (pc: head h's
-// at pc + h * per, split after split, pstride floats each) into o (the group's first head), in
-// weft_attention_combine's order.
-__device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride, int ns, int G,
-                                         int hd, act *o, int nt) {
+// The merge of a group's G heads from the partials of splits s_lo .. s_lo + ns - 1 gathered in
+// shared memory (pc: head h's at pc + h * per, split after split, pstride floats each) into o
+// (the group's first head), in weft_attention_combine's order.
+__device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride, int s_lo,
+                                         int ns, int G, int hd, act *o, int nt) {
+    const int s_hi = s_lo + ns - 1;
     #pragma unroll 1
     for (int i = threadIdx.x; i < G * hd; i += nt) {
         int h = i / hd, d = i % hd;
         const float *pp = pc + h * per;
-        float M, L;
-        combine_ml<false>(pp, pstride, hd, 0, ns - 1, M, L);
-        A::st(o, (long)h * hd + d, combine_val<false>(pp, pstride, hd, 0, ns - 1, M, L, d));
+        float M = combine_max<false>(pp, pstride, hd, s_lo, s_lo, s_hi);
+        float L = combine_two<false>(pp, pstride, hd, s_lo, s_lo, s_hi, hd + 1, M);
+        A::st(o, (long)h * hd + d, combine_out<false>(pp, pstride, hd, s_lo, s_lo, s_hi, M, L, d));
     }
 }
 
@@ -1439,12 +1473,16 @@ __device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride
 // from the ns splits' shared memory (`mine`: a split's (G, pstride) partials, at the same
 // address in every block; split s_lo + s is cluster rank s_lo + s, or (s_lo + s) mod 8 in the
 // MC form, whose clusters are 8-aligned runs of splits) straight into registers,
-// all 3 ns loads in flight together (ns <= ATS_MAXS), then merges them in combine_ml's and
-// combine_val's order, so the bits are ra_merge's after a gather.
+// all 3 ns loads in flight together (ns <= ATS_MAXS), then merges them in combine_group's
+// order, so the bits are ra_merge's after a gather. With dst (the MC form, when the step's
+// splits span several clusters): the group's partial record instead of the output, head h's at
+// dst + h * hstride (the unnormalised sum, then the group's max and sum: combine_group's values).
 #define ATS_MAXS 8
+static_assert(ATS_MAXS == ATS_GROUP, "a cluster merges one group of combine_two's order");
 template <bool MC>
 __device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride, int s_lo,
-                                                 int ns, int G, int hd, act *o, int nt) {
+                                                 int ns, int G, int hd, act *o, int nt,
+                                                 float *dst = nullptr, long hstride = 0) {
     #pragma unroll 1
     for (int i = threadIdx.x; i < G * hd; i += nt) {
         const int h = i / hd, d = i % hd;
@@ -1468,6 +1506,59 @@ __device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride
 #pragma unroll
         for (int s = 0; s < ATS_MAXS; s++)
             if (s < ns && m[s] != -INFINITY) v += a[s] * __expf(m[s] - M);
+        if (MC && dst) {
+            float *r = dst + (long)h * hstride;
+            r[d] = v;
+            if (d == 0) {
+                r[hd] = M;
+                r[hd + 1] = L;
+            }
+        } else {
+            A::st(o, (long)h * hd + d, L > 0.f ? v / L : 0.f);
+        }
+    }
+}
+
+// The second level of the MC form's merge: the group records k0..k1 that ra_merge_cluster<MC>
+// wrote (head h's group k at src + h * hstride + k * pstride; other blocks wrote them, so
+// L2 loads, RA_GB groups' loads in flight at a time) merged in combine_two's order into o (the
+// kv head's first q head). Not inlined, to keep the kernel's registers.
+#define RA_GB 8
+__device__ __noinline__ void ra_merge_groups(const float *src, long hstride, long pstride, int k0,
+                                             int k1, int G, int hd, act *o, int nt) {
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < G * hd; i += nt) {
+        const int h = i / hd, d = i % hd;
+        const float *pp = src + (long)h * hstride;
+        float M = -INFINITY;
+        #pragma unroll 1
+        for (int k = k0; k <= k1; k += RA_GB) {
+            float m[RA_GB];
+#pragma unroll
+            for (int j = 0; j < RA_GB; j++)
+                m[j] = k + j <= k1 ? ld_cg(pp + (k + j) * pstride + hd) : -INFINITY;
+#pragma unroll
+            for (int j = 0; j < RA_GB; j++) M = fmaxf(M, m[j]);
+        }
+        float L = 0.f, v = 0.f;
+        #pragma unroll 1
+        for (int k = k0; k <= k1; k += RA_GB) {
+            float m[RA_GB], l[RA_GB], a[RA_GB];
+#pragma unroll
+            for (int j = 0; j < RA_GB; j++)
+                if (k + j <= k1) {
+                    m[j] = ld_cg(pp + (k + j) * pstride + hd);
+                    l[j] = ld_cg(pp + (k + j) * pstride + hd + 1);
+                    a[j] = ld_cg(pp + (k + j) * pstride + d);
+                }
+#pragma unroll
+            for (int j = 0; j < RA_GB; j++)
+                if (k + j <= k1 && m[j] != -INFINITY) {
+                    const float w = __expf(m[j] - M);
+                    L += l[j] * w;
+                    v += a[j] * w;
+                }
+        }
         A::st(o, (long)h * hd + d, L > 0.f ? v / L : 0.f);
     }
 }
@@ -1591,7 +1682,8 @@ __device__ __forceinline__ void rope_attention_body(
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
     int max_seq, int window, float scale, int S, int g, int s, int nt) {
-    const int cluster = (S >> 16) & 1, cp = CP ? (S >> 17) & 3 : 0; // option attn_cp
+    // MC: launched only as clusters (cuda_ops.c), so the counter merge below is for the others
+    const int cluster = MC ? 1 : (S >> 16) & 1, cp = CP ? (S >> 17) & 3 : 0; // option attn_cp
     S &= 0xffff;
     __shared__ int ra_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
@@ -1625,14 +1717,16 @@ __device__ __forceinline__ void rope_attention_body(
     // blocks of a cluster all choose alike. (The host launches MC only with S > 8, so the
     // S <= ATS_MAXS term never decides; it stays because removing it changes the measured
     // kernel's code, and this kernel's speed has moved by 3% on such changes.)
-    const bool clm = MC && cluster && (S <= ATS_MAXS || (s_lo ^ s_hi) < ATS_MAXS);
+    const bool clm = MC && cluster;
+    const bool multi = clm && (s_lo ^ s_hi) >= ATS_MAXS; // live splits in several clusters
     int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
     if (j0 < lo) j0 = lo;
     if (j1 > p) j1 = p;
     const int n = j1 - j0 + 1;
     if (n <= 0) { // not counted: the target is the number of non-empty splits
         pdl_enter();
-        if (MC ? clm && (s ^ s_hi) < ATS_MAXS : cluster) {
+        if (MC ? clm && s / ATS_MAXS >= s_lo / ATS_MAXS && s / ATS_MAXS <= s_hi / ATS_MAXS
+               : cluster) {
             cluster_sync();
             cluster_sync();
         }
@@ -1757,18 +1851,44 @@ __device__ __forceinline__ void rope_attention_body(
     if (MC ? clm : cluster) {
         // the split's partials stay in this block's shared memory (X: the norm's scratch, free
         // after RoPE; (G, hd + 2) fits in its (G + 1, hd)); the block holding row p merges the
-        // splits s_lo..s_hi from the others' shared memory, in combine order, into ks's space
+        // splits s_lo..s_hi from the others' shared memory, in combine order, into ks's space.
+        // multi (MC, live splits in several clusters): each cluster's block of its last live
+        // split merges the cluster's live splits into a group record in part (combine_group's
+        // first level), counts in, and the last to arrive merges the groups (ra_merge_groups).
         float *mine = X;
         ats_attend(qs, ks, vs, ps, mine, 0, pstride, G, hd, n, nt);
         STAGE_MARK(inv, 4);
         cluster_sync(); // every split's partials written
         STAGE_MARK(inv, 5);
-        if (own) ra_merge_cluster<MC>(mine, pstride, s_lo, s_hi - s_lo + 1, G, hd,
-                                  o + (long)(g * G) * hd, nt);
+        const int c_lo = multi && s_lo < s / ATS_MAXS * ATS_MAXS ? s / ATS_MAXS * ATS_MAXS : s_lo;
+        const int c_hi = multi && s_hi > s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
+                             ? s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
+                             : s_hi;
+        const bool mrg = s == c_hi; // this cluster's merging block (own unless multi)
+        if (mrg)
+            ra_merge_cluster<MC>(mine, pstride, c_lo, c_hi - c_lo + 1, G, hd,
+                                 o + (long)(g * G) * hd, nt,
+                                 multi ? part + (long)(g * G) * hstride +
+                                             (long)(s / ATS_MAXS) * pstride
+                                       : nullptr,
+                                 hstride);
         // the merging block has read them: the others may exit (relaxed: its stores of o need
         // not have completed for that; the kernel's end makes them visible)
         cluster_sync_relaxed();
-        if (!own) return;
+        if (!mrg) return;
+        if (multi) {
+            __threadfence();
+            bsync(nt);
+            if (threadIdx.x == 0)
+                ra_last = atomicAdd(counters + g, 1u) ==
+                          (unsigned)(s_hi / ATS_MAXS - s_lo / ATS_MAXS);
+            bsync(nt);
+            if (!ra_last) return;
+            __threadfence();
+            if (threadIdx.x == 0) atomicExch(counters + g, 0u);
+            ra_merge_groups(part + (long)(g * G) * hstride, hstride, pstride, s_lo / ATS_MAXS,
+                            s_hi / ATS_MAXS, G, hd, o + (long)(g * G) * hd, nt);
+        }
         STAGE_MARK(inv, 6);
         if (g == 0) STAGE_NEXT();
         return;
@@ -1802,7 +1922,7 @@ __device__ __forceinline__ void rope_attention_body(
             }
         }
         bsync(nt);
-        ra_merge(pc, per, pstride, ns, G, hd, o + (long)(g * G) * hd, nt);
+        ra_merge(pc, per, pstride, s_lo, ns, G, hd, o + (long)(g * G) * hd, nt);
         STAGE_MARK(inv, 6);
         if (g == 0) STAGE_NEXT();
         return;
@@ -1811,10 +1931,10 @@ __device__ __forceinline__ void rope_attention_body(
     for (int i = threadIdx.x; i < G * hd; i += nt) {
         int h = i / hd, d = i % hd;
         const float *pp = part + (long)(g * G + h) * hstride;
-        float M, L;
-        combine_ml<true>(pp, pstride, hd, s_lo, s_hi, M, L);
+        float M = combine_max<true>(pp, pstride, hd, 0, s_lo, s_hi);
+        float L = combine_two<true>(pp, pstride, hd, 0, s_lo, s_hi, hd + 1, M);
         A::st(o, (long)(g * G + h) * hd + d,
-              combine_val<true>(pp, pstride, hd, s_lo, s_hi, M, L, d));
+              combine_out<true>(pp, pstride, hd, 0, s_lo, s_hi, M, L, d));
     }
     STAGE_MARK(inv, 6);
     if (g == 0) STAGE_NEXT();
