@@ -64,6 +64,9 @@ static const pk_kernel pk_kernels[] = {
     /* the cuda backend's option attn_cp form: the same body; the persistent kernels run it
      * without the copies (core.cu pk_run), so the same bits, in the plain kernel's code */
     {"weft_rope_attention_cp", PK_ROPE_ATTENTION, "pppppppppppppiiiiifiiifi", 256},
+    /* the forms launched without clusters (merge: atomic), the ones a persistent block can run */
+    {"weft_rope_attention_at", PK_ROPE_ATTENTION, "pppppppppppppiiiiifiiifi", 256},
+    {"weft_rope_attention_cp_at", PK_ROPE_ATTENTION, "pppppppppppppiiiiifiiifi", 256},
 };
 
 static inline const pk_kernel *pk_kernel_find(const char *name) {

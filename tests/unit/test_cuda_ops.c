@@ -1351,16 +1351,21 @@ static void test_rope_attention(void **state) {
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 0, 1},
         /* a cache of 1,100 positions: 18 splits, launched as three clusters of 8; below
-         * position 512 the first merges, past it every block takes the counter merge; with a
-         * window of 100 the live splits of a step past 512 lie in one cluster again, at ranks
-         * other than 0 (and the unfused kernels take the same window) */
+         * position 512 the first merges alone, past it each cluster merges its live splits
+         * into a group record and the last to arrive merges the groups (the unfused combine's
+         * two-level order); with a window of 100 the live splits of a step past 512 lie in one
+         * or two clusters, at ranks other than 0 (and the unfused kernels take the same
+         * window); without clusters (the _at kernels) the counter merge runs the same order
+         * from the partials staged in shared memory */
         {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 1, 1100},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1, 1100, 100},
         {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 0, 1100, 100},
+        {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 0, 1100},
         /* 2,200 positions: past 2,048 (33-35 live splits) a group's partials (G 4 x 66 floats
-         * a split) outgrow the staging area, and the counter merge reads them from global
-         * memory value by value */
+         * a split) outgrow the staging area, and the counter merge (without clusters) reads
+         * them from global memory; with clusters five groups merge */
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1, 2200},
+        {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 0, 2200},
     };
     /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
      * copies), the unfused nodes as on [0] */

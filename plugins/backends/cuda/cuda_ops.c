@@ -1075,12 +1075,13 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         TRY(ra_counters(b, r.Hkv, &cnt, err));
         TRY(rope_freqs(b, n, r.rot, &freqs, err));
         CUfunction f;
-        /* option attn_cp: its kernel form (core.cu weft_rope_attention_cp); clusters of 8
-         * of more than 8 splits: the _mc forms */
-        static const char *const knames[2][2] = {
-            {"weft_rope_attention", "weft_rope_attention_mc"},
-            {"weft_rope_attention_cp", "weft_rope_attention_cp_mc"}};
-        const char *kname = knames[b->attn_cp != 0][mc];
+        /* option attn_cp: its kernel form (core.cu weft_rope_attention_cp); without
+         * clusters the _at forms (the counter merge), clusters of 8 of more than 8 splits the
+         * _mc forms */
+        static const char *const knames[2][3] = {
+            {"weft_rope_attention_at", "weft_rope_attention", "weft_rope_attention_mc"},
+            {"weft_rope_attention_cp_at", "weft_rope_attention_cp", "weft_rope_attention_cp_mc"}};
+        const char *kname = knames[b->attn_cp != 0][cl + mc];
         TRY(kern(b, dt, tw, kname, &f, err));
         unsigned smem = ats_smem(r.hd, 1, b->attn_cp);
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),

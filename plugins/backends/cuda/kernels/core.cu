@@ -1676,14 +1676,15 @@ __device__ __noinline__ void ra_gather_cg(const float *src, long hstride, int pe
 // only the CP form reads: the form without it compiles to the code before the option.
 // MC (S > 8 splits, a multiple of 8): the clusters are 8-aligned runs of 8 splits; without it
 // (S <= 8) the S splits are one cluster.
-template <bool CP, bool MC = false>
+template <bool CP, bool MC = false, bool CL = false>
 __device__ __forceinline__ void rope_attention_body(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
     int max_seq, int window, float scale, int S, int g, int s, int nt) {
-    // MC: launched only as clusters (cuda_ops.c), so the counter merge below is for the others
-    const int cluster = MC ? 1 : (S >> 16) & 1, cp = CP ? (S >> 17) & 3 : 0; // option attn_cp
+    // MC and CL: launched only as clusters (cuda_ops.c), so they compile without the counter
+    // merge below, which the _at kernels and the persistent kernels run
+    const int cluster = MC || CL ? 1 : (S >> 16) & 1, cp = CP ? (S >> 17) & 3 : 0; // attn_cp
     S &= 0xffff;
     __shared__ int ra_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
@@ -1960,29 +1961,36 @@ __device__ __forceinline__ void rope_attention_body(
 // four GEMV blocks under PDL (unbounded, Qwen3-0.6B with smem_carveout 100 measured -6%). The
 // plain form compiles to 80 unforced; with this bound and the copy paths in it measured -3.4% on
 // Llama-3.2-1B (cause not isolated), hence two kernels (docs/perf/batch1.md, 16:20-16:33 UTC).
-#define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC)                                                   \
+#define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC, CL)                                               \
     extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
         const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,           \
         const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,    \
         unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps,       \
         int nnorm, int max_seq, int window, float scale, int S) {                                  \
         ABLATE_ATTENTION();                                                                        \
-        rope_attention_body<CP, MC>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc, part,  \
-                                counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm, max_seq,        \
-                                window, scale, S, blockIdx.y, blockIdx.z, blockDim.x);             \
+        rope_attention_body<CP, MC, CL>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc,    \
+                                        part, counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm,   \
+                                        max_seq, window, scale, S, blockIdx.y, blockIdx.z,         \
+                                        blockDim.x);                                               \
     }
-WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false, false)
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true, false)
+// The names without a suffix are launched as clusters only (merge: cluster, at most 8 splits);
+// the _at forms without clusters (merge: atomic; the counter merge), each compiled without the
+// other's merge (with the counter merge compiled in, the cluster form moved by 3% on
+// Llama-3.2-1B whenever that code changed: docs/perf/batch1.md, session of 2026-12-01 08:34).
+WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false, false, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true, false, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_at, (256), false, false, false)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false)
 // The MC forms (S > 8 splits as clusters of 8, launched when max_seq passes 512 positions; each
 // of both kernels above measured slower with the MC logic compiled in, Llama-3.2-1B by 3%,
 // hence two more; docs/perf/batch1.md, session of 2026-12-01). bf16 compiles to 80 registers
 // unbound; f16 took 96, held to three blocks an SM it takes 79.
 #if WEFT_TA == 2
-WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true, true)
 #else
-WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256), false, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256), false, true, true)
 #endif
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc, (256, 3), true, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc, (256, 3), true, true, true)
 
 #if WEFT_TA == WEFT_TW
 // ---- staged GEMV (the backend's option gemv_stage) ----------------------------------------
