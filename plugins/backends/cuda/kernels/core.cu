@@ -1256,12 +1256,6 @@ __device__ __forceinline__ float ld_cg(const float *p) {
     asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
     return v;
 }
-// The same as 8 bytes (p 8-byte aligned).
-__device__ __forceinline__ float2 ld_cg2(const float *p) {
-    float2 v;
-    asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p));
-    return v;
-}
 template <bool CG> __device__ __forceinline__ float part_ld(const float *p) { return *p; }
 template <> __device__ __forceinline__ float part_ld<true>(const float *p) { return ld_cg(p); }
 // The merge order of split partials (docs/DESIGN.md): splits in aligned groups of ATS_GROUP
@@ -1316,6 +1310,30 @@ template <bool CG>
 __device__ __forceinline__ float combine_out(const float *pp, long pstride, int hd, int base,
                                              int s0, int s1, float M, float L, int d) {
     float v = combine_two<CG>(pp, pstride, hd, base, s0, s1, d, M);
+    return L > 0.f ? v / L : 0.f;
+}
+
+// The one-level merge of splits s0..s1 in one group (M, L, then output d): combine_two's bits
+// there. Only the kernels launched with at most 8 splits use it (rope_attention_body's CL).
+template <bool CG>
+__device__ __forceinline__ void combine1_ml(const float *pp, long pstride, int hd, int s0,
+                                            int s1, float &M, float &L) {
+    M = -INFINITY;
+    for (int s = s0; s <= s1; s++) M = fmaxf(M, part_ld<CG>(pp + s * pstride + hd));
+    L = 0.f;
+    for (int s = s0; s <= s1; s++) {
+        float ms = part_ld<CG>(pp + s * pstride + hd);
+        if (ms != -INFINITY) L += part_ld<CG>(pp + s * pstride + hd + 1) * __expf(ms - M);
+    }
+}
+template <bool CG>
+__device__ __forceinline__ float combine1_val(const float *pp, long pstride, int hd, int s0,
+                                              int s1, float M, float L, int d) {
+    float v = 0.f;
+    for (int s = s0; s <= s1; s++) {
+        float ms = part_ld<CG>(pp + s * pstride + hd);
+        if (ms != -INFINITY) v += part_ld<CG>(pp + s * pstride + d) * __expf(ms - M);
+    }
     return L > 0.f ? v / L : 0.f;
 }
 
@@ -1456,6 +1474,18 @@ __device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
 // The merge of a group's G heads from the partials of splits s_lo .. s_lo + ns - 1 gathered in
 // shared memory (pc: head h's at pc + h * per, split after split, pstride floats each) into o
 // (the group's first head), in weft_attention_combine's order.
+// ra_merge's one-level form (combine1_ml / combine1_val), for at most 8 splits in one group.
+__device__ __forceinline__ void ra_merge1(const float *pc, long per, long pstride, int ns, int G,
+                                          int hd, act *o, int nt) {
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < G * hd; i += nt) {
+        int h = i / hd, d = i % hd;
+        const float *pp = pc + h * per;
+        float M, L;
+        combine1_ml<false>(pp, pstride, hd, 0, ns - 1, M, L);
+        A::st(o, (long)h * hd + d, combine1_val<false>(pp, pstride, hd, 0, ns - 1, M, L, d));
+    }
+}
 __device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride, int s_lo,
                                          int ns, int G, int hd, act *o, int nt) {
     const int s_hi = s_lo + ns - 1;
@@ -1644,32 +1674,6 @@ __device__ __forceinline__ void ra_rows_from_raw(const act *raw, act *vc, int hd
     }
 }
 
-// The counter merge's gather past 8 splits: each head's per = ns * pstride floats of partials
-// (head h's at src + h * hstride; per and the offsets even, pstride = hd + 2) into pc (h * per),
-// as 8-byte L2 loads (ld.global.cg: other blocks of this launch wrote them), RA_GATHER of a
-// thread in flight before any is stored, so 18 splits (positions 1,024-1,151) take two round
-// trips instead of one a value. Not inlined: inlined, the bf16 _mc kernel took 100 registers
-// instead of 80 (and the _cp_mc one, held to 80, spilled).
-#define RA_GATHER 8
-__device__ __noinline__ void ra_gather_cg(const float *src, long hstride, int per, int tot,
-                                          float *pc, int nt) {
-    const int n2 = tot / 2, per2 = per / 2;
-    #pragma unroll 1
-    for (int i0 = threadIdx.x; i0 < n2; i0 += RA_GATHER * nt) {
-        float2 v[RA_GATHER];
-#pragma unroll
-        for (int k = 0; k < RA_GATHER; k++) {
-            const int i = i0 + k * nt;
-            if (i < n2) v[k] = ld_cg2(src + (long)(i / per2) * hstride + 2 * (i % per2));
-        }
-#pragma unroll
-        for (int k = 0; k < RA_GATHER; k++) {
-            const int i = i0 + k * nt;
-            if (i < n2) *(float2 *)(pc + 2 * i) = v[k];
-        }
-    }
-}
-
 // S: the split count, with bit 16 set when the launch made each kv head's splits thread-block
 // clusters (option merge: cluster; the persistent kernels never run that form) and the
 // backend's option attn_cp in bits 17-18 (the launch sized shared memory for its areas), which
@@ -1682,9 +1686,12 @@ __device__ __forceinline__ void rope_attention_body(
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
     int max_seq, int window, float scale, int S, int g, int s, int nt) {
-    // MC and CL: launched only as clusters (cuda_ops.c), so they compile without the counter
-    // merge below, which the _at kernels and the persistent kernels run
-    const int cluster = MC || CL ? 1 : (S >> 16) & 1, cp = CP ? (S >> 17) & 3 : 0; // attn_cp
+    // MC: launched only as clusters (cuda_ops.c), so it compiles without the counter merge
+    // below. CL: launched only as clusters of at most 8 splits, one group of the merge order,
+    // where the one-level merge gives combine_two's bits; its counter merge (which such a launch
+    // never takes) is that one-level form, the kernel's code before the two-level order
+    // (docs/perf/batch1.md, session of 2026-12-01 08:34 UTC).
+    const int cluster = MC ? 1 : (S >> 16) & 1, cp = CP ? (S >> 17) & 3 : 0; // option attn_cp
     S &= 0xffff;
     __shared__ int ra_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
@@ -1912,10 +1919,7 @@ __device__ __forceinline__ void rope_attention_body(
     const long per = (long)ns * pstride; // one head's partials
     if ((long)G * per <= (long)ATS_CHUNK * (ATS_KST(hd) + hd)) {
         float *pc = ats_smem;
-        if (MC) // past 8 splits: ra_gather_cg's batches (one load a value took 9-11 us at 18)
-            ra_gather_cg(part + (long)(g * G) * hstride + s_lo * pstride, hstride, (int)per,
-                         G * (int)per, pc, nt);
-        else {
+        {
             #pragma unroll 1
             for (long i = threadIdx.x; i < (long)G * per; i += nt) {
                 long h = i / per, r = i % per;
@@ -1923,7 +1927,10 @@ __device__ __forceinline__ void rope_attention_body(
             }
         }
         bsync(nt);
-        ra_merge(pc, per, pstride, s_lo, ns, G, hd, o + (long)(g * G) * hd, nt);
+        if (CL)
+            ra_merge1(pc, per, pstride, ns, G, hd, o + (long)(g * G) * hd, nt);
+        else
+            ra_merge(pc, per, pstride, s_lo, ns, G, hd, o + (long)(g * G) * hd, nt);
         STAGE_MARK(inv, 6);
         if (g == 0) STAGE_NEXT();
         return;
@@ -1932,6 +1939,13 @@ __device__ __forceinline__ void rope_attention_body(
     for (int i = threadIdx.x; i < G * hd; i += nt) {
         int h = i / hd, d = i % hd;
         const float *pp = part + (long)(g * G + h) * hstride;
+        if (CL) {
+            float M, L;
+            combine1_ml<true>(pp, pstride, hd, s_lo, s_hi, M, L);
+            A::st(o, (long)(g * G + h) * hd + d,
+                  combine1_val<true>(pp, pstride, hd, s_lo, s_hi, M, L, d));
+            continue;
+        }
         float M = combine_max<true>(pp, pstride, hd, 0, s_lo, s_hi);
         float L = combine_two<true>(pp, pstride, hd, 0, s_lo, s_hi, hd + 1, M);
         A::st(o, (long)(g * G + h) * hd + d,
