@@ -38,6 +38,8 @@
 #   tools/scripts/gpu-check.sh prefill-quality  bf16 logits of 512-position prefills against
 #                                        transformers with prefill_tc on and off (mean KL), and
 #                                        compute-sanitizer on a tensor-core prefill
+#   tools/scripts/gpu-check.sh sanitize  compute-sanitizer on fast-cuda-async decoding past
+#                                        position 1,024 (the two-level attention merge)
 #   tools/scripts/gpu-check.sh amdahl    each model's fastest candidate with kernel classes
 #                                        compiled to do no work (the backend's option ablate):
 #                                        the Amdahl bound of the attention, the norms, the GEMVs
@@ -90,6 +92,19 @@ synth_bf16() {
       --seed 1 >/dev/null &
   done
   wait
+}
+# compute-sanitizer memcheck and racecheck of candidate $1 on tiny-qwen3's shapes in bf16:
+# prompt $2, $3 generated, max_model_len $4
+sanitize_tiny() {
+  [ -d "$M/tiny-qwen3-bf16" ] || weft synth "$S/reference/tiny-qwen3/config.json" \
+    "$M/tiny-qwen3-bf16" --dtype bf16 --seed 1 >/dev/null
+  command -v compute-sanitizer >/dev/null || { note "SKIP sanitizer: no compute-sanitizer"; return; }
+  for tool in memcheck racecheck; do
+    run "sanitize_${tool}_$2" compute-sanitizer --tool $tool --error-exitcode 9 weft bench decode \
+      --candidate "$1" --model "$M/tiny-qwen3-bf16" --prompt "$2" --gen "$3" --repeats 1 \
+      --max-model-len "$4"
+    note "  $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_${tool}_$2.log")"
+  done
 }
 # the GPU unit test $1 with the synthetic Qwen3-0.6B and Llama-3.2-1B, stories260K and Qwen3-0.6B
 # for test_fuse's cuda combinations (WEFT_FUSE_MODELS overrides those), prompts of 128 tokens
@@ -475,16 +490,13 @@ prefill-quality)
       note "  $tag $cfg: $(grep -m1 -i 'kl' "$out/kl512_${tag}_$cfg.log" | tr -s ' ' | cut -c1-150)"
     done
   done
-  weft synth "$S/reference/tiny-qwen3/config.json" "$M/tiny-qwen3-bf16" --dtype bf16 --seed 1 \
-    >/dev/null
-  if command -v compute-sanitizer >/dev/null; then
-    for tool in memcheck racecheck; do
-      run "prefill_$tool" compute-sanitizer --tool $tool --error-exitcode 9 weft bench decode \
-        --candidate "$cuda_manifest" --model "$M/tiny-qwen3-bf16" --prompt 200 --gen 2 \
-        --repeats 1 --max-model-len 256
-      note "  $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/prefill_$tool.log")"
-    done
-  fi
+  sanitize_tiny "$cuda_manifest" 200 2 256
+  ;;
+sanitize)
+  # compute-sanitizer memcheck and racecheck on fast-cuda-async decoding past position 1,024
+  # of a 2,048-position cache (tiny-qwen3's shapes, bf16): the fused attention's clusters each
+  # merge a group of splits and the last merges the groups (docs/DESIGN.md, the merge order)
+  sanitize_tiny manifests/fast-cuda-async.yaml 1100 8 2048
   ;;
 carveout)
   # batch1.md's open question: with smem_carveout 100 the products of Llama-3.2-1B and Qwen3-8B
