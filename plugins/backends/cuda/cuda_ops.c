@@ -84,6 +84,7 @@ typedef struct cuda_ops_state {
     uint64_t head_scratch_bytes;
     CUdeviceptr att_part; /* split-KV partials: (ATS_MAX_T, Hq, S, hd + 2) f32 */
     uint64_t att_part_bytes;
+    CUdeviceptr atc_part; /* weft_attention_tc's partials (ATC_PART_MAX bytes), 0 until needed */
     CUdeviceptr ra_count; /* weft_rope_attention's arrival counter per KV head, 0 between steps */
     uint32_t ra_count_n;
     CUdeviceptr ln_count; /* weft_gemv_norm_*'s arrival counter, 0 between launches */
@@ -513,12 +514,13 @@ static weft_status kv_contiguous(const weft_exec_ctx *c, const char *node, int l
     return WEFT_OK;
 }
 
-/* The attention partials workspace of at least need bytes (reused by every layer: the kernels
+/* The split-KV partials workspace for Hq heads of S splits (reused by every layer: the kernels
  * of one stream never overlap in its use). First step of a larger cache: setup, not per step. */
-static weft_status att_workspace(cuda_backend *b, uint64_t need, CUdeviceptr *out,
+static weft_status ats_workspace(cuda_backend *b, int Hq, int hd, int S, CUdeviceptr *out,
                                  weft_error *err) {
     cuda_ops_state *o = ops_of(b);
     if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+    uint64_t need = (uint64_t)ATS_MAX_T * Hq * S * (hd + 2) * sizeof(float);
     if (need > o->att_part_bytes) {
         if (o->att_part) cuda_arena_free(b, o->att_part);
         o->att_part = 0;
@@ -530,17 +532,22 @@ static weft_status att_workspace(cuda_backend *b, uint64_t need, CUdeviceptr *ou
     return WEFT_OK;
 }
 
-/* The split-KV decode kernels' partials: up to ATS_MAX_T rows of Hq heads in S splits. */
-static weft_status ats_workspace(cuda_backend *b, int Hq, int hd, int S, CUdeviceptr *out,
-                                 weft_error *err) {
-    return att_workspace(b, (uint64_t)ATS_MAX_T * Hq * S * (hd + 2) * sizeof(float), out, err);
-}
-
 /* weft_attention_tc (core.cu, attention_tc.cuh): the fewest rows of a step that uses it, and the
  * most bytes its splits' partials may take (above that, fewer splits) */
 #define ATC_MIN_ROWS 16
 #define ATC_PART_MAX (32ull << 20)
 #define ATC_CHUNK 32
+
+/* weft_attention_tc's partials: ATC_PART_MAX bytes, allocated at the first prefill that splits.
+ * Not the decode kernels' workspace, which captured graphs hold by address: a prefill must
+ * never move it. */
+static weft_status atc_workspace(cuda_backend *b, CUdeviceptr *out, weft_error *err) {
+    cuda_ops_state *o = ops_of(b);
+    if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+    if (!o->atc_part) TRY(cuda_arena_alloc(b, ATC_PART_MAX, &o->atc_part, err));
+    *out = o->atc_part;
+    return WEFT_OK;
+}
 
 /* Prefill attention on tensor cores for a step with prefill rows (more rows than requests, at
  * least ATC_MIN_ROWS) of an f16/bf16 model, where the kernel's shapes allow (head_dim a multiple
@@ -569,7 +576,7 @@ static weft_status attention_tc(cuda_backend *b, const weft_exec_ctx *c, uint32_
     if (S > 1 && (uint64_t)S * per > ATC_PART_MAX) S = (int)(ATC_PART_MAX / per);
     if (S < 1) S = 1;
     CUdeviceptr part = 0;
-    if (S > 1) TRY(att_workspace(b, (uint64_t)S * per, &part, err));
+    if (S > 1) TRY(atc_workspace(b, &part, err));
     CUfunction f;
     TRY(kern(b, dt, dt, "weft_attention_tc", &f, err));
     /* core.cu ATC_SMEM: K (32, hd + 8) and V transposed (hd, 40), 16-bit */
