@@ -1471,9 +1471,6 @@ __device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
     return v;
 }
 
-// The merge of a group's G heads from the partials of splits s_lo .. s_lo + ns - 1 gathered in
-// shared memory (pc: head h's at pc + h * per, split after split, pstride floats each) into o
-// (the group's first head), in weft_attention_combine's order.
 // ra_merge's one-level form (combine1_ml / combine1_val), for at most 8 splits in one group.
 __device__ __forceinline__ void ra_merge1(const float *pc, long per, long pstride, int ns, int G,
                                           int hd, act *o, int nt) {
@@ -1486,6 +1483,9 @@ __device__ __forceinline__ void ra_merge1(const float *pc, long per, long pstrid
         A::st(o, (long)h * hd + d, combine1_val<false>(pp, pstride, hd, 0, ns - 1, M, L, d));
     }
 }
+// The merge of a group's G heads from the partials of splits s_lo .. s_lo + ns - 1 gathered in
+// shared memory (pc: head h's at pc + h * per, split after split, pstride floats each) into o
+// (the group's first head), in weft_attention_combine's order.
 __device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride, int s_lo,
                                          int ns, int G, int hd, act *o, int nt) {
     const int s_hi = s_lo + ns - 1;
@@ -1718,23 +1718,19 @@ __device__ __forceinline__ void rope_attention_body(
     const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
     const int s_lo = lo / ATS_CHUNK, s_hi = p / ATS_CHUNK;
     // cluster: every block of a cluster passes the two cluster barriers of the merge below,
-    // whatever it does. MC: when the step's live splits s_lo..s_hi all lie in one cluster of 8
-    // (every step below position 512), that cluster merges through distributed shared memory
-    // and no other cluster has work; otherwise every block takes the counter merge at the end,
-    // the form of a launch without clusters. p is the step's, the same for every block, so the
-    // blocks of a cluster all choose alike. (The host launches MC only with S > 8, so the
-    // S <= ATS_MAXS term never decides; it stays because removing it changes the measured
-    // kernel's code, and this kernel's speed has moved by 3% on such changes.)
-    const bool clm = MC && cluster;
-    const bool multi = clm && (s_lo ^ s_hi) >= ATS_MAXS; // live splits in several clusters
+    // whatever it does. MC: every cluster of 8 holding live splits (s_lo..s_hi) merges them
+    // through distributed shared memory; when they span several clusters (multi, every step
+    // past position 512 without a window) each cluster's result is a group record and the
+    // last cluster merges the groups. Clusters without live splits have no work. p is the
+    // step's, the same for every block, so the blocks of a cluster all choose alike.
+    const bool multi = MC && (s_lo ^ s_hi) >= ATS_MAXS; // live splits in several clusters
     int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
     if (j0 < lo) j0 = lo;
     if (j1 > p) j1 = p;
     const int n = j1 - j0 + 1;
     if (n <= 0) { // not counted: the target is the number of non-empty splits
         pdl_enter();
-        if (MC ? clm && s / ATS_MAXS >= s_lo / ATS_MAXS && s / ATS_MAXS <= s_hi / ATS_MAXS
-               : cluster) {
+        if (MC ? s / ATS_MAXS >= s_lo / ATS_MAXS && s / ATS_MAXS <= s_hi / ATS_MAXS : cluster) {
             cluster_sync();
             cluster_sync();
         }
@@ -1856,7 +1852,7 @@ __device__ __forceinline__ void rope_attention_body(
     }
     bsync(nt);
     STAGE_MARK(inv, 3);
-    if (MC ? clm : cluster) {
+    if (cluster) { // MC: always
         // the split's partials stay in this block's shared memory (X: the norm's scratch, free
         // after RoPE; (G, hd + 2) fits in its (G + 1, hd)); the block holding row p merges the
         // splits s_lo..s_hi from the others' shared memory, in combine order, into ks's space.
