@@ -85,14 +85,17 @@ convert_stories() {
   weft convert llama2c "$S/models/stories260K/stories260K.bin" "$S/models/stories260K/tok512.bin" \
     "$stories" >/dev/null
 }
-# random bf16 weights of the named configs in $M/<cfg>-bf16, made in parallel where missing
-synth_bf16() {
+# random weights of dtype $1 (seed 1) of the named configs in $M/<cfg>-<dtype>, made in
+# parallel where missing; synth_bf16: the bf16 ones
+synth_as() {
+  local dt=$1; shift
   for cfg in "$@"; do
-    [ -d "$M/$cfg-bf16" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16" --dtype bf16 \
+    [ -d "$M/$cfg-$dt" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-$dt" --dtype "$dt" \
       --seed 1 >/dev/null &
   done
   wait
 }
+synth_bf16() { synth_as bf16 "$@"; }
 # compute-sanitizer memcheck and racecheck of candidate $1 on tiny-qwen3's shapes in bf16:
 # prompt $2, $3 generated, max_model_len $4
 sanitize_tiny() {
@@ -475,10 +478,8 @@ prefill-quality)
   # 512-position passes (every row one prefill step) against transformers' fp32 logits of the
   # same weights, mean KL with prefill_tc on and off; then compute-sanitizer memcheck and
   # racecheck on a bf16 prefill of tiny-qwen3's shapes
-  synth_f32() { for cfg in "$@"; do [ -d "$M/$cfg-f32" ] || weft synth "models/configs/$cfg.json" \
-    "$M/$cfg-f32" --dtype f32 --seed 1 >/dev/null & done; wait; }
-  synth_bf16 Qwen3-0.6B Llama-3.2-1B
-  synth_f32 Qwen3-0.6B Llama-3.2-1B
+  synth_as bf16 Qwen3-0.6B Llama-3.2-1B
+  synth_as f32 Qwen3-0.6B Llama-3.2-1B
   with_options "$cuda_manifest" "{prefill_tc: false}" > "$out/baseline-cuda-notc.yaml"
   for cfg in Qwen3-0.6B Llama-3.2-1B; do
     run "hfref512_$cfg" python3 tools/scripts/hf_reference.py "$M/$cfg-f32" \
