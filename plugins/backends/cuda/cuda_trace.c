@@ -57,7 +57,7 @@ static void report_stages(cuda_backend *b, size_t launches) {
         CUdeviceptr st, cnt;
         size_t sb, cb;
         unsigned n = 0;
-        unsigned long long t[64][8];
+        unsigned long long t[64][9];
         if (cuModuleGetGlobal(&st, &sb, b->modules[m].mod, "weft_trace_stage") != CUDA_SUCCESS ||
             cuModuleGetGlobal(&cnt, &cb, b->modules[m].mod, "weft_trace_launch") != CUDA_SUCCESS ||
             sb != sizeof(t) || cuMemcpyDtoH(&n, cnt, sizeof(n)) != CUDA_SUCCESS ||
@@ -65,13 +65,17 @@ static void report_stages(cuda_backend *b, size_t launches) {
             continue;
         size_t k = launches < n ? launches : n;
         if (k > 64) k = 64;
-        double sum[7] = {0};
+        double sum[7] = {0}, late = 0;
         for (size_t i = 0; i < k; i++) {
             const unsigned long long *r = t[(n - 1 - i) % 64];
             for (int j = 0; j < 7; j++)
                 sum[j] += ((double)r[order[j + 1]] - (double)r[order[j]]) / 1e3;
+            late += ((double)r[0] - (double)r[8]) / 1e3;
         }
         fprintf(stderr, "weft_rope_attention stages (mean of its last %zu launches, us):\n", k);
+        /* negative when every block was resident before the first passed its wait (PDL) */
+        fprintf(stderr, "  %-45s %7.2f\n", "first block's wait passed -> last block started",
+                late / k);
         for (int j = 0; j < 7; j++)
             fprintf(stderr, "  %-45s %7.2f\n", label[j], sum[j] / k);
     }

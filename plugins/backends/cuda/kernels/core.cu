@@ -148,9 +148,11 @@ __device__ __forceinline__ void trace_mark() {
 // the last block reached stage L (atomicMax of the global timer), indexed by a launch counter
 // that the launch's merging block advances at its end. Trace builds only. Stages in the
 // kernel's order: 0 start, 1 wait passed, 7 q|k|v rows read, 2 K/V staged, 3 RoPE done,
-// 4 attended, 5 arrived, 6 merged (cuda_trace.c prints them in that order).
+// 4 attended, 5 arrived, 6 merged (cuda_trace.c prints them in that order); 8 the time block
+// (0, 0, 0) passed its wait (the kernel's start on the critical path, as trace_mark's ring has
+// it), so that blocks starting after it (a second wave) show.
 #ifdef WEFT_TRACE
-#define WEFT_TRACE_STAGES 8
+#define WEFT_TRACE_STAGES 9
 extern "C" __device__ unsigned long long weft_trace_stage[64][WEFT_TRACE_STAGES];
 extern "C" __device__ unsigned weft_trace_launch;
 __device__ unsigned long long weft_trace_stage[64][WEFT_TRACE_STAGES];
@@ -159,6 +161,11 @@ __device__ unsigned weft_trace_launch;
     do {                                                                                           \
         if (threadIdx.x == 0) atomicMax(&weft_trace_stage[(inv) % 64][L], globaltimer());          \
     } while (0)
+#define STAGE_FIRST(inv)                                                                           \
+    do {                                                                                           \
+        if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)             \
+            weft_trace_stage[(inv) % 64][8] = globaltimer();                                       \
+    } while (0)
 #define STAGE_LAUNCH() (*(volatile unsigned *)&weft_trace_launch)
 #define STAGE_NEXT()                                                                               \
     do {                                                                                           \
@@ -166,6 +173,7 @@ __device__ unsigned weft_trace_launch;
     } while (0)
 #else
 #define STAGE_MARK(inv, L) ((void)(inv))
+#define STAGE_FIRST(inv) ((void)(inv))
 #define STAGE_LAUNCH() 0u
 #define STAGE_NEXT() ((void)0)
 #endif
@@ -1392,14 +1400,17 @@ extern "C" __global__ void __launch_bounds__(128) weft_attention_tc(
 // the group's counter; the block that arrives last merges the splits in weft_attention_combine's
 // order and sets the counter back to 0 for the next layer, step or graph replay. Every block
 // derives the number of non-empty splits from p the same way and empty ones exit at once.
-// Shared memory: the split block's, then X ((ATS_MAXG + 1) * hd: raw q heads and the k head)
-// and rs (ATS_MAXG + 1 norm factors, padded to 12); with the backend's option attn_cp also cst
-// (3 * hd: the RoPE stage's constants, the q and k norm weights and the inverse frequencies,
-// copied in before the wait) and raw (ATS_MAXG + 2 rows of hd values as stored, at most 4
-// bytes each: the q|k|v rows' copies). Launched only by cuda_ops.c op_rope_attention; the
-// persistent kernels run its body as op PK_ROPE_ATTENTION.
-#define RA_SMEM_EXTRA(hd) ((ATS_MAXG + 1) * (hd) + 12)
-#define RA_SMEM_CP(hd) (3 * (hd) + (ATS_MAXG + 2) * (hd))
+// weft_rope_attention's shared memory ("its layout" below and in cuda_ops.c ats_smem), sized
+// by the launch's G = Hq / Hkv query heads a kv head rather than ATS_MAXG, so that three blocks
+// of a 128-dim head fit an SM's 228 KiB (long contexts launch more live splits than two an SM
+// hold). The plain cluster kernels (at most 8 splits: 64 blocks for 8 kv heads) keep ATS_MAXG:
+// with G their bf16 form took 92 registers instead of 80. The split block's ks | vs |
+// qs (G, hd) | ps (G, ATS_CHUNK), then X ((G + 1) * hd: raw q heads and the k head) and rs
+// (G + 1 norm factors, padded to 12); with the backend's option attn_cp also cst (3 * hd: the
+// RoPE stage's constants, the q and k norm weights and the inverse frequencies, copied in
+// before the wait) and raw (G + 2 rows of hd values as stored, at most 4 bytes each: the q|k|v
+// rows' copies). Launched only by cuda_ops.c op_rope_attention; the persistent kernels run its
+// body as op PK_ROPE_ATTENTION with at least the launch's shared memory.
 
 // One head's sum of squares as block_sum<1> adds it over nn threads (nn a multiple of 32, at
 // most 1024), run by one warp: lane l sums for threads l, l + 32, ... in turn.
@@ -1743,9 +1754,11 @@ __device__ __forceinline__ void rope_attention_body(
     float *ks = ats_smem;
     float *vs = ks + ATS_CHUNK * ATS_KST(hd);
     float *qs = vs + ATS_CHUNK * hd;
-    float *ps = qs + ATS_MAXG * hd;
-    float *X = ps + ATS_MAXG * ATS_CHUNK; // (nh, hd)
-    float *rs = X + (ATS_MAXG + 1) * hd;  // (nh)
+    // the layout's heads (see "its layout" above): G, but ATS_MAXG in the plain cluster kernels
+    const int gl = CL && !MC ? ATS_MAXG : G;
+    float *ps = qs + gl * hd;
+    float *X = ps + gl * ATS_CHUNK; // (nh, hd)
+    float *rs = X + (gl + 1) * hd;  // (nh)
     const long row = (long)Hkv * hd;
     const long base = ((long)slot * max_seq) * row + (long)g * hd;
     const long prow = base + (long)p * row; // head g of row p in the cache
@@ -1778,6 +1791,7 @@ __device__ __forceinline__ void rope_attention_body(
     ats_stage(kc, vc, base, row, j0, own ? n - 1 : n, hd, ks, vs, nt, [&]() {
         pdl_enter();
         STAGE_MARK(inv, 1);
+        STAGE_FIRST(inv);
         ra_load_rows(qsrc, ksrc, vsrc, vc, g, G, hd, nh, own, prow, rawok, raw, X, vlast, nt);
         STAGE_MARK(inv, 7); // the rows read (the cp.async form: their copies issued)
     });
