@@ -41,6 +41,51 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The blocks of weft_rope_attention's latest launch (core.cu BLOCK_START): when each started
+ * and finished its scores and sums, relative to t0 (block (0, 0, 0) passing its wait), as a
+ * histogram in microseconds, live (non-empty) splits and empty ones apart, and how many live
+ * blocks each SM ran. */
+static void report_blocks(CUmodule mod, unsigned long long t0) {
+    enum { NB = 1024, BINS = 24 };
+    static unsigned long long blk[NB][2];
+    static unsigned sm[NB];
+    unsigned n = 0;
+    CUdeviceptr pb, ps, pn;
+    size_t sb, ss, sn;
+    if (cuModuleGetGlobal(&pb, &sb, mod, "weft_trace_blk") != CUDA_SUCCESS ||
+        cuModuleGetGlobal(&ps, &ss, mod, "weft_trace_blk_sm") != CUDA_SUCCESS ||
+        cuModuleGetGlobal(&pn, &sn, mod, "weft_trace_blk_n") != CUDA_SUCCESS ||
+        sb != sizeof(blk) || ss != sizeof(sm) || cuMemcpyDtoH(&n, pn, sizeof(n)) ||
+        cuMemcpyDtoH(blk, pb, sizeof(blk)) || cuMemcpyDtoH(sm, ps, sizeof(sm)) || !n)
+        return;
+    if (n > NB) n = NB;
+    unsigned hist[2][BINS] = {{0}}, per_sm[256] = {0}, live = 0, sms = 0, most = 0;
+    double last_start = -1e9, last_done = -1e9;
+    for (unsigned i = 0; i < n; i++) {
+        int is_live = blk[i][1] != 0;
+        double st = ((double)blk[i][0] - (double)t0) / 1e3;
+        int bin = st < 0 ? 0 : st >= BINS - 1 ? BINS - 1 : (int)st + 1;
+        hist[is_live][bin]++;
+        if (st > last_start) last_start = st;
+        if (!is_live) continue;
+        live++;
+        double dn = ((double)blk[i][1] - (double)t0) / 1e3;
+        if (dn > last_done) last_done = dn;
+        if (sm[i] < 256 && per_sm[sm[i]]++ == 0) sms++;
+    }
+    for (int i = 0; i < 256; i++)
+        if (per_sm[i] > most) most = per_sm[i];
+    fprintf(stderr,
+            "weft_rope_attention blocks of the latest launch: %u (%u live on %u SMs, at most %u "
+            "an SM); last start %.2f us, last scores-and-sums done %.2f us after block 0's wait\n",
+            n, live, sms, most, last_start, last_done);
+    fprintf(stderr, "  started (us after block 0's wait): live / empty\n");
+    for (int j = 0; j < BINS; j++)
+        if (hist[0][j] || hist[1][j])
+            fprintf(stderr, "    %s%2d: %4u / %4u\n", j == 0 ? "<" : j == BINS - 1 ? ">=" : " ",
+                    j == 0 ? 0 : j - 1, hist[1][j], hist[0][j]);
+}
+
 /* The stages of weft_rope_attention's last `launches` launches (core.cu STAGE_MARK, marks in the
  * kernel's order below): mean time from the last block reaching one mark to the last block
  * reaching the next. */
@@ -72,6 +117,7 @@ static void report_stages(cuda_backend *b, size_t launches) {
                 sum[j] += ((double)r[order[j + 1]] - (double)r[order[j]]) / 1e3;
             late += ((double)r[0] - (double)r[8]) / 1e3;
         }
+        report_blocks(b->modules[m].mod, t[(n - 1) % 64][8]);
         fprintf(stderr, "weft_rope_attention stages (mean of its last %zu launches, us):\n", k);
         /* negative when every block was resident before the first passed its wait (PDL) */
         fprintf(stderr, "  %-45s %7.2f\n", "first block's wait passed -> last block started",

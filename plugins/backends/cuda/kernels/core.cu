@@ -166,6 +166,36 @@ __device__ unsigned weft_trace_launch;
         if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)             \
             weft_trace_stage[(inv) % 64][8] = globaltimer();                                       \
     } while (0)
+// Per block of the latest launch (trace builds, its first 1,024 blocks): when it started, the
+// SM it ran on, and when it finished its split's scores and sums (0: an empty split), so the
+// report shows how the grid's blocks reach the SMs (cuda_trace.c report_blocks).
+#define WEFT_TRACE_BLOCKS 1024
+extern "C" __device__ unsigned long long weft_trace_blk[WEFT_TRACE_BLOCKS][2];
+extern "C" __device__ unsigned weft_trace_blk_sm[WEFT_TRACE_BLOCKS];
+extern "C" __device__ unsigned weft_trace_blk_n;
+__device__ unsigned long long weft_trace_blk[WEFT_TRACE_BLOCKS][2];
+__device__ unsigned weft_trace_blk_sm[WEFT_TRACE_BLOCKS];
+__device__ unsigned weft_trace_blk_n;
+__device__ __forceinline__ unsigned trace_blk_id() {
+    return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+#define BLOCK_START()                                                                              \
+    do {                                                                                           \
+        unsigned id_ = trace_blk_id();                                                             \
+        if (threadIdx.x == 0 && id_ < WEFT_TRACE_BLOCKS) {                                         \
+            unsigned sm_;                                                                          \
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                       \
+            weft_trace_blk[id_][0] = globaltimer();                                                \
+            weft_trace_blk[id_][1] = 0;                                                            \
+            weft_trace_blk_sm[id_] = sm_;                                                          \
+            if (id_ == 0) weft_trace_blk_n = gridDim.x * gridDim.y * gridDim.z;                    \
+        }                                                                                          \
+    } while (0)
+#define BLOCK_ATTENDED()                                                                           \
+    do {                                                                                           \
+        unsigned id_ = trace_blk_id();                                                             \
+        if (threadIdx.x == 0 && id_ < WEFT_TRACE_BLOCKS) weft_trace_blk[id_][1] = globaltimer();   \
+    } while (0)
 #define STAGE_LAUNCH() (*(volatile unsigned *)&weft_trace_launch)
 #define STAGE_NEXT()                                                                               \
     do {                                                                                           \
@@ -174,6 +204,8 @@ __device__ unsigned weft_trace_launch;
 #else
 #define STAGE_MARK(inv, L) ((void)(inv))
 #define STAGE_FIRST(inv) ((void)(inv))
+#define BLOCK_START() ((void)0)
+#define BLOCK_ATTENDED() ((void)0)
 #define STAGE_LAUNCH() 0u
 #define STAGE_NEXT() ((void)0)
 #endif
@@ -1709,6 +1741,7 @@ __device__ __forceinline__ void rope_attention_body(
     const int G = Hq / Hkv;
     const unsigned inv = STAGE_LAUNCH(); // stage trace (trace builds): this launch's slot
     STAGE_MARK(inv, 0);
+    BLOCK_START();
     // Before griddepcontrol.wait (pdl_enter, in the staging's mid() below) this kernel reads
     // only what no kernel of the step writes: the step's positions and kv slots (inputs the
     // engine copies in before the step) and the cache rows below p (earlier steps), so it may
@@ -1876,6 +1909,7 @@ __device__ __forceinline__ void rope_attention_body(
         float *mine = X;
         ats_attend(qs, ks, vs, ps, mine, 0, pstride, G, hd, n, nt);
         STAGE_MARK(inv, 4);
+        BLOCK_ATTENDED();
         cluster_sync(); // every split's partials written
         STAGE_MARK(inv, 5);
         const int c_lo = multi && s_lo < s / ATS_MAXS * ATS_MAXS ? s / ATS_MAXS * ATS_MAXS : s_lo;
@@ -1913,6 +1947,7 @@ __device__ __forceinline__ void rope_attention_body(
     }
     ats_attend(qs, ks, vs, ps, part, o0, hstride, G, hd, n, nt);
     STAGE_MARK(inv, 4);
+    BLOCK_ATTENDED();
     // count in; the last of the group's non-empty splits merges them
     __threadfence();
     bsync(nt);
