@@ -1667,10 +1667,6 @@ __device__ __forceinline__ void cp_async(void *dst, const void *src) {
         *(unsigned *)((char *)dst + b) = *(const unsigned *)((const char *)src + b);
 #endif
 }
-// The 128-byte line holding p, fetched into L2 (no registers, no wait)
-__device__ __forceinline__ void prefetch_l2(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
 __device__ __forceinline__ void cp_async_wait_all() {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_all;" ::: "memory");
@@ -1852,17 +1848,6 @@ __device__ __forceinline__ void rope_attention_body(
         ra_load_rows(qsrc, ksrc, vsrc, vc, g, G, hd, nh, own, prow, rawok, raw, X, vlast, nt);
         STAGE_MARK(inv, 7); // the rows read (the cp.async form: their copies issued)
     });
-    if (MC && ksh > 0) {
-        // the block's other chunks (earlier steps' rows) on their way to L2 while this one's
-        // RoPE and sums run: their staging below then waits on L2, not on DRAM
-        const int lines = (hd * (int)sizeof(act) + 127) / 128, r0 = max(b_lo * ATS_CHUNK, lo);
-        #pragma unroll 1
-        for (int i = threadIdx.x; i < (sp * ATS_CHUNK - r0) * 2 * lines; i += nt) {
-            const int r = r0 + i / (2 * lines), e = i % (2 * lines);
-            prefetch_l2((e < lines ? kc : vc) + base + (long)r * row +
-                        (long)(e % lines) * (128 / (int)sizeof(act)));
-        }
-    }
     if (cst || rawok) cp_async_wait_all();
     bsync(nt);
     if (rawok) {
@@ -2279,7 +2264,7 @@ __device__ __forceinline__ void pk_prefetch(unsigned long long p, unsigned long 
                      : "memory");
 #else
         for (unsigned b = 0; b < sz; b += 256)
-            prefetch_l2(p + o + b);
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o + b));
 #endif
     }
 }
@@ -2849,7 +2834,7 @@ extern "C" __global__ void weft_l2_prefetch(l2pf_ranges r, int nr, int bulk) {
                 continue;
             }
 #endif
-            prefetch_l2((const void *)(r.p[k] + o));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(r.p[k] + o));
         }
         unit_no += nu;
     }
