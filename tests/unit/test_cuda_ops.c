@@ -30,9 +30,8 @@ static const weft_backend_vtable *be;
 /* Backend instances: [0] as described above; [1] the same options plus gemv_xsmem (the GEMVs
  * read x from shared memory) and attn_cp 3 (the fused attention's cp.async copies), [2]
  * that with smem_carveout 100, and [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs
- * stage their weights in shared memory), prefill_tc off (prefill attention on CUDA cores) and
- * attn_clusters 1 (past one cluster of live splits a kv head, the _mc kernels' blocks run 2
- * or 4 splits each), each with its op table. All retain the device's
+ * stage their weights in shared memory) and prefill_tc off (prefill attention on CUDA cores),
+ * each with its op table. All retain the device's
  * primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 4 };
 static void *insts[N_INST];
@@ -1364,9 +1363,7 @@ static void test_rope_attention(void **state) {
         {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 0, 1100},
         /* 2,200 positions: past 2,048 (33-35 live splits) a group's partials (G 4 x 66 floats
          * a split) outgrow the staging area, and the counter merge (without clusters) reads
-         * them from global memory; with clusters five groups merge. On instance [3]
-         * (attn_clusters 1) the _mc blocks take 2 splits each at positions 513-1,023 and 4
-         * past 1,024 (steps 701, 1,099, 2,100, 2,199); the bits must not change. */
+         * them from global memory; with clusters five groups merge */
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1, 2200},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 0, 2200},
     };
@@ -1389,8 +1386,7 @@ static void test_option_ranges(void **state) {
         int64_t v;
     } bad[] = {{"gemv_max_tokens", 9}, {"smem_carveout", 101}, {"smem_carveout", -2},
                {"gemv_xsmem", 4},      {"attn_cp", 4},         {"attn_cp", -1},
-               {"ablate", 8},          {"gemv_stage", 201},    {"gemv_stage", -1},
-               {"attn_clusters", 256}, {"attn_clusters", -1}};
+               {"ablate", 8},          {"gemv_stage", 201},    {"gemv_stage", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         weft_option o[2] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
                             {.key = bad[i].key, .type = WEFT_OPTION_INT, .i = bad[i].v}};
@@ -1447,13 +1443,11 @@ static int setup(void **state) {
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
             {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
             {.key = "attn_cp", .type = WEFT_OPTION_INT, .i = 3}};
-        if (k == 3) { /* [0]'s options plus gemv_stage and attn_clusters 1, without the
-                       * tensor-core prefill */
+        if (k == 3) { /* [0]'s options plus gemv_stage, without the tensor-core prefill */
             kopt[4] = (weft_option){.key = "gemv_stage", .type = WEFT_OPTION_INT, .i = 96};
             kopt[5] = (weft_option){.key = "prefill_tc", .type = WEFT_OPTION_BOOL, .i = 0};
-            kopt[6] = (weft_option){.key = "attn_clusters", .type = WEFT_OPTION_INT, .i = 1};
         }
-        weft_options kopts = {7, kopt};
+        weft_options kopts = {k == 3 ? 6 : 7, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
             fprintf(stderr, "backend instance %d: %s\n", k, err.message);
             return -1;

@@ -83,10 +83,6 @@ typedef struct cuda_backend {
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */
     int attn_cp;
-    /* option attn_clusters: the clusters of splits a kv head of weft_rope_attention_mc may have
-     * at once before its blocks take several splits each (0: one wave's, from the occupancy;
-     * cuda_ops.c ra_cluster_cap) */
-    int attn_clusters;
     /* option prefill_tc: prefill steps of f16/bf16 models attend on tensor cores (core.cu
      * weft_attention_tc, cuda_ops.c attention_kernels) instead of weft_attention */
     int prefill_tc;
@@ -120,10 +116,6 @@ weft_status cuda_kernel_get(cuda_backend *b, uint32_t ta, uint32_t tw, const cha
 weft_status cuda_launch_cluster(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
                                 unsigned gy, unsigned gz, unsigned block, unsigned smem,
                                 unsigned cz, void **args, weft_error *err);
-/* How many clusters of cz blocks of f (block threads, smem bytes of dynamic shared memory) the
- * device runs at once (cuOccupancyMaxActiveClusters) */
-weft_status cuda_max_clusters(cuda_backend *b, CUfunction f, unsigned block, unsigned smem,
-                              unsigned cz, int *n, weft_error *err);
 weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx,
                         unsigned gy, unsigned block, void **args, weft_error *err);
 /* The general launch: a (gx, gy, gz) grid, smem bytes of dynamic shared memory; with pdl (and

@@ -144,28 +144,6 @@ weft_status cuda_launch_cluster(cuda_backend *b, CUfunction f, const char *name,
     return launch(b, f, name, gx, gy, gz, block, smem, 1, cz, args, err);
 }
 
-weft_status cuda_max_clusters(cuda_backend *b, CUfunction f, unsigned block, unsigned smem,
-                              unsigned cz, int *n, weft_error *err) {
-    CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof(attr));
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = 1;
-    attr.value.clusterDim.y = 1;
-    attr.value.clusterDim.z = cz;
-    CUlaunchConfig cfg = {.gridDimX = 1,
-                          .gridDimY = 1,
-                          .gridDimZ = cz,
-                          .blockDimX = block,
-                          .blockDimY = 1,
-                          .blockDimZ = 1,
-                          .sharedMemBytes = smem,
-                          .hStream = b->stream,
-                          .attrs = &attr,
-                          .numAttrs = 1};
-    return cuda_check(cuOccupancyMaxActiveClusters(n, f, &cfg), "cuOccupancyMaxActiveClusters",
-                      "sizing the fused attention's clusters", err);
-}
-
 weft_status cuda_launch(cuda_backend *b, CUfunction f, const char *name, unsigned gx, unsigned gy,
                         unsigned block, void **args, weft_error *err) {
     return cuda_launch_ex(b, f, name, gx, gy, 1, block, 0, 1, args, err);

@@ -87,9 +87,6 @@ typedef struct cuda_ops_state {
     CUdeviceptr atc_part; /* weft_attention_tc's partials (ATC_PART_MAX bytes), 0 until needed */
     CUdeviceptr ra_count; /* weft_rope_attention's arrival counter per KV head, 0 between steps */
     uint32_t ra_count_n;
-    CUfunction cap_fn; /* ra_cluster_cap's last query: the kernel, its shared memory, the answer */
-    unsigned cap_smem;
-    int cap_clusters;
     CUdeviceptr ln_count; /* weft_gemv_norm_*'s arrival counter, 0 between launches */
 } cuda_ops_state;
 
@@ -104,17 +101,13 @@ typedef struct cuda_ops_state {
 #define ATS_MAX_T 8
 #define ATS_THREADS 256
 
-/* The _mc kernels' slots of split partials a block (core.cu RA_KSH: 1 << RA_KSH splits) */
-#define RA_KSLOTS 4
-
 /* Dynamic shared memory of a split block in bytes (core.cu ATS_KST and the layouts there): the
  * unfused kernel's for ATS_MAXG heads; weft_rope_attention's for the layout's G heads (core.cu,
- * its layout comment), plus X and rs, with option attn_cp its cp.async areas, and kslots
- * slots of (G, hd + 2) partials (the _mc kernels). */
-static unsigned ats_smem(int hd, int fused, int cp, int G, int kslots) {
+ * its layout comment), plus X and rs and, with option attn_cp, its cp.async areas. */
+static unsigned ats_smem(int hd, int fused, int cp, int G) {
     if (!fused) G = ATS_MAXG;
     int floats = ATS_CHUNK * (hd + 4) + ATS_CHUNK * hd + G * hd + G * ATS_CHUNK;
-    if (fused) floats += (G + 1) * hd + 12 + kslots * G * (hd + 2);
+    if (fused) floats += (G + 1) * hd + 12;
     if (fused && cp) floats += 3 * hd + (G + 2) * hd;
     return (unsigned)floats * (unsigned)sizeof(float);
 }
@@ -627,7 +620,7 @@ static weft_status attention_kernels(cuda_backend *b, const weft_exec_ctx *c, ui
         CUfunction fsp, fc;
         TRY(kern(b, dt, dt, "weft_attention_split", &fsp, err));
         TRY(kern(b, dt, dt, "weft_attention_combine", &fc, err));
-        unsigned smem = ats_smem(hd, 0, 0, ATS_MAXG, 0);
+        unsigned smem = ats_smem(hd, 0, 0, ATS_MAXG);
         CK(cuFuncSetAttribute(fsp, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of weft_attention_split");
         void *pargs[] = {&qp, &pp, &slots, &kc, &vc, &part, &T, &Hq, &Hkv, &hd, &max_seq,
@@ -1047,27 +1040,6 @@ static weft_status ra_counters(cuda_backend *b, int Hkv, CUdeviceptr *out, weft_
     return WEFT_OK;
 }
 
-/* The clusters of 8 splits a kv head of the _mc kernel f may have at once (1-255): option
- * attn_clusters, or as many as the device runs at once (cuOccupancyMaxActiveClusters) shared
- * by the Hkv heads; past that a step's blocks take several splits each (core.cu RA_KSH). */
-static weft_status ra_cluster_cap(cuda_backend *b, CUfunction f, unsigned smem, int Hkv,
-                                  int *cap, weft_error *err) {
-    cuda_ops_state *o = ops_of(b);
-    if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "host memory for the op state");
-    if (b->attn_clusters > 0) {
-        *cap = b->attn_clusters;
-        return WEFT_OK;
-    }
-    if (o->cap_fn != f || o->cap_smem != smem) {
-        int nc = 0;
-        TRY(cuda_max_clusters(b, f, ATS_THREADS, smem, ATS_CLUSTER, &nc, err));
-        o->cap_fn = f, o->cap_smem = smem, o->cap_clusters = nc;
-    }
-    int c = o->cap_clusters / Hkv;
-    *cap = c < 1 ? 1 : c > 255 ? 255 : c;
-    return WEFT_OK;
-}
-
 static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const weft_node *n,
                                      weft_error *err) {
     cuda_backend *b = st;
@@ -1120,17 +1092,13 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         const char *kname = knames[b->attn_cp != 0][cl + mc];
         TRY(kern(b, dt, tw, kname, &f, err));
         /* core.cu, weft_rope_attention's layout: ATS_MAXG heads in the plain cluster kernels */
-        unsigned smem = ats_smem(r.hd, 1, b->attn_cp, cl && !mc ? ATS_MAXG : G,
-                                 mc ? RA_KSLOTS : 0);
+        unsigned smem = ats_smem(r.hd, 1, b->attn_cp, cl && !mc ? ATS_MAXG : G);
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of the fused rope-attention kernel");
         CUdeviceptr vs = r.merged ? rows.vs : vin;
         int nnorm = (int)norm_block(r.hd);
-        /* the kernel reads the cluster flag from bit 16 of S, option attn_cp from bits 17-18,
-         * and the _mc kernels the clusters a kv head may have at once from bits 20-27 */
-        int cap = 0;
-        if (mc) TRY(ra_cluster_cap(b, f, smem, r.Hkv, &cap, err));
-        int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (cap << 20);
+        /* the kernel reads the cluster flag from bit 16 of S, option attn_cp from bits 17-18 */
+        int S_arg = S | (cl << 16) | (b->attn_cp << 17);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
                         &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
                         &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,

@@ -1551,16 +1551,11 @@ __device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride
 // splits span several clusters): the group's partial record instead of the output, head h's at
 // dst + h * hstride (the unnormalised sum, then the group's max and sum: combine_group's values).
 #define ATS_MAXS 8
-// The MC kernels' splits a block (1 << RA_KSH at most; cuda_ops.c RA_KSLOTS slots of partials)
-#define RA_KSH 2
 static_assert(ATS_MAXS == ATS_GROUP, "a cluster merges one group of combine_two's order");
-// MC with ksh > 0 (RA_KSH): each block holds 1 << ksh consecutive splits, split j in slot
-// j mod (1 << ksh) (sstride floats apart) of cluster rank (j >> ksh) mod 8.
 template <bool MC>
 __device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride, int s_lo,
                                                  int ns, int G, int hd, act *o, int nt,
-                                                 float *dst = nullptr, long hstride = 0,
-                                                 int ksh = 0, long sstride = 0) {
+                                                 float *dst = nullptr, long hstride = 0) {
     #pragma unroll 1
     for (int i = threadIdx.x; i < G * hd; i += nt) {
         const int h = i / hd, d = i % hd;
@@ -1569,12 +1564,10 @@ __device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride
 #pragma unroll
         for (int s = 0; s < ATS_MAXS; s++)
             if (s < ns) {
-                const int j = s_lo + s;
-                const unsigned rk = MC ? (unsigned)(j >> ksh) % ATS_MAXS : (unsigned)j;
-                const float *jp = MC ? hp + (j & ((1 << ksh) - 1)) * sstride : hp;
-                m[s] = ld_cluster(jp + hd, rk);
-                l[s] = ld_cluster(jp + hd + 1, rk);
-                a[s] = ld_cluster(jp + d, rk);
+                const unsigned rk = MC ? (unsigned)(s_lo + s) % ATS_MAXS : (unsigned)(s_lo + s);
+                m[s] = ld_cluster(hp + hd, rk);
+                l[s] = ld_cluster(hp + hd + 1, rk);
+                a[s] = ld_cluster(hp + d, rk);
             }
         float M = -INFINITY, L = 0.f, v = 0.f;
 #pragma unroll
@@ -1742,7 +1735,6 @@ __device__ __forceinline__ void rope_attention_body(
     // never takes) is that one-level form, the kernel's code before the two-level order
     // (docs/perf/batch1.md, session of 2026-12-01 08:34 UTC).
     const int cluster = MC ? 1 : (S >> 16) & 1, cp = CP ? (S >> 17) & 3 : 0; // option attn_cp
-    const int cap = MC ? (S >> 20) & 0xff : 0; // MC: clusters a kv head may have in one wave
     S &= 0xffff;
     __shared__ int ra_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
@@ -1775,32 +1767,20 @@ __device__ __forceinline__ void rope_attention_body(
     // past position 512 without a window) each cluster's result is a group record and the
     // last cluster merges the groups. Clusters without live splits have no work. p is the
     // step's, the same for every block, so the blocks of a cluster all choose alike.
-    const bool multi = MC && (s_lo ^ s_hi) >= ATS_MAXS; // live splits in several groups
-    // MC: when the live splits would take more than cap clusters a kv head (more blocks than the
-    // GPU holds at once: the last clusters would start only as the first finish), each block
-    // runs 1 << ksh consecutive splits (ksh <= RA_KSH), the fewest that fit, one after another,
-    // keeping each split's partial in its own slot; the merge reads them where they lie, so the
-    // bits are the same whatever ksh is (docs/perf/batch1.md, session of 2026-12-01 11:01 UTC).
-    // The block's live splits are b_lo..b_hi; it runs b_hi (sp) first, so that the block
-    // holding row p stages that chunk around the wait as before.
-    int ksh = 0;
-    if (MC)
-        while (ksh < RA_KSH && (s_hi >> (3 + ksh)) - (s_lo >> (3 + ksh)) >= cap) ksh++;
-    const int b_lo = MC ? max(s << ksh, s_lo) : s, sp = MC ? min(((s + 1) << ksh) - 1, s_hi) : s;
-    int j0 = sp * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
+    const bool multi = MC && (s_lo ^ s_hi) >= ATS_MAXS; // live splits in several clusters
+    int j0 = s * ATS_CHUNK, j1 = j0 + ATS_CHUNK - 1;
     if (j0 < lo) j0 = lo;
     if (j1 > p) j1 = p;
-    const int n = MC && b_lo > sp ? 0 : j1 - j0 + 1;
+    const int n = j1 - j0 + 1;
     if (n <= 0) { // not counted: the target is the number of non-empty splits
         pdl_enter();
-        if (MC ? s / ATS_MAXS >= s_lo >> (3 + ksh) && s / ATS_MAXS <= s_hi >> (3 + ksh)
-               : cluster) {
+        if (MC ? s / ATS_MAXS >= s_lo / ATS_MAXS && s / ATS_MAXS <= s_hi / ATS_MAXS : cluster) {
             cluster_sync();
             cluster_sync();
         }
         return;
     }
-    const bool own = sp == s_hi;   // row p is this chunk's last
+    const bool own = s == s_hi;    // row p is this chunk's last
     const int nh = G + (own ? 1 : 0); // heads to normalise and rotate
     const long pstride = (long)hd + 2, hstride = (long)S * pstride;
     const long o0 = ((long)(g * G) * S + s) * pstride;
@@ -1926,38 +1906,24 @@ __device__ __forceinline__ void rope_attention_body(
         // multi (MC, live splits in several clusters): each cluster's block of its last live
         // split merges the cluster's live splits into a group record in part (combine_group's
         // first level), counts in, and the last to arrive merges the groups (ra_merge_groups).
-        // MC: the partials' slots (RA_KSLOTS of (G, pstride)) past the layout's other areas
-        const long sstride = (long)G * pstride;
-        float *mine = MC ? rs + 12 + (CP ? (G + 5) * hd : 0) : X;
-        ats_attend(qs, ks, vs, ps, MC ? mine + (sp & ((1 << ksh) - 1)) * sstride : mine, 0,
-                   pstride, G, hd, n, nt);
-        #pragma unroll 1
-        for (int t = sp - 1; MC && t >= b_lo; t--) { // the block's other splits (full chunks)
-            const int a0 = t * ATS_CHUNK > lo ? t * ATS_CHUNK : lo;
-            const int nn = t * ATS_CHUNK + ATS_CHUNK - a0;
-            bsync(nt); // the last sums have read vs
-            ats_stage(kc, vc, base, row, a0, nn, hd, ks, vs, nt, []() {});
-            bsync(nt);
-            ats_attend(qs, ks, vs, ps, mine + (t & ((1 << ksh) - 1)) * sstride, 0, pstride, G,
-                       hd, nn, nt);
-        }
+        float *mine = X;
+        ats_attend(qs, ks, vs, ps, mine, 0, pstride, G, hd, n, nt);
         STAGE_MARK(inv, 4);
         BLOCK_ATTENDED();
         cluster_sync(); // every split's partials written
         STAGE_MARK(inv, 5);
-        // the group of 8 splits holding the block's (one group: 1 << ksh divides 8)
-        const int gq = sp / ATS_MAXS;
-        const int c_lo = multi && s_lo < gq * ATS_MAXS ? gq * ATS_MAXS : s_lo;
-        const int c_hi = multi && s_hi > gq * ATS_MAXS + ATS_MAXS - 1
-                             ? gq * ATS_MAXS + ATS_MAXS - 1
+        const int c_lo = multi && s_lo < s / ATS_MAXS * ATS_MAXS ? s / ATS_MAXS * ATS_MAXS : s_lo;
+        const int c_hi = multi && s_hi > s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
+                             ? s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
                              : s_hi;
-        const bool mrg = sp == c_hi; // this group's merging block (own unless multi)
+        const bool mrg = s == c_hi; // this cluster's merging block (own unless multi)
         if (mrg)
             ra_merge_cluster<MC>(mine, pstride, c_lo, c_hi - c_lo + 1, G, hd,
                                  o + (long)(g * G) * hd, nt,
-                                 multi ? part + (long)(g * G) * hstride + (long)gq * pstride
+                                 multi ? part + (long)(g * G) * hstride +
+                                             (long)(s / ATS_MAXS) * pstride
                                        : nullptr,
-                                 hstride, ksh, sstride);
+                                 hstride);
         // the merging block has read them: the others may exit (relaxed: its stores of o need
         // not have completed for that; the kernel's end makes them visible)
         cluster_sync_relaxed();
