@@ -1102,8 +1102,9 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 #define ATS_MAXG 8
 // ATS_BATCH 16-byte loads of K and of V per thread and trip: 4 covers a 64-row chunk of a
 // 128-dim head in 16-bit types at 256 threads in one trip. It sets the kernels' registers:
-// weft_rope_attention 80 at 4 (121 at 8), which lets one of its blocks share an SM with four GEMV
-// blocks of 40 (64K registers), so under PDL its K/V loads start while the q|k|v projection
+// weft_rope_attention (bf16, as NVRTC builds it: the ctest cuda_nvrtc_regs) 88 at 4 (124 at 8),
+// which lets one of its blocks share an SM with four GEMV blocks of 38 (64K registers), so
+// under PDL its K/V loads start while the q|k|v projection
 // still runs instead of after it (with the backend's smem_carveout, which lets the SM's shared
 // memory hold it beside them).
 #define ATS_BATCH 4
@@ -1436,7 +1437,7 @@ extern "C" __global__ void __launch_bounds__(128) weft_attention_tc(
 // by the launch's G = Hq / Hkv query heads a kv head rather than ATS_MAXG, so that three blocks
 // of a 128-dim head fit an SM's 228 KiB (long contexts launch more live splits than two an SM
 // hold). The plain cluster kernels (at most 8 splits: 64 blocks for 8 kv heads) keep ATS_MAXG:
-// with G their bf16 form took 92 registers instead of 80. The split block's ks | vs |
+// with G their bf16 form took 98 registers instead of 88 (NVRTC). The split block's ks | vs |
 // qs (G, hd) | ps (G, ATS_CHUNK), then X ((G + 1) * hd: raw q heads and the k head) and rs
 // (G + 1 norm factors, padded to 12); with the backend's option attn_cp also cst (3 * hd: the
 // RoPE stage's constants, the q and k norm weights and the inverse frequencies, copied in
@@ -2015,11 +2016,12 @@ __device__ __forceinline__ void rope_attention_body(
 #define ABLATE_ATTENTION() ((void)0)
 #endif
 // The two launchable forms, the same body: the plain one, and the option attn_cp form
-// (weft_rope_attention_cp). Both copy paths compiled in take the latter to ~118 registers, so it
-// is held to 80 (three blocks an SM; no spills), which keeps one of its blocks fitting beside
-// four GEMV blocks under PDL (unbounded, Qwen3-0.6B with smem_carveout 100 measured -6%). The
-// plain form compiles to 80 unforced; with this bound and the copy paths in it measured -3.4% on
-// Llama-3.2-1B (cause not isolated), hence two kernels (docs/perf/batch1.md, 16:20-16:33 UTC).
+// (weft_rope_attention_cp). Both copy paths compiled in take the latter to 98 registers (NVRTC,
+// bf16; nvcc reported ~118), so it is held to three blocks an SM (79, no spills), which keeps
+// one of its blocks fitting beside four GEMV blocks under PDL (unbounded, Qwen3-0.6B with
+// smem_carveout 100 measured -6%). The plain form compiles to 88 unforced; with this bound and
+// the copy paths in it measured -3.4% on Llama-3.2-1B (cause not isolated), hence two kernels
+// (docs/perf/batch1.md, 16:20-16:33 UTC).
 #define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC, CL)                                               \
     extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
         const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,           \
@@ -2042,8 +2044,11 @@ WEFT_ROPE_ATTENTION(weft_rope_attention_at, (256), false, false, false)
 WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false)
 // The MC forms (S > 8 splits as clusters of 8, launched when max_seq passes 512 positions; each
 // of both kernels above measured slower with the MC logic compiled in, Llama-3.2-1B by 3%,
-// hence two more; docs/perf/batch1.md, session of 2026-12-01). bf16 compiles to 80 registers
-// unbound; f16 took 96, held to three blocks an SM it takes 79.
+// hence two more; docs/perf/batch1.md, session of 2026-12-01). NVRTC compiles the bf16 form to
+// 103 registers unbound (two blocks an SM; nvcc's ptxas reported 80), the f16 one to 80 (held to
+// three blocks an SM, 79). Held to three, the bf16 form (72) was slower at short contexts
+// (Qwen3-0.6B -5.3%, Qwen3-8B -3.3%) and no faster at 2,560 positions (docs/perf/batch1.md,
+// session of 2026-12-01 11:01 UTC).
 #if WEFT_TA == 2
 WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true, true)
 #else
