@@ -105,7 +105,6 @@ typedef struct cuda_ops_state {
  * unfused kernel's for ATS_MAXG heads; weft_rope_attention's for the layout's G heads (core.cu,
  * its layout comment), plus X and rs and, with option attn_cp, its cp.async areas. */
 static unsigned ats_smem(int hd, int fused, int cp, int G) {
-    if (!fused) G = ATS_MAXG;
     int floats = ATS_CHUNK * (hd + 4) + ATS_CHUNK * hd + G * hd + G * ATS_CHUNK;
     if (fused) floats += (G + 1) * hd + 12;
     if (fused && cp) floats += 3 * hd + (G + 2) * hd;

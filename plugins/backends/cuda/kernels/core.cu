@@ -1104,9 +1104,8 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 // 128-dim head in 16-bit types at 256 threads in one trip. It sets the kernels' registers:
 // weft_rope_attention (bf16, as NVRTC builds it: the ctest cuda_nvrtc_regs) 88 at 4 (124 at 8),
 // which lets one of its blocks share an SM with four GEMV blocks of 38 (64K registers), so
-// under PDL its K/V loads start while the q|k|v projection
-// still runs instead of after it (with the backend's smem_carveout, which lets the SM's shared
-// memory hold it beside them).
+// under PDL its K/V loads start while the q|k|v projection still runs instead of after it
+// (with the backend's smem_carveout, which lets the SM's shared memory hold it beside them).
 #define ATS_BATCH 4
 // Row stride of the staged K rows in floats: a multiple of 4 (16-byte rows for vector loads)
 // that is 4 mod 32 for the head sizes used, so the 8 lanes of a quarter-warp reading 8
@@ -1434,16 +1433,18 @@ extern "C" __global__ void __launch_bounds__(128) weft_attention_tc(
 // order and sets the counter back to 0 for the next layer, step or graph replay. Every block
 // derives the number of non-empty splits from p the same way and empty ones exit at once.
 // weft_rope_attention's shared memory ("its layout" below and in cuda_ops.c ats_smem), sized
-// by the launch's G = Hq / Hkv query heads a kv head rather than ATS_MAXG, so that three blocks
-// of a 128-dim head fit an SM's 228 KiB (long contexts launch more live splits than two an SM
-// hold). The plain cluster kernels (at most 8 splits: 64 blocks for 8 kv heads) keep ATS_MAXG:
-// with G their bf16 form took 98 registers instead of 88 (NVRTC). The split block's ks | vs |
-// qs (G, hd) | ps (G, ATS_CHUNK), then X ((G + 1) * hd: raw q heads and the k head) and rs
-// (G + 1 norm factors, padded to 12); with the backend's option attn_cp also cst (3 * hd: the
-// RoPE stage's constants, the q and k norm weights and the inverse frequencies, copied in
-// before the wait) and raw (G + 2 rows of hd values as stored, at most 4 bytes each: the q|k|v
-// rows' copies). Launched only by cuda_ops.c op_rope_attention; the persistent kernels run its
-// body as op PK_ROPE_ATTENTION with at least the launch's shared memory.
+// by the launch's G = Hq / Hkv query heads a kv head rather than ATS_MAXG, so that shared
+// memory no longer holds the _mc kernel of a 128-dim head to two blocks an SM (its 103
+// registers still do; Llama-3.2-1B decodes 3% faster with it at max_model_len 4,096:
+// docs/perf/batch1.md, session of 2026-12-01 11:01 UTC). The plain cluster kernels (at most 8
+// splits: 64 blocks for 8 kv heads) keep ATS_MAXG: with G their bf16 form took 98 registers
+// instead of 88 (NVRTC). The split block's ks | vs | qs (G, hd) | ps (G, ATS_CHUNK), then X
+// ((G + 1) * hd: raw q heads and the k head) and rs (G + 1 norm factors, padded to 12); with
+// the backend's option attn_cp also cst (3 * hd: the RoPE stage's constants, the q and k norm
+// weights and the inverse frequencies, copied in before the wait) and raw (G + 2 rows of hd
+// values as stored, at most 4 bytes each: the q|k|v rows' copies). Launched only by cuda_ops.c
+// op_rope_attention; the persistent kernels run its body as op PK_ROPE_ATTENTION with at
+// least the launch's shared memory.
 
 // One head's sum of squares as block_sum<1> adds it over nn threads (nn a multiple of 32, at
 // most 1024), run by one warp: lane l sums for threads l, l + 32, ... in turn.
