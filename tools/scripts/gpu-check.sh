@@ -31,7 +31,8 @@
 #                                        decode of WEFT_AB_CANDIDATES with every bundle of
 #                                        WEFT_AB_BUNDLES and backend options of WEFT_AB_OPTS, in
 #                                        WEFT_AB_ROUNDS interleaved rounds, then traces
-#                                        (Qwen3-8B's with WEFT_AB_TRACE_8B=1)
+#                                        (Qwen3-8B's with WEFT_AB_TRACE_8B=1); at each
+#                                        PROMPT:MAX_MODEL_LEN pair of WEFT_AB_LENGTHS
 #   tools/scripts/gpu-check.sh prefill-tc  time to first token of long prompts with the cuda
 #                                        backend's tensor-core prefill (option prefill_tc) and
 #                                        without, fast-cuda-async on WEFT_PROFILE_MODELS
@@ -423,31 +424,41 @@ ab)
   for t in ${WEFT_AB_TESTS:-}; do gpu_test "$t"; done
   mkdir -p "$out/cand"
   IFS=';' read -r -a abopts <<< "${WEFT_AB_OPTS:--}"
-  for ((r = 1; r <= ${WEFT_AB_ROUNDS:-2}; r++)); do
-    for cfg in $models; do
-      for bdl in ${WEFT_AB_BUNDLES:-.gpu}; do
-        for i in "${!abopts[@]}"; do
-          for c in ${WEFT_AB_CANDIDATES:-manifests/fast-cuda-async.yaml}; do
-            m=$out/cand/$(basename "$c" .yaml)-o$i.yaml
-            with_options "$c" "${abopts[$i]}" > "$m"
-            with_bundle "$root/$bdl" bench_batch1 \
-              "bench_${r}_${bdl#.}_o${i}_$(basename "$c" .yaml)_$cfg" "$m" "$cfg"
+  # WEFT_AB_LENGTHS: "P:M ..." pairs (e.g. "128:4096 2560:4096"), each run as if given as
+  # WEFT_BENCH_PROMPT=P WEFT_BENCH_MAX_MODEL_LEN=M, its runs named _pP_mM; unset: one pass
+  # with those variables as they are
+  for pm in ${WEFT_AB_LENGTHS:--}; do
+    lt=
+    if [ "$pm" != - ]; then
+      export WEFT_BENCH_PROMPT=${pm%%:*} WEFT_BENCH_MAX_MODEL_LEN=${pm##*:}
+      lt=_p${pm%%:*}_m${pm##*:}
+    fi
+    for ((r = 1; r <= ${WEFT_AB_ROUNDS:-2}; r++)); do
+      for cfg in $models; do
+        for bdl in ${WEFT_AB_BUNDLES:-.gpu}; do
+          for i in "${!abopts[@]}"; do
+            for c in ${WEFT_AB_CANDIDATES:-manifests/fast-cuda-async.yaml}; do
+              m=$out/cand/$(basename "$c" .yaml)-o$i.yaml
+              with_options "$c" "${abopts[$i]}" > "$m"
+              with_bundle "$root/$bdl" bench_batch1 \
+                "bench_${r}_${bdl#.}_o${i}_$(basename "$c" .yaml)_$cfg$lt" "$m" "$cfg"
+            done
           done
         done
       done
     done
-  done
-  # the in-graph trace of the first candidate with .gpu and each options map (WEFT_ISSUE8_TRACE=0
-  # skips them; Qwen3-8B's only with WEFT_AB_TRACE_8B=1)
-  c=$(echo ${WEFT_AB_CANDIDATES:-manifests/fast-cuda-async.yaml} | cut -d' ' -f1)
-  for cfg in $models; do
-    [ "${WEFT_ISSUE8_TRACE:-1}" = 0 ] && continue
-    [ "$cfg" = Qwen3-8B ] && [ "${WEFT_AB_TRACE_8B:-0}" != 1 ] && continue
-    for i in "${!abopts[@]}"; do
-      with_options "$c" "${abopts[$i]}" > "$out/cand/trace-o$i.yaml"
-      trace_decode "trace_o${i}_$cfg" "$out/cand/trace-o$i.yaml" "$cfg"
+    # the in-graph trace of the first candidate with .gpu and each options map (WEFT_ISSUE8_TRACE=0
+    # skips them; Qwen3-8B's only with WEFT_AB_TRACE_8B=1)
+    c=$(echo ${WEFT_AB_CANDIDATES:-manifests/fast-cuda-async.yaml} | cut -d' ' -f1)
+    for cfg in $models; do
+      [ "${WEFT_ISSUE8_TRACE:-1}" = 0 ] && continue
+      [ "$cfg" = Qwen3-8B ] && [ "${WEFT_AB_TRACE_8B:-0}" != 1 ] && continue
+      for i in "${!abopts[@]}"; do
+        with_options "$c" "${abopts[$i]}" > "$out/cand/trace-o$i.yaml"
+        trace_decode "trace_o${i}_$cfg$lt" "$out/cand/trace-o$i.yaml" "$cfg"
+      done
     done
-  done
+  done # WEFT_AB_LENGTHS
   for i in "${!abopts[@]}"; do echo "options o$i: ${abopts[$i]}"; done
   rm -rf "$out/cand"
   ;;
