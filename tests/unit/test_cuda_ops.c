@@ -1403,6 +1403,23 @@ static void test_option_ranges(void **state) {
             fail_msg("option %s = %lld: the error does not name it: %s", bad[i].key,
                      (long long)bad[i].v, err.message);
     }
+    /* kernel_ptx: a folder path longer than the backend keeps is refused, not cut short */
+    char longpath[700];
+    memset(longpath, 'a', sizeof(longpath) - 1);
+    longpath[sizeof(longpath) - 1] = 0;
+    weft_option o[2] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
+                        {.key = "kernel_ptx", .type = WEFT_OPTION_STRING, .s = longpath}};
+    weft_options opts = {2, o};
+    weft_error err = {.size = sizeof(err)};
+    void *inst = NULL;
+    weft_status st = desc->create(weft_host_services_of(host), &opts, &inst, &err);
+    if (st == WEFT_OK) {
+        desc->destroy(inst);
+        fail_msg("a kernel_ptx path of %zu bytes was accepted", strlen(longpath));
+    }
+    assert_int_equal(st, WEFT_ERR_INVALID);
+    if (!strstr(err.message, "kernel_ptx"))
+        fail_msg("the error does not name kernel_ptx: %s", err.message);
 }
 
 static int setup(void **state) {

@@ -86,6 +86,9 @@ typedef struct cuda_backend {
     /* option prefill_tc: prefill steps of f16/bf16 models attend on tensor cores (core.cu
      * weft_attention_tc, cuda_ops.c attention_kernels) instead of weft_attention */
     int prefill_tc;
+    /* option kernel_ptx: a folder of nvcc-built PTX modules loaded instead of NVRTC's
+     * (cuda_kernels.c load_ptx); empty: NVRTC only */
+    char kernel_ptx[512];
     /* option ablate (profiling only): kernel classes compiled to do no work (core.cu
      * WEFT_ABLATE: 1 the fused attention, 2 the fused add + RMSNorm, 4 the GEMVs) */
     int ablate;

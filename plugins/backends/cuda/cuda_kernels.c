@@ -12,8 +12,52 @@
 
 extern const char weft_cuda_core_source[]; /* kernels/core.cu, embedded at build time */
 
+/* Option kernel_ptx: the module of (ta, tw) and the build's defines from the folder's nvcc-built
+ * PTX (tools/scripts/nvcc-ptx.sh names them), JIT-compiled by the driver for this device. *found
+ * = 0 when the option is empty or the file is absent (NVRTC compiles it then, said once per
+ * module); a file that is there but does not load is an error naming it. */
+static weft_status load_ptx(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule *out, int *found,
+                            weft_error *err) {
+    *found = 0;
+    if (!b->kernel_ptx[0]) return WEFT_OK;
+    char abl[24] = "", path[640];
+    if (b->ablate) snprintf(abl, sizeof(abl), "_ablate%d", b->ablate);
+    snprintf(path, sizeof(path), "%s/core_ta%u_tw%u%s%s%s.ptx", b->kernel_ptx, ta, tw,
+             b->trace ? "_trace" : "", b->pdl && b->pdl_early ? "_pdle" : "", abl);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "weft cuda: option kernel_ptx: no %s, compiling core.cu with NVRTC\n",
+                path);
+        return WEFT_OK;
+    }
+    char *ptx = NULL;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len > 0 && len < (256l << 20) && fseek(f, 0, SEEK_SET) == 0 && (ptx = malloc(len + 1)) &&
+        fread(ptx, 1, (size_t)len, f) == (size_t)len) {
+        ptx[len] = 0;
+    } else {
+        free(ptx);
+        ptx = NULL;
+    }
+    fclose(f);
+    if (!ptx) return cuda_fail(err, WEFT_ERR_IO, "option kernel_ptx: cannot read %s", path);
+    CUresult r = cuModuleLoadData(out, ptx);
+    free(ptx);
+    char what[700];
+    snprintf(what, sizeof(what), "loading the PTX %s (option kernel_ptx)", path);
+    weft_status s = cuda_check(r, "cuModuleLoadData", what, err);
+    if (s == WEFT_OK) {
+        *found = 1;
+        fprintf(stderr, "weft cuda: kernels from %s (option kernel_ptx)\n", path);
+    }
+    return s;
+}
+
 static weft_status compile(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule *out,
                            weft_error *err) {
+    int found;
+    weft_status ps = load_ptx(b, ta, tw, out, &found, err);
+    if (ps || found) return ps;
     char def_a[32], def_w[32];
     snprintf(def_a, sizeof(def_a), "-DWEFT_TA=%u", ta);
     snprintf(def_w, sizeof(def_w), "-DWEFT_TW=%u", tw);
