@@ -1378,7 +1378,24 @@ static void test_rope_attention(void **state) {
     use_inst(0);
 }
 
-/* ---- ranged integer options: each value out of range refused at create, the option named -- */
+/* ---- options out of range refused at create, the option named ----------------------------- */
+/* create with device 0 and option o must fail with WEFT_ERR_INVALID naming o (what: the value,
+ * for the failure message) */
+static void expect_refused(weft_option o, const char *what) {
+    weft_option all[2] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0}, o};
+    weft_options opts = {2, all};
+    weft_error err = {.size = sizeof(err)};
+    void *inst = NULL;
+    weft_status st = desc->create(weft_host_services_of(host), &opts, &inst, &err);
+    if (st == WEFT_OK) {
+        desc->destroy(inst);
+        fail_msg("option %s = %s was accepted", o.key, what);
+    }
+    assert_int_equal(st, WEFT_ERR_INVALID);
+    if (!strstr(err.message, o.key))
+        fail_msg("option %s = %s: the error does not name it: %s", o.key, what, err.message);
+}
+
 static void test_option_ranges(void **state) {
     (void)state;
     static const struct {
@@ -1388,38 +1405,17 @@ static void test_option_ranges(void **state) {
                {"gemv_xsmem", 4},      {"attn_cp", 4},         {"attn_cp", -1},
                {"ablate", 8},          {"gemv_stage", 201},    {"gemv_stage", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        weft_option o[2] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
-                            {.key = bad[i].key, .type = WEFT_OPTION_INT, .i = bad[i].v}};
-        weft_options opts = {2, o};
-        weft_error err = {.size = sizeof(err)};
-        void *inst = NULL;
-        weft_status st = desc->create(weft_host_services_of(host), &opts, &inst, &err);
-        if (st == WEFT_OK) {
-            desc->destroy(inst);
-            fail_msg("option %s = %lld was accepted", bad[i].key, (long long)bad[i].v);
-        }
-        assert_int_equal(st, WEFT_ERR_INVALID);
-        if (!strstr(err.message, bad[i].key))
-            fail_msg("option %s = %lld: the error does not name it: %s", bad[i].key,
-                     (long long)bad[i].v, err.message);
+        char what[32];
+        snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
+        expect_refused((weft_option){.key = bad[i].key, .type = WEFT_OPTION_INT, .i = bad[i].v},
+                       what);
     }
     /* kernel_ptx: a folder path longer than the backend keeps is refused, not cut short */
     char longpath[700];
     memset(longpath, 'a', sizeof(longpath) - 1);
     longpath[sizeof(longpath) - 1] = 0;
-    weft_option o[2] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
-                        {.key = "kernel_ptx", .type = WEFT_OPTION_STRING, .s = longpath}};
-    weft_options opts = {2, o};
-    weft_error err = {.size = sizeof(err)};
-    void *inst = NULL;
-    weft_status st = desc->create(weft_host_services_of(host), &opts, &inst, &err);
-    if (st == WEFT_OK) {
-        desc->destroy(inst);
-        fail_msg("a kernel_ptx path of %zu bytes was accepted", strlen(longpath));
-    }
-    assert_int_equal(st, WEFT_ERR_INVALID);
-    if (!strstr(err.message, "kernel_ptx"))
-        fail_msg("the error does not name kernel_ptx: %s", err.message);
+    expect_refused((weft_option){.key = "kernel_ptx", .type = WEFT_OPTION_STRING, .s = longpath},
+                   "a path of 699 bytes");
 }
 
 static int setup(void **state) {
