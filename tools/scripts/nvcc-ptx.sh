@@ -22,7 +22,9 @@ sets=("$@")
 [ ${#sets[@]} -gt 0 ] || sets=(3:3:pdle 3:3)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 src=$root/plugins/backends/cuda/kernels/core.cu
-command -v nvcc >/dev/null || { echo "nvcc-ptx.sh: no nvcc on PATH" >&2; exit 1; }
+# NVCC, else nvcc on PATH, else the toolkit's default place
+nvcc=${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
+[ -x "$nvcc" ] || { echo "nvcc-ptx.sh: no nvcc (set NVCC, or put it on PATH)" >&2; exit 1; }
 mkdir -p "$out"
 pids=()
 for set in "${sets[@]}"; do
@@ -42,7 +44,7 @@ for set in "${sets[@]}"; do
   done
   name=$out/core_ta${ta}_tw${tw}$trace$pdle$abl.ptx
   # -w: the host preprocessor's note that core.cu redefines INFINITY (NVRTC has no math.h)
-  nvcc -std=c++17 -ptx -arch="$arch" -w "${defs[@]}" -I"$root/plugins/sdk/kernels" "$src" \
+  "$nvcc" -std=c++17 -ptx -arch="$arch" -w "${defs[@]}" -I"$root/plugins/sdk/kernels" "$src" \
     -o "$name" &
   pids+=($!)
 done
