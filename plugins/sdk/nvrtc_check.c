@@ -6,9 +6,9 @@
  *   usage: <check> NAME.cu ARCH [DEFINE_SET...]
  * A define set is a comma-separated list of options ("-DWEFT_TA=1,-DWEFT_TW=2"); with none, the
  * source is compiled once without extra defines.
- * With WEFT_NVRTC_REGS set (a substring of kernel names; empty: every kernel) each set is also
- * compiled with ptxas's report, and the registers and spill stores of the matching kernels are
- * printed: the counts the plugin's kernels get at run time, which can differ much from what
+ * With WEFT_NVRTC_REGS set (a substring of kernel names; empty: every kernel) each set is
+ * compiled with ptxas's report added (its info lines are not warnings), and the registers and
+ * spill stores of the matching kernels are printed: the counts the plugin's kernels get at run time, which can differ much from what
  * nvcc -cubin reports for the same source (weft_rope_attention_mc: 103 against 80). */
 #include <stdio.h>
 #include <stdlib.h>

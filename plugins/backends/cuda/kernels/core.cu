@@ -1966,12 +1966,10 @@ __device__ __forceinline__ void rope_attention_body(
     const long per = (long)ns * pstride; // one head's partials
     if ((long)G * per <= (long)ATS_CHUNK * (ATS_KST(hd) + hd)) {
         float *pc = ats_smem;
-        {
-            #pragma unroll 1
-            for (long i = threadIdx.x; i < (long)G * per; i += nt) {
-                long h = i / per, r = i % per;
-                pc[i] = ld_cg(part + (long)(g * G) * hstride + h * hstride + s_lo * pstride + r);
-            }
+        #pragma unroll 1
+        for (long i = threadIdx.x; i < (long)G * per; i += nt) {
+            long h = i / per, r = i % per;
+            pc[i] = ld_cg(part + (long)(g * G) * hstride + h * hstride + s_lo * pstride + r);
         }
         bsync(nt);
         if (CL)
