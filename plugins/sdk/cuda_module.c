@@ -35,14 +35,16 @@ static void mkdirs(const char *path) {
     mkdir(tmp, 0755);
 }
 
+/* The file's *n bytes and a NUL after them (so that PTX text loads as a string) */
 static void *read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    void *buf = NULL;
+    char *buf = NULL;
     if (fseek(f, 0, SEEK_END) == 0) {
         long len = ftell(f);
         if (len > 0 && len < (1l << 30) && fseek(f, 0, SEEK_SET) == 0) {
-            buf = malloc((size_t)len);
+            buf = malloc((size_t)len + 1);
+            if (buf) buf[len] = 0;
             if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
                 free(buf);
                 buf = NULL;
@@ -144,6 +146,27 @@ done:
     else
         free(log);
     return s;
+}
+
+weft_status weft_cuda_module_load_file(const weft_cuda_api *api, const char *plugin,
+                                       const char *path, CUmodule *out, int *found,
+                                       weft_error *err) {
+    *found = 0;
+    if (access(path, F_OK) != 0) return WEFT_OK;
+    size_t n = 0;
+    void *data = read_all(path, &n);
+    if (!data) return weft_sdk_error(err, WEFT_ERR_IO, plugin, "cannot read the module %s", path);
+    CUresult r = api->module_load_data(out, data);
+    free(data);
+    if (r != CUDA_SUCCESS) {
+        const char *ename = NULL;
+        api->error_name(r, &ename);
+        return weft_sdk_error(err, r == CUDA_ERROR_OUT_OF_MEMORY ? WEFT_ERR_NOMEM : WEFT_ERR_DEVICE,
+                              plugin, "cuModuleLoadData failed (%s) while loading the module %s",
+                              ename ? ename : "CUDA error", path);
+    }
+    *found = 1;
+    return WEFT_OK;
 }
 
 weft_status weft_cuda_module_load(const weft_cuda_api *api, const weft_cuda_build *b, CUmodule *out,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "weft/sdk.h"
 
 #define CUDA_VERSION_STRING "0.1.0"
 #define CHUNK_MIN (256ull << 20)
@@ -381,18 +382,14 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         free(b);
         return e;
     }
-    for (uint32_t i = 0; opts && i < opts->count; i++) {
-        const weft_option *o = &opts->items[i];
-        if (!o->key || strcmp(o->key, "kernel_ptx") || o->type != WEFT_OPTION_STRING || !o->s)
-            continue;
-        if (strlen(o->s) >= sizeof(b->kernel_ptx)) {
-            cuda_fail(err, WEFT_ERR_INVALID, "option kernel_ptx: a folder path of at most %zu "
-                      "bytes, got %zu", sizeof(b->kernel_ptx) - 1, strlen(o->s));
-            free(b);
-            return WEFT_ERR_INVALID;
-        }
-        snprintf(b->kernel_ptx, sizeof(b->kernel_ptx), "%s", o->s);
+    const char *kp = weft_sdk_option_string(opts, "kernel_ptx", "");
+    if (strlen(kp) >= sizeof(b->kernel_ptx)) {
+        cuda_fail(err, WEFT_ERR_INVALID, "option kernel_ptx: a folder path of at most %zu bytes, "
+                  "got %zu", sizeof(b->kernel_ptx) - 1, strlen(kp));
+        free(b);
+        return WEFT_ERR_INVALID;
     }
+    snprintf(b->kernel_ptx, sizeof(b->kernel_ptx), "%s", kp);
     if (b->ablate)
         fprintf(stderr, "weft cuda: option ablate %d: kernels that do no work, for profiling; "
                         "every output of this engine is wrong\n", b->ablate);

@@ -24,32 +24,14 @@ static weft_status load_ptx(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule 
     if (b->ablate) snprintf(abl, sizeof(abl), "_ablate%d", b->ablate);
     snprintf(path, sizeof(path), "%s/core_ta%u_tw%u%s%s%s.ptx", b->kernel_ptx, ta, tw,
              b->trace ? "_trace" : "", b->pdl && b->pdl_early ? "_pdle" : "", abl);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "weft cuda: option kernel_ptx: no %s, compiling core.cu with NVRTC\n",
+    weft_cuda_api api;
+    weft_cuda_api_link_driver(&api);
+    weft_status s = weft_cuda_module_load_file(&api, CUDA_NAME, path, out, found, err);
+    if (s == WEFT_OK)
+        fprintf(stderr, *found ? "weft cuda: kernels from %s (option kernel_ptx)\n"
+                               : "weft cuda: option kernel_ptx: no %s, compiling core.cu with "
+                                 "NVRTC\n",
                 path);
-        return WEFT_OK;
-    }
-    char *ptx = NULL;
-    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (len > 0 && len < (256l << 20) && fseek(f, 0, SEEK_SET) == 0 && (ptx = malloc(len + 1)) &&
-        fread(ptx, 1, (size_t)len, f) == (size_t)len) {
-        ptx[len] = 0;
-    } else {
-        free(ptx);
-        ptx = NULL;
-    }
-    fclose(f);
-    if (!ptx) return cuda_fail(err, WEFT_ERR_IO, "option kernel_ptx: cannot read %s", path);
-    CUresult r = cuModuleLoadData(out, ptx);
-    free(ptx);
-    char what[700];
-    snprintf(what, sizeof(what), "loading the PTX %s (option kernel_ptx)", path);
-    weft_status s = cuda_check(r, "cuModuleLoadData", what, err);
-    if (s == WEFT_OK) {
-        *found = 1;
-        fprintf(stderr, "weft cuda: kernels from %s (option kernel_ptx)\n", path);
-    }
     return s;
 }
 

@@ -61,6 +61,14 @@ weft_status weft_cuda_compile(const weft_cuda_api *api, const weft_cuda_build *b
 weft_status weft_cuda_module_load(const weft_cuda_api *api, const weft_cuda_build *b, CUmodule *out,
                                   weft_error *err);
 
+/* Loads the module in the file at path, a cubin or PTX (which the driver JIT-compiles for the
+ * device), into the current context: a module built outside this path, e.g. by nvcc. *found = 0
+ * when there is no such file; one that cannot be read or loaded is an error naming it (plugin:
+ * the error's source). Needs the driver half of api. */
+weft_status weft_cuda_module_load_file(const weft_cuda_api *api, const char *plugin,
+                                       const char *path, CUmodule *out, int *found,
+                                       weft_error *err);
+
 /* The entry points of a plugin that links NVRTC (and the driver). Static inline, so a plugin
  * that never calls them does not reference the libraries. */
 static inline void weft_cuda_api_link_nvrtc(weft_cuda_api *api) {
