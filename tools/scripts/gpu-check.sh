@@ -145,8 +145,9 @@ with_options() {
   local o
   o=$(echo "${2:--}" | sed 's/^ *//; s/ *$//')
   if [ "$o" = - ]; then cat "$1"; return; fi
-  sed -E "s/^backend: cuda$/backend: {name: cuda, options: $o}/; t
-    s/^backend: \{name: cuda, options: \{(.*)\}\}$/backend: {name: cuda, options: {\1, ${o#\{}}/" "$1"
+  o=$(printf '%s' "$o" | sed 's/[\/&|]/\\&/g') # a path's slashes (and & \ |) kept literal
+  sed -E "s|^backend: cuda$|backend: {name: cuda, options: $o}|; t
+    s|^backend: \{name: cuda, options: \{(.*)\}\}$|backend: {name: cuda, options: {\1, ${o#\{}}|" "$1"
 }
 # candidate manifest $2 without the technique $1 (a name in its flow list), written to $3
 drop_technique() { # (a plain name or a {name: ..., options: {...}} entry)
