@@ -101,14 +101,15 @@ typedef struct cuda_ops_state {
 #define ATS_MAX_T 8
 #define ATS_THREADS 256
 
-/* Dynamic shared memory of a split block in bytes (core.cu ATS_KST and the layouts there): the
- * unfused kernel's for ATS_MAXG heads; weft_rope_attention's for the layout's G heads (core.cu,
- * its layout comment), plus X and rs and, with option attn_cp, its cp.async areas. */
-static unsigned ats_smem(int hd, int fused, int cp, int G) {
-    int floats = ATS_CHUNK * (hd + 4) + ATS_CHUNK * hd + G * hd + G * ATS_CHUNK;
+/* Dynamic shared memory of a split block in bytes (core.cu ATS_KST, ATS_KV_FLOATS and the
+ * layouts there): K and V staged as stored (es: the activations' element size), then floats:
+ * the unfused kernel's for ATS_MAXG heads; weft_rope_attention's for the layout's G heads
+ * (core.cu, its layout comment), plus X and rs and, with option attn_cp, its cp.async areas. */
+static unsigned ats_smem(int hd, int es, int fused, int cp, int G) {
+    int floats = G * hd + G * ATS_CHUNK;
     if (fused) floats += (G + 1) * hd + 12;
     if (fused && cp) floats += 3 * hd + (G + 2) * hd;
-    return (unsigned)floats * (unsigned)sizeof(float);
+    return (unsigned)(ATS_CHUNK * (2 * hd + 4) * es) + (unsigned)floats * (unsigned)sizeof(float);
 }
 
 static cuda_ops_state *ops_of(cuda_backend *b) {
@@ -619,7 +620,7 @@ static weft_status attention_kernels(cuda_backend *b, const weft_exec_ctx *c, ui
         CUfunction fsp, fc;
         TRY(kern(b, dt, dt, "weft_attention_split", &fsp, err));
         TRY(kern(b, dt, dt, "weft_attention_combine", &fc, err));
-        unsigned smem = ats_smem(hd, 0, 0, ATS_MAXG);
+        unsigned smem = ats_smem(hd, elem_size(dt), 0, 0, ATS_MAXG);
         CK(cuFuncSetAttribute(fsp, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of weft_attention_split");
         void *pargs[] = {&qp, &pp, &slots, &kc, &vc, &part, &T, &Hq, &Hkv, &hd, &max_seq,
@@ -1091,7 +1092,10 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         const char *kname = knames[b->attn_cp != 0][cl + mc];
         TRY(kern(b, dt, tw, kname, &f, err));
         /* core.cu, weft_rope_attention's layout: ATS_MAXG heads in the plain cluster kernels */
-        unsigned smem = ats_smem(r.hd, 1, b->attn_cp, cl && !mc ? ATS_MAXG : G);
+        /* K and V staged as stored; the counter merge's forms keep the float-sized area it
+         * gathers the partials in (core.cu, rope_attention_body's kvf) */
+        unsigned smem = ats_smem(r.hd, cl ? elem_size(dt) : 4, 1, b->attn_cp,
+                                 cl && !mc ? ATS_MAXG : G);
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of the fused rope-attention kernel");
         CUdeviceptr vs = r.merged ? rows.vs : vin;

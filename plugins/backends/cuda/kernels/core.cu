@@ -1107,26 +1107,45 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 // under PDL its K/V loads start while the q|k|v projection still runs instead of after it
 // (with the backend's smem_carveout, which lets the SM's shared memory hold it beside them).
 #define ATS_BATCH 4
-// Row stride of the staged K rows in floats: a multiple of 4 (16-byte rows for vector loads)
-// that is 4 mod 32 for the head sizes used, so the 8 lanes of a quarter-warp reading 8
-// different rows hit 8 different bank groups.
+// K and V are staged in shared memory as stored (act: 2 bytes in f16 / bf16 models), half the
+// room of float copies, so more split blocks fit an SM; ats_ld4 widens four values as A::ld
+// does, so the arithmetic sees the same floats. Row stride of the staged K rows in elements:
+// hd + 4, so that the lanes reading different rows at once hit different banks (f32: 16-byte
+// reads, rows 4 words apart mod 32; 16-bit types: 8-byte reads, rows 2 words apart).
 #define ATS_KST(hd) ((hd) + 4)
-// Shared memory of a split block in floats (cuda_ops.c sizes the launch with the same sum):
-// ks (ATS_CHUNK, ATS_KST) | vs (ATS_CHUNK, hd) | qs (ATS_MAXG, hd) | ps (ATS_MAXG, ATS_CHUNK)
+// Shared memory of a split block (cuda_ops.c ats_smem sizes the launch with the same sum):
+// ks (ATS_CHUNK, ATS_KST) and vs (ATS_CHUNK, hd) of act, then floats: qs (ATS_MAXG, hd) |
+// ps (ATS_MAXG, ATS_CHUNK). ATS_KV_FLOATS: the floats the two staged areas take.
+#define ATS_KV_FLOATS(hd) (ATS_CHUNK * (ATS_KST(hd) + (hd)) * (int)sizeof(act) / 4)
 extern __shared__ __align__(16) float ats_smem[];
 // The AV = 16 / sizeof(act) activation values of a 16-byte vector, as A::ld reads them.
 __device__ __forceinline__ void unpack_act16(uint4 v, float *f) {
     unpack_vec16<WEFT_TA>(v, f);
+}
+// Four consecutive staged values (8-byte aligned; 16 in f32) as A::ld reads each.
+__device__ __forceinline__ float4 ats_ld4(const act *p) {
+#if WEFT_TA == 1
+    return *(const float4 *)p;
+#else
+    uint2 u = *(const uint2 *)p;
+#if WEFT_TA == 3
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+#else
+    return make_float4(f16_to_f32((u16)(u.x & 0xffffu)), f16_to_f32((u16)(u.x >> 16)),
+                       f16_to_f32((u16)(u.y & 0xffffu)), f16_to_f32((u16)(u.y >> 16)));
+#endif
+#endif
 }
 
 // Stages rows [j0, j0 + n) of one KV head into ks / vs (base: the cache offset of that head at
 // position 0, row: elements per position). 16-byte loads, ATS_BATCH of K and of V per thread
 // issued before any is stored, so the chunk arrives in about one memory latency. mid() runs
 // once while the first batch is in flight (the caller's own loads overlap with them). The
-// shared copies hold A::ld's values whichever path ran.
+// shared copies hold the values as stored whichever path ran.
 template <class F>
 __device__ __forceinline__ void ats_stage(const act *kc, const act *vc, long base, long row,
-                                          int j0, int n, int hd, float *ks, float *vs, int nt,
+                                          int j0, int n, int hd, act *ks, act *vs, int nt,
                                           F &&mid) {
     const int kst = ATS_KST(hd);
     const int AV = 16 / (int)sizeof(act), rv = hd / AV, nvec = n * rv;
@@ -1149,13 +1168,14 @@ __device__ __forceinline__ void ats_stage(const act *kc, const act *vc, long bas
                 int i = i0 + b * nt + (int)threadIdx.x;
                 if (i < nvec) {
                     int j = i / rv, d = (i % rv) * AV;
-                    float kf[8], vf[8];
-                    unpack_act16(kr[b], kf);
-                    unpack_act16(vr[b], vf);
-                    for (int e = 0; e < AV; e++) {
-                        ks[j * kst + d + e] = kf[e];
-                        vs[j * hd + d + e] = vf[e];
+                    // a K row of 16-bit values is 8-byte aligned only (stride hd + 4)
+                    if (sizeof(act) == 4) {
+                        *(uint4 *)(ks + j * kst + d) = kr[b];
+                    } else {
+                        *(uint2 *)(ks + j * kst + d) = make_uint2(kr[b].x, kr[b].y);
+                        *(uint2 *)(ks + j * kst + d + 4) = make_uint2(kr[b].z, kr[b].w);
                     }
+                    *(uint4 *)(vs + j * hd + d) = vr[b];
                 }
             }
         }
@@ -1166,15 +1186,15 @@ __device__ __forceinline__ void ats_stage(const act *kc, const act *vc, long bas
     for (int i = threadIdx.x; i < n * hd; i += nt) {
         int j = i / hd, d = i % hd;
         long off = base + (long)(j0 + j) * row + d;
-        ks[j * kst + d] = A::ld(kc, off);
-        vs[j * hd + d] = A::ld(vc, off);
+        ks[j * kst + d] = kc[off];
+        vs[j * hd + d] = vc[off];
     }
 }
 
 // The chunk's attention for the G heads of a group, from qs (G, hd: scaled queries) and the n
 // staged rows; the block's threads all synchronised before. Writes head h's partial (acc[hd],
 // m, l) at part[o0 + h * hstride].
-__device__ __forceinline__ void ats_attend(const float *qs, const float *ks, const float *vs,
+__device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const act *vs,
                                            float *ps, float *part, long o0, long hstride, int G,
                                            int hd, int n, int nt) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
@@ -1185,13 +1205,14 @@ __device__ __forceinline__ void ats_attend(const float *qs, const float *ks, con
         int h = i / ATS_CHUNK, j = i % ATS_CHUNK;
         float d = -INFINITY;
         if (j < n) {
-            const float4 *qv = (const float4 *)(qs + h * hd), *kv = (const float4 *)(ks + j * kst);
+            const float4 *qv = (const float4 *)(qs + h * hd);
+            const act *kv = ks + j * kst;
             d = 0.f;
             #pragma unroll 1
             for (int e = 0; e < h4; e += 8) {
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
-                    float4 a = qv[e + u], b = kv[e + u];
+                    float4 a = qv[e + u], b = ats_ld4(kv + 4 * (e + u));
                     d = fmaf(a.x, b.x, d);
                     d = fmaf(a.y, b.y, d);
                     d = fmaf(a.z, b.z, d);
@@ -1233,7 +1254,7 @@ __device__ __forceinline__ void ats_attend(const float *qs, const float *ks, con
 #pragma unroll 4
         for (int j = 0; j < n; j++) {
             float w = pr[j];
-            float4 v = *(const float4 *)(vs + j * hd + d);
+            float4 v = ats_ld4(vs + j * hd + d);
             a0 = fmaf(w, v.x, a0);
             a1 = fmaf(w, v.y, a1);
             a2 = fmaf(w, v.z, a2);
@@ -1266,9 +1287,9 @@ __device__ __forceinline__ void attention_split_body(const act *q, const int *po
         for (int h = threadIdx.x; h < G; h += nt) part[o0 + h * hstride + hd] = -INFINITY;
         return;
     }
-    float *ks = ats_smem;                        // (ATS_CHUNK, ATS_KST)
-    float *vs = ks + ATS_CHUNK * ATS_KST(hd);   // (ATS_CHUNK, hd)
-    float *qs = vs + ATS_CHUNK * hd;            // (G, hd)
+    act *ks = (act *)ats_smem;                 // (ATS_CHUNK, ATS_KST)
+    act *vs = ks + ATS_CHUNK * ATS_KST(hd);    // (ATS_CHUNK, hd)
+    float *qs = ats_smem + ATS_KV_FLOATS(hd);  // (G, hd)
     float *ps = qs + ATS_MAXG * hd;             // (G, ATS_CHUNK)
     long row = (long)Hkv * hd;
     long base = ((long)slot * max_seq) * row + (long)g * hd;
@@ -1676,7 +1697,7 @@ __device__ __forceinline__ void cp_async_wait_all() {
 __device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, const act *vsrc,
                                              act *vc, int g, int G, int hd, int nh, bool own,
                                              long prow, bool rawok, act *raw, float *X,
-                                             float *vlast, int nt) {
+                                             act *vlast, int nt) {
     if (rawok) {
         const int AV = 16 / (int)sizeof(act), rv = hd / AV;
         const int nx = nh * rv, ntot = nx + (own ? rv : 0);
@@ -1698,23 +1719,21 @@ __device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, c
     if (own) {
         #pragma unroll 1
         for (int i = threadIdx.x; i < hd; i += nt) {
-            vc[prow + i] = vsrc[(long)g * hd + i];
-            vlast[i] = A::ld(vsrc, (long)g * hd + i);
+            vc[prow + i] = vlast[i] = vsrc[(long)g * hd + i];
         }
     }
 }
 // raw (after the copies' wait and a barrier) -> X as A::ld reads each value, and the v row to
 // the cache as stored and to vlast as read.
 __device__ __forceinline__ void ra_rows_from_raw(const act *raw, act *vc, int hd, int nh, bool own,
-                                                 long prow, float *X, float *vlast, int nt) {
+                                                 long prow, float *X, act *vlast, int nt) {
     #pragma unroll 1
     for (int i = threadIdx.x; i < nh * hd; i += nt) X[i] = A::ld(raw, i);
     if (own) {
         const act *vr = raw + (long)nh * hd;
         #pragma unroll 1
         for (int i = threadIdx.x; i < hd; i += nt) {
-            vc[prow + i] = vr[i];
-            vlast[i] = A::ld(vr, i);
+            vc[prow + i] = vlast[i] = vr[i];
         }
     }
 }
@@ -1786,9 +1805,13 @@ __device__ __forceinline__ void rope_attention_body(
     const int nh = G + (own ? 1 : 0); // heads to normalise and rotate
     const long pstride = (long)hd + 2, hstride = (long)S * pstride;
     const long o0 = ((long)(g * G) * S + s) * pstride;
-    float *ks = ats_smem;
-    float *vs = ks + ATS_CHUNK * ATS_KST(hd);
-    float *qs = vs + ATS_CHUNK * hd;
+    // the staged K and V take ATS_KV_FLOATS; the counter merge (the forms without clusters)
+    // gathers the partials into that area, so there it keeps the size of float copies (up to
+    // 64 splits of G = 2 heads of 128 dims, as before K and V were staged as stored)
+    const int kvf = CL ? ATS_KV_FLOATS(hd) : ATS_CHUNK * (ATS_KST(hd) + hd);
+    act *ks = (act *)ats_smem;
+    act *vs = ks + ATS_CHUNK * ATS_KST(hd);
+    float *qs = ats_smem + kvf;
     // the layout's heads (see "its layout" above): G, but ATS_MAXG in the plain cluster kernels
     const int gl = CL && !MC ? ATS_MAXG : G;
     float *ps = qs + gl * hd;
@@ -1822,7 +1845,7 @@ __device__ __forceinline__ void rope_attention_body(
     const bool rawok = (cp & 2) && hd % (16 / (int)sizeof(act)) == 0 &&
                        (((unsigned long long)qsrc | (unsigned long long)ksrc |
                          (unsigned long long)vsrc | (unsigned long long)raw) & 15) == 0;
-    float *vlast = vs + (long)(n - 1) * hd;
+    act *vlast = vs + (long)(n - 1) * hd;
     ats_stage(kc, vc, base, row, j0, own ? n - 1 : n, hd, ks, vs, nt, [&]() {
         pdl_enter();
         STAGE_MARK(inv, 1);
@@ -1879,8 +1902,8 @@ __device__ __forceinline__ void rope_attention_body(
         } else {
             A::st(kc, prow + a, ya);
             A::st(kc, prow + b, yb);
-            ks[(n - 1) * ATS_KST(hd) + a] = A::round(ya);
-            ks[(n - 1) * ATS_KST(hd) + b] = A::round(yb);
+            A::st(ks, (n - 1) * ATS_KST(hd) + a, ya);
+            A::st(ks, (n - 1) * ATS_KST(hd) + b, yb);
         }
     }
     const int pass = hd - rot; // dims past the rotary ones: normalised only
@@ -1896,7 +1919,7 @@ __device__ __forceinline__ void rope_attention_body(
             qs[hh * hd + e] = A::round(y) * scale;
         } else {
             A::st(kc, prow + e, y);
-            ks[(n - 1) * ATS_KST(hd) + e] = A::round(y);
+            A::st(ks, (n - 1) * ATS_KST(hd) + e, y);
         }
     }
     bsync(nt);
@@ -1964,7 +1987,7 @@ __device__ __forceinline__ void rope_attention_body(
     // of L2 loads (the staging area is free again) when they fit, then the same arithmetic
     const int ns = s_hi - s_lo + 1;
     const long per = (long)ns * pstride; // one head's partials
-    if ((long)G * per <= (long)ATS_CHUNK * (ATS_KST(hd) + hd)) {
+    if ((long)G * per <= (long)kvf) {
         float *pc = ats_smem;
         #pragma unroll 1
         for (long i = threadIdx.x; i < (long)G * per; i += nt) {
