@@ -1102,7 +1102,8 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 #define ATS_MAXG 8
 // ATS_BATCH 16-byte loads of K and of V per thread and trip: 4 covers a 64-row chunk of a
 // 128-dim head in 16-bit types at 256 threads in one trip. It sets the kernels' registers:
-// weft_rope_attention (bf16, as NVRTC builds it: the ctest cuda_nvrtc_regs) 88 at 4 (124 at 8),
+// weft_rope_attention (bf16, as NVRTC builds it: the ctest cuda_nvrtc_regs) 77 at 4 (with K and
+// V staged as floats: 88 at 4, 124 at 8),
 // which lets one of its blocks share an SM with four GEMV blocks of 38 (64K registers), so
 // under PDL its K/V loads start while the q|k|v projection still runs instead of after it
 // (with the backend's smem_carveout, which lets the SM's shared memory hold it beside them).
@@ -1455,11 +1456,11 @@ extern "C" __global__ void __launch_bounds__(128) weft_attention_tc(
 // derives the number of non-empty splits from p the same way and empty ones exit at once.
 // weft_rope_attention's shared memory ("its layout" below and in cuda_ops.c ats_smem), sized
 // by the launch's G = Hq / Hkv query heads a kv head rather than ATS_MAXG, so that shared
-// memory no longer holds the _mc kernel of a 128-dim head to two blocks an SM (its 103
-// registers still do; Llama-3.2-1B decodes 3% faster with it at max_model_len 4,096:
-// docs/perf/batch1.md, session of 2026-12-01 11:01 UTC). The plain cluster kernels (at most 8
-// splits: 64 blocks for 8 kv heads) keep ATS_MAXG: with G their bf16 form took 98 registers
-// instead of 88 (NVRTC). The split block's ks | vs | qs (G, hd) | ps (G, ATS_CHUNK), then X
+// memory no longer holds the _mc kernel of a 128-dim head to two blocks an SM (Llama-3.2-1B
+// decodes 3% faster with it at max_model_len 4,096: docs/perf/batch1.md, session of 2026-12-01
+// 11:01 UTC). The plain cluster kernels (at most 8 splits: 64 blocks for 8 kv heads) keep
+// ATS_MAXG: with G their bf16 form took 98 registers instead of 88 (NVRTC, K and V then staged
+// as floats). The split block's ks | vs | qs (G, hd) | ps (G, ATS_CHUNK), then X
 // ((G + 1) * hd: raw q heads and the k head) and rs (G + 1 norm factors, padded to 12); with
 // the backend's option attn_cp also cst (3 * hd: the RoPE stage's constants, the q and k norm
 // weights and the inverse frequencies, copied in before the wait) and raw (G + 2 rows of hd
@@ -2043,7 +2044,8 @@ __device__ __forceinline__ void rope_attention_body(
 // one of its blocks fitting beside four GEMV blocks under PDL (unbounded, Qwen3-0.6B with
 // smem_carveout 100 measured -6%). The plain form compiles to 88 unforced; with this bound and
 // the copy paths in it measured -3.4% on Llama-3.2-1B (cause not isolated), hence two kernels
-// (docs/perf/batch1.md, 16:20-16:33 UTC).
+// (docs/perf/batch1.md, 16:20-16:33 UTC). Those counts are from K and V staged as floats; staged
+// as stored (NVRTC, bf16): plain 77, _cp 78, _at 74, _cp_at 80, _mc 80, _cp_mc 78.
 #define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC, CL)                                               \
     extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
         const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,           \
@@ -2066,11 +2068,13 @@ WEFT_ROPE_ATTENTION(weft_rope_attention_at, (256), false, false, false)
 WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false)
 // The MC forms (S > 8 splits as clusters of 8, launched when max_seq passes 512 positions; each
 // of both kernels above measured slower with the MC logic compiled in, Llama-3.2-1B by 3%,
-// hence two more; docs/perf/batch1.md, session of 2026-12-01). NVRTC compiles the bf16 form to
-// 103 registers unbound (two blocks an SM; nvcc's ptxas reported 80), the f16 one to 80 (held to
-// three blocks an SM, 79). Held to three, the bf16 form (72) was slower at short contexts
-// (Qwen3-0.6B -5.3%, Qwen3-8B -3.3%) and no faster at 2,560 positions (docs/perf/batch1.md,
-// session of 2026-12-01 11:01 UTC).
+// hence two more; docs/perf/batch1.md, session of 2026-12-01). With K and V staged as floats
+// NVRTC compiled the bf16 form to 103 registers unbound (two blocks an SM), and held to three
+// (72) it was slower at short contexts (Qwen3-0.6B -5.3%, Qwen3-8B -3.3%; session of 2026-12-01
+// 11:01 UTC). Staged as stored it takes 80 (three blocks an SM; the f16 form 76, bound as
+// before). Held to four blocks an SM (both _mc forms at 64 registers), fast-cuda-async gained
+// 3.8-10.4% at 2,560 positions and lost 1.9-2.6% at 128 positions with max_model_len 4,096
+// (session of 2026-12-01 13:57 UTC), so the bounds stay.
 #if WEFT_TA == 2
 WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true, true)
 #else
