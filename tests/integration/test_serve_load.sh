@@ -46,12 +46,17 @@ graphs_before=$(metric weft_engine_graphs_built_total)
 after=$(rss)
 heap_after=$(metric weft_process_heap_bytes)
 graphs_after=$(metric weft_engine_graphs_built_total)
-if [ "$graphs_after" != "$graphs_before" ]; then
-  # The engine met a batch shape the warm-up did not and built its graph (memory it keeps by
-  # design). Measure one more round with that graph in place.
+# The engine met a batch shape the warm-up did not and built its graph (memory it keeps by
+# design). Measure another round with that graph in place, until a round builds none (a round
+# under load can meet yet another shape: the test failed once when the second round did); a
+# leak grows in every round, so the rounds hide none.
+for _ in 1 2 3; do
+  [ "$graphs_after" = "$graphs_before" ] && break
   echo "engine built $((graphs_after - graphs_before)) new graph(s) during the run; measuring again"
+  graphs_before=$graphs_after
   round_again
-fi
+  graphs_after=$(metric weft_engine_graphs_built_total)
+done
 if [ "$3" = rss ] && [ "$after" -gt $((before * 101 / 100)) ] && \
    [ -n "$heap_before" ] && [ "$heap_after" -le $((heap_before * 101 / 100)) ]; then
   # Resident memory grew while the heap in use did not. Memory freed back to a malloc arena
