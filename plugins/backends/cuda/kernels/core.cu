@@ -1119,10 +1119,6 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 // ps (ATS_MAXG, ATS_CHUNK). ATS_KV_FLOATS: the floats the two staged areas take.
 #define ATS_KV_FLOATS(hd) (ATS_CHUNK * (ATS_KST(hd) + (hd)) * (int)sizeof(act) / 4)
 extern __shared__ __align__(16) float ats_smem[];
-// The AV = 16 / sizeof(act) activation values of a 16-byte vector, as A::ld reads them.
-__device__ __forceinline__ void unpack_act16(uint4 v, float *f) {
-    unpack_vec16<WEFT_TA>(v, f);
-}
 // Four consecutive staged values (8-byte aligned; 16 in f32) as A::ld reads each.
 __device__ __forceinline__ float4 ats_ld4(const act *p) {
 #if WEFT_TA == 1
