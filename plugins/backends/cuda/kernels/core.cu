@@ -1103,10 +1103,10 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 // ATS_BATCH 16-byte loads of K and of V per thread and trip: 4 covers a 64-row chunk of a
 // 128-dim head in 16-bit types at 256 threads in one trip. It sets the kernels' registers:
 // weft_rope_attention (bf16, as NVRTC builds it: the ctest cuda_nvrtc_regs) 77 at 4 (with K and
-// V staged as floats: 88 at 4, 124 at 8),
-// which lets one of its blocks share an SM with four GEMV blocks of 38 (64K registers), so
-// under PDL its K/V loads start while the q|k|v projection still runs instead of after it
-// (with the backend's smem_carveout, which lets the SM's shared memory hold it beside them).
+// V staged as floats: 88 at 4, 124 at 8), which lets one of its blocks share an SM with four
+// GEMV blocks of 38 (64K registers), so under PDL its K/V loads start while the q|k|v
+// projection still runs instead of after it (with the backend's smem_carveout, which lets the
+// SM's shared memory hold it beside them).
 #define ATS_BATCH 4
 // K and V are staged in shared memory as stored (act: 2 bytes in f16 / bf16 models), half the
 // room of float copies, so more split blocks fit an SM; ats_ld4 widens four values as A::ld
