@@ -57,15 +57,17 @@ for _ in 1 2 3; do
   round_again
   graphs_after=$(metric weft_engine_graphs_built_total)
 done
-if [ "$3" = rss ] && [ "$after" -gt $((before * 101 / 100)) ] && \
-   [ -n "$heap_before" ] && [ "$heap_after" -le $((heap_before * 101 / 100)) ]; then
-  # Resident memory grew while the heap in use did not. Memory freed back to a malloc arena
-  # stays resident at the round's peak, and on a loaded machine more requests overlap, so one
-  # round can raise that peak once; a leak grows every round. Measure one more round from this
-  # plateau (the check below then applies to it).
+# Resident memory grew while the heap in use did not. Memory freed back to a malloc arena stays
+# resident at the round's peak, and on a loaded machine more requests overlap, so a round can
+# raise that peak (once, or twice in a row: the CI failure of 2026-12-01, 15,664 -> 15,832 ->
+# 16,600 kB with the heap flat to the byte); a leak grows every round. Measure more rounds from
+# each new plateau, up to three, while that holds (the check below then applies to the last).
+for _ in 1 2 3; do
+  [ "$3" = rss ] && [ "$after" -gt $((before * 101 / 100)) ] && [ -n "$heap_before" ] && \
+    [ "$heap_after" -le $((heap_before * 101 / 100)) ] || break
   echo "RSS ${before} -> ${after} kB with a flat heap; measuring one more round from there"
   round_again
-fi
+done
 echo "server RSS: ${before} kB after warm-up, ${after} kB after 2000 requests;" \
   "heap in use: ${heap_before} -> ${heap_after} bytes"
 if grep -q "^WEFT_SANITIZE:BOOL=ON" "$build/CMakeCache.txt" 2>/dev/null; then
