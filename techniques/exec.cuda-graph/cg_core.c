@@ -1,7 +1,8 @@
 /* The capture-and-replay executor shared by exec.cuda-graph and exec.persistent (cg_core.h).
  *
  * Why a capture stays valid: every launch shape of the cuda backend's ops depends only on the
- * step's row count and logit-row count, and every per-step value (tokens, positions, kv slots,
+ * step's row count, logit-row count and KV-length bucket (weft_sdk_kv_bucket: the fused
+ * attention sizes its split grid by it), which together key a capture, and every per-step value (tokens, positions, kv slots,
  * logit rows) is read on the device from the graph's fixed input buffers, which the engine
  * fills before run (llama option device_inputs: true; prepare refuses a graph whose attention
  * would stage host data instead). Everything else a kernel reads (weights, the activation arena,
@@ -186,15 +187,18 @@ static weft_status run_nodes(cg_core *c, cg_prepared *p, weft_exec_ctx *ctx, int
     return WEFT_OK;
 }
 
-static cg_shape *shape_for(cg_prepared *p, uint32_t n_tokens, uint32_t n_logits) {
+static cg_shape *shape_for(cg_prepared *p, uint32_t n_tokens, uint32_t n_logits,
+                           int64_t kv_len) {
     for (uint32_t i = 0; i < p->n_shapes; i++)
-        if (p->shapes[i].n_tokens == n_tokens && p->shapes[i].n_logits == n_logits)
+        if (p->shapes[i].n_tokens == n_tokens && p->shapes[i].n_logits == n_logits &&
+            p->shapes[i].kv_len == kv_len)
             return &p->shapes[i];
     if (p->n_shapes == CG_MAX_SHAPES) return NULL;
     cg_shape *sh = &p->shapes[p->n_shapes++];
     memset(sh, 0, sizeof(*sh));
     sh->n_tokens = n_tokens;
     sh->n_logits = n_logits;
+    sh->kv_len = kv_len;
     return sh;
 }
 
@@ -229,8 +233,10 @@ static weft_status capture(cg_core *c, cg_prepared *p, cg_shape *sh, weft_exec_c
     sh->state = CG_SHAPE_EAGER;
     if (c->host->log)
         c->host->log(WEFT_LOG_WARN, c->name,
-                     "step of %u rows / %u logit rows stays eager: capture failed (%s%s%s)",
-                     sh->n_tokens, sh->n_logits, ops ? op_err.message : "",
+                     "step of %u rows / %u logit rows / KV bucket %lld stays eager: capture "
+                     "failed (%s%s%s)",
+                     sh->n_tokens, sh->n_logits, (long long)sh->kv_len,
+                     ops ? op_err.message : "",
                      ops ? "; " : "",
                      end != CUDA_SUCCESS ? "cuStreamEndCapture" : inst != CUDA_SUCCESS
                                                                         ? "cuGraphInstantiate"
@@ -252,7 +258,7 @@ weft_status cg_core_run(cg_core *c, void *prepared, weft_exec_ctx *ctx, weft_err
         c->eager_runs++;
         return run_nodes(c, p, ctx, 0, err);
     }
-    cg_shape *sh = shape_for(p, ctx->n_tokens, n_logits);
+    cg_shape *sh = shape_for(p, ctx->n_tokens, n_logits, weft_sdk_kv_bucket(ctx->batch));
     if (!sh || sh->state == CG_SHAPE_EAGER) {
         c->eager_runs++;
         return run_nodes(c, p, ctx, 0, err);

@@ -1,6 +1,6 @@
 /* The capture-and-replay executor shared by exec.cuda-graph and exec.persistent (compiled into
  * both bundles): decode-shaped steps (every row a logit row, at most max_tokens rows) are
- * captured once per (rows, logit rows) shape after `warmup` eager runs and replayed with one
+ * captured once per (rows, logit rows, KV-length bucket) shape after `warmup` eager runs and replayed with one
  * cuGraphLaunch; a hash of every buffer address a capture bakes in is checked each run and the
  * captures are dropped when it changes; prefill steps and shapes whose capture fails run
  * eagerly. Hooks let a technique turn a capture into something else (exec.persistent: a
@@ -13,12 +13,14 @@
 
 #include "weft/sdk.h"
 
-#define CG_MAX_SHAPES 64
+/* batch sizes up to max_tokens times the KV-length buckets of a cache (7 up to 32,768) */
+#define CG_MAX_SHAPES 128
 
 enum { CG_SHAPE_WARM = 0, CG_SHAPE_CAPTURED = 1, CG_SHAPE_EAGER = 2 };
 
 typedef struct cg_shape {
     uint32_t n_tokens, n_logits;
+    int64_t kv_len; /* the KV-length bucket (weft_sdk_kv_bucket; 0: no host positions) */
     uint32_t state, runs;
     CUgraphExec exec;
     void *ext; /* what the hooks made of this shape's capture (owned by the hooks) */

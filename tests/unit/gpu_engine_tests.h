@@ -19,6 +19,7 @@
 
 static char stories_dir[64];
 static int have_gpu = -1;
+static uint32_t open_max_model_len = 512; /* open_path's max_model_len */
 
 static const char *manifest_dir(void) {
     const char *d = getenv("WEFT_EXEC_MANIFESTS"); /* the GPU bundle carries its own copy */
@@ -43,7 +44,7 @@ static weft_engine *open_path(const char *path, const char *model, uint32_t max_
     weft_engine_options_default(&o);
     o.manifest_path = path;
     o.model_dir = model;
-    o.max_model_len = 512;
+    o.max_model_len = open_max_model_len;
     o.max_requests = max_requests;
     weft_error err;
     weft_error_clear(&err);

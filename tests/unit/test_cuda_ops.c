@@ -28,10 +28,12 @@ static const weft_plugin_descriptor *desc;
 static void *bst;
 static const weft_backend_vtable *be;
 /* Backend instances: [0] as described above; [1] the same options plus gemv_xsmem (the GEMVs
- * read x from shared memory) and attn_cp 3 (the fused attention's cp.async copies), [2]
- * that with smem_carveout 100, and [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs
- * stage their weights in shared memory) and prefill_tc off (prefill attention on CUDA cores),
- * each with its op table. All retain the device's
+ * read x from shared memory), attn_cp 3 (the fused attention's cp.async copies) and
+ * attn_mc4_from 2048 (its four-block cluster form from a bucket of 2,048 positions), [2] [1]'s
+ * first two with smem_carveout 100, and [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs
+ * stage their weights in shared memory), prefill_tc off (prefill attention on CUDA cores) and
+ * attn_mc4_from 512 (the fused attention's four-block cluster forms past 512 positions), each
+ * with its op table. All retain the device's
  * primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 4 };
 static void *insts[N_INST];
@@ -1117,8 +1119,11 @@ static void test_pdl_chain_xsmem(void **state) {
  * kernels inside the op), and the output must match a double-precision attention over the
  * unfused q' and the cache. Consecutive steps check that the kernel's arrival counters are
  * back at zero for the next step. The cluster cases run the merge through distributed shared
- * memory (option merge: cluster) against the same unfused nodes. */
+ * memory (option merge: cluster) against the same unfused nodes. The fused node sees the step's
+ * host batch (its launch then covers the step's KV-length bucket, as in the engine) except on
+ * instance 2 (ra_host_batch 0: it covers the whole cache). */
 enum { RA_SLOTS = 2, RA_MAX_SEQ = 320, RA_SLOT = 1 };
+static int ra_host_batch = 1;
 
 typedef struct ra_case {
     uint32_t dt;
@@ -1236,7 +1241,9 @@ static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P,
     r.out[0] = io2, r.out[1] = iq2, r.out[2] = ik2, r.out[3] = iv2;
     r.n_out = cs->merged ? 4 : 3;
     snprintf(r.name, sizeof(r.name), "layers.0.attn.rope_attn");
-    run_node(&r, (uint32_t)T, NULL, &cb->view);
+    weft_batch hb = {.size = sizeof(hb), .n_tokens = (uint32_t)T, .n_seqs = 1,
+                     .n_logits = (uint32_t)T, .positions = pos};
+    run_node(&r, (uint32_t)T, ra_host_batch ? &hb : NULL, &cb->view);
     /* the same bits: output and both caches */
     size_t no = (size_t)T * Hq * hd;
     float *a1 = malloc(no * 4), *a2 = malloc(no * 4), *qf = malloc(no * 4);
@@ -1368,13 +1375,17 @@ static void test_rope_attention(void **state) {
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 0, 2200},
     };
     /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
-     * copies), the unfused nodes as on [0] */
+     * copies), [1] its four-block cluster form from 2,048 positions (the 2,200-position cases),
+     * [2] without the host batch, [3] the plain four-block form from 512 positions; the unfused
+     * nodes as on [0] */
     for (int k = 0; k < N_INST; k++) {
         use_inst(k);
+        ra_host_batch = k != 2;
         if (!reg_find(op_ra)) fail_msg("instance %d registered no fuse.rope_attention", k);
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
             check_rope_attention(&cases[i], op_ra);
     }
+    ra_host_batch = 1;
     use_inst(0);
 }
 
@@ -1451,16 +1462,19 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[7] = {
+        weft_option kopt[8] = {
             opt[0], opt[1], opt[2], opt[3],
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
             {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
-            {.key = "attn_cp", .type = WEFT_OPTION_INT, .i = 3}};
-        if (k == 3) { /* [0]'s options plus gemv_stage, without the tensor-core prefill */
+            {.key = "attn_cp", .type = WEFT_OPTION_INT, .i = 3},
+            {.key = "attn_mc4_from", .type = WEFT_OPTION_INT, .i = 2048}};
+        if (k == 3) { /* [0]'s options plus gemv_stage and attn_mc4_from 512, without the
+                       * tensor-core prefill */
             kopt[4] = (weft_option){.key = "gemv_stage", .type = WEFT_OPTION_INT, .i = 96};
             kopt[5] = (weft_option){.key = "prefill_tc", .type = WEFT_OPTION_BOOL, .i = 0};
+            kopt[6] = (weft_option){.key = "attn_mc4_from", .type = WEFT_OPTION_INT, .i = 512};
         }
-        weft_options kopts = {k == 3 ? 6 : 7, kopt};
+        weft_options kopts = {k == 1 ? 8 : 7, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
             fprintf(stderr, "backend instance %d: %s\n", k, err.message);
             return -1;

@@ -8,7 +8,13 @@
  *     logits) for temperature, top-k, top-p, min-p and their combination;
  *   - first-token draws over 3,000 seeds fit the host sampler's distribution (chi-square at the
  *     0.999 quantile), and the same test rejects draws compared with a 20% hotter distribution;
- *   - rows the device declines (top alternatives) fall back to the host and still agree.
+ *   - rows the device declines (top alternatives) fall back to the host and still agree;
+ *   - KV-length buckets: with max_model_len 2,048, fast-cuda-all and fast-cuda-async decode 256
+ *     greedy tokens after prompts of 400 and 900 tokens (positions 400-655 and 900-1,155, past
+ *     the buckets of 512 and 1,024 positions, where the fused attention's split grid grows and
+ *     its cluster form changes) twice per engine, and give baseline-cuda's tokens, on every
+ *     model directory in WEFT_EXEC_MODELS (a capture replayed past its bucket would attend to
+ *     too few positions).
  * Needs the cuda backend and a GPU: without them (a CI machine) every test is skipped. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -75,6 +81,49 @@ static void test_greedy_stories(void **state) {
 static void test_greedy_models(void **state) {
     (void)state;
     for_each_model(greedy_on);
+}
+
+/* Captures keyed by KV-length bucket (cg_core.c, weft_sdk_kv_bucket). */
+static void buckets_on(const char *model) {
+    static int32_t prompt[900];
+    static result base, got;
+    static const char *const cands[] = {"fast-cuda-all", "fast-cuda-async"};
+    static const size_t lens[] = {400, 900};
+    open_max_model_len = 2048;
+    for (size_t l = 0; l < 2; l++) {
+        weft_engine *e = open_candidate("baseline-cuda", model);
+        if (!e) {
+            open_max_model_len = 512;
+            skip();
+        }
+        size_t n = make_prompt(e, prompt, lens[l]);
+        weft_sampler_params sp;
+        weft_sampler_params_default(&sp);
+        sp.temperature = 0.0f;
+        generate(e, prompt, n, &sp, 256, &base);
+        weft_engine_close(e);
+        for (size_t c = 0; c < 2; c++) {
+            e = open_candidate(cands[c], model);
+            assert_non_null(e);
+            for (int rep = 0; rep < 2; rep++) {
+                generate(e, prompt, n, &sp, 256, &got);
+                for (size_t i = 0; i < 256; i++)
+                    if (got.ids[i] != base.ids[i])
+                        fail_msg("%s on %s, %zu-token prompt, run %d: token %zu (position %zu) "
+                                 "is %d, the baseline's %d",
+                                 cands[c], model, n, rep, i, n + i, got.ids[i], base.ids[i]);
+            }
+            fprintf(stderr, "  %s on %s, %zu-token prompt: 2 x 256 greedy tokens equal the "
+                            "baseline's\n", cands[c], model, n);
+            weft_engine_close(e);
+        }
+    }
+    open_max_model_len = 512;
+}
+
+static void test_kv_buckets_models(void **state) {
+    (void)state;
+    for_each_model(buckets_on);
 }
 
 /* Device vs host sampling in one engine: a zero logit bias sends a request to the host sampler
@@ -236,6 +285,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_stories),
         cmocka_unit_test(test_greedy_models),
+        cmocka_unit_test(test_kv_buckets_models),
         cmocka_unit_test(test_sampled_matches_host),
         cmocka_unit_test(test_declined_rows),
         cmocka_unit_test(test_sampled_distribution),

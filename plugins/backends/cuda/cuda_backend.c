@@ -374,6 +374,8 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         {"gemv_stage", 0, 0, 200, " (KiB of weights a staged GEMV block copies to shared memory; "
          "0: off)", &b->gemv_stage},
         {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
+        {"attn_mc4_from", 0, 0, 1 << 24, " (positions of a KV-length bucket; 0: never)",
+         &b->attn_mc4_from},
         {"ablate", 0, 0, 7, " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs)",
          &b->ablate},
     };

@@ -83,6 +83,9 @@ typedef struct cuda_backend {
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */
     int attn_cp;
+    /* option attn_mc4_from: from a KV-length bucket of this many positions the fused
+     * attention's _mc forms run as _mc4 (four blocks an SM); 0 = never */
+    int attn_mc4_from;
     /* option prefill_tc: prefill steps of f16/bf16 models attend on tensor cores (core.cu
      * weft_attention_tc, cuda_ops.c attention_kernels) instead of weft_attention */
     int prefill_tc;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "weft/sdk.h"
 
 #define CK(call, what)                                                                           \
     do {                                                                                         \
@@ -1068,28 +1069,40 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
      * different FMA contraction from weft_qkv_rope's (315 of 2,048 outputs one rounding apart
      * in test_cuda_ops on the H200), and bit identity with the unfused nodes is the contract */
     if (T == 1 && r.hd % 32 == 0 && G <= ATS_MAXG && dt != WEFT_DTYPE_F32) {
-        int S = (max_seq + ATS_CHUNK - 1) / ATS_CHUNK;
+        /* The grid covers the step's KV-length bucket (weft_sdk_kv_bucket: the captures of
+         * exec.cuda-graph are keyed by it), not the whole cache: splits past the bucket could
+         * hold no live position. The partials' workspace is sized for the whole cache, so no
+         * bucket moves it under a captured graph. */
+        int S_all = (max_seq + ATS_CHUNK - 1) / ATS_CHUNK;
+        int64_t bucket = weft_sdk_kv_bucket(c->batch);
+        int span = bucket > 0 && bucket < max_seq ? (int)bucket : max_seq;
+        int S = (span + ATS_CHUNK - 1) / ATS_CHUNK;
         /* option merge: cluster: each kv head's splits as thread-block clusters merging
-         * through distributed shared memory: up to 8 splits (max_seq <= 512) one cluster;
-         * more, rounded up to a multiple of 8 (the extra splits empty), clusters of 8
+         * through distributed shared memory: up to 8 splits (a span of 512 positions) one
+         * cluster; more, rounded up to a multiple of 8 (the extra splits empty), clusters of 8
          * consecutive splits (the kernels' _mc form: a step whose live splits lie in one
-         * cluster, every step below position 512, merges there; a longer one takes the
-         * counter merge; docs/perf/batch1.md, session of 2026-12-01). 8: the portable
-         * cluster size. */
+         * cluster merges there; a longer one takes the counter merge; docs/perf/batch1.md,
+         * session of 2026-12-01). 8: the portable cluster size. From a span of attn_mc4_from
+         * positions the _mc4 form (the same body held to four blocks an SM). */
         int cl = r.cluster && b->cc_major >= 9, mc = cl && S > ATS_CLUSTER;
+        int mc4 = mc && b->attn_mc4_from > 0 && span >= b->attn_mc4_from;
         if (mc) S = (S + ATS_CLUSTER - 1) / ATS_CLUSTER * ATS_CLUSTER;
+        if (cl && S_all > ATS_CLUSTER)
+            S_all = (S_all + ATS_CLUSTER - 1) / ATS_CLUSTER * ATS_CLUSTER;
         CUdeviceptr part, cnt, freqs;
-        TRY(ats_workspace(b, r.Hq, r.hd, S, &part, err));
+        TRY(ats_workspace(b, r.Hq, r.hd, S_all, &part, err)); /* S_all >= S */
         TRY(ra_counters(b, r.Hkv, &cnt, err));
         TRY(rope_freqs(b, n, r.rot, &freqs, err));
         CUfunction f;
         /* option attn_cp: its kernel form (core.cu weft_rope_attention_cp); without
          * clusters the _at forms (the counter merge), clusters of 8 of more than 8 splits the
-         * _mc forms */
-        static const char *const knames[2][3] = {
-            {"weft_rope_attention_at", "weft_rope_attention", "weft_rope_attention_mc"},
-            {"weft_rope_attention_cp_at", "weft_rope_attention_cp", "weft_rope_attention_cp_mc"}};
-        const char *kname = knames[b->attn_cp != 0][cl + mc];
+         * _mc forms, from attn_mc4_from positions the _mc4 forms */
+        static const char *const knames[2][4] = {
+            {"weft_rope_attention_at", "weft_rope_attention", "weft_rope_attention_mc",
+             "weft_rope_attention_mc4"},
+            {"weft_rope_attention_cp_at", "weft_rope_attention_cp", "weft_rope_attention_cp_mc",
+             "weft_rope_attention_cp_mc4"}};
+        const char *kname = knames[b->attn_cp != 0][cl + mc + mc4];
         TRY(kern(b, dt, tw, kname, &f, err));
         /* core.cu, weft_rope_attention's layout: ATS_MAXG heads in the plain cluster kernels */
         /* K and V staged as stored; the counter merge's forms keep the float-sized area it

@@ -109,4 +109,21 @@ static inline const char *weft_sdk_option_string(const weft_options *opts, const
     return o && o->type == WEFT_OPTION_STRING && o->s ? o->s : def;
 }
 
+/* KV-length buckets (docs/DESIGN.md, "KV-length buckets"). A step whose largest host-batch
+ * position is p lies in the bucket of length WEFT_SDK_KV_BUCKET_MIN << k, the smallest above p:
+ * every row of the step reads at most that many cache positions. exec.cuda-graph keys its
+ * captures by the bucket as well as by the row counts, so an op may size a launch by it (the
+ * cuda backend's fused attention sizes its split grid) and a replay stays valid for every step
+ * of the bucket. 0 when the step has no host positions (size for the whole cache). */
+#define WEFT_SDK_KV_BUCKET_MIN 512
+static inline int64_t weft_sdk_kv_bucket(const weft_batch *b) {
+    if (!b || !b->positions || !b->n_tokens) return 0;
+    int32_t top = 0;
+    for (uint32_t i = 0; i < b->n_tokens; i++)
+        if (b->positions[i] > top) top = b->positions[i];
+    int64_t len = WEFT_SDK_KV_BUCKET_MIN;
+    while (len <= top) len <<= 1;
+    return len;
+}
+
 #endif /* WEFT_SDK_H */

@@ -2070,13 +2070,18 @@ WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false)
 // 11:01 UTC). Staged as stored it takes 80 (three blocks an SM; the f16 form 76, bound as
 // before). Held to four blocks an SM (both _mc forms at 64 registers), fast-cuda-async gained
 // 3.8-10.4% at 2,560 positions and lost 1.9-2.6% at 128 positions with max_model_len 4,096
-// (session of 2026-12-01 13:57 UTC), so the bounds stay.
+// (session of 2026-12-01 13:57 UTC), so these bounds stay and the four-block forms (_mc4) are
+// two more kernels, launched from the KV-length bucket of the backend's option attn_mc4_from
+// (off by default: by model and length they measured from -5.5% to +10.4%; session of
+// 2026-12-01 16:03 UTC).
 #if WEFT_TA == 2
 WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true, true)
 #else
 WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256), false, true, true)
 #endif
 WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc, (256, 3), true, true, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc4, (256, 4), false, true, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc4, (256, 4), true, true, true)
 
 #if WEFT_TA == WEFT_TW
 // ---- staged GEMV (the backend's option gemv_stage) ----------------------------------------
