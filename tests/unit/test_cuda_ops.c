@@ -1,10 +1,11 @@
 /* The cuda backend's op implementations against naive double-precision references written
- * here, on random inputs, in f32 and bf16. Loads the built plugin directly (no engine), builds
- * one-node graphs by hand, poisons every output before the run and checks every element.
- * The backend runs with gemv_max_tokens = 8 and gemv_force, so linear and lm_head nodes of 1..8 rows take the
- * GEMV kernel and larger ones cuBLASLt. The fused ops of the fuse.* techniques are checked
- * against the references and, bit for bit, against the unfused node sequences they replace.
- * Skipped (reported, not passed) on machines without a CUDA device. */
+ * here, on random inputs, in f32 and bf16 (the fused attention also in f16). Loads the built
+ * plugin directly (no engine), builds one-node graphs by hand, poisons every output before the
+ * run and checks every element. The backend runs with gemv_max_tokens = 8 and gemv_force, so
+ * linear and lm_head nodes of 1..8 rows take the GEMV kernel and larger ones cuBLASLt. The
+ * fused ops of the fuse.* techniques are checked against the references and, bit for bit,
+ * against the unfused node sequences they replace. Skipped (reported, not passed) on machines
+ * without a CUDA device. */
 #include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
@@ -86,6 +87,37 @@ static float from_bf16(uint16_t h) {
     memcpy(&f, &u, 4);
     return f;
 }
+/* IEEE half, rounded to nearest even (the test's values lie well inside its range; subnormals
+ * are handled, overflow saturates to infinity) */
+static uint16_t to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, mag = u & 0x7fffffffu;
+    if (mag >= 0x47800000u) return (uint16_t)(sign | (mag > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (mag < 0x38800000u) { /* below the smallest normal half: a subnormal or zero */
+        float a = fabsf(f) * 16777216.f; /* 2^24: units of the smallest subnormal */
+        uint32_t q = (uint32_t)a;
+        float rem = a - (float)q;
+        if (rem > 0.5f || (rem == 0.5f && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t h = ((mag - 0x38000000u) >> 13), rest = mag & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+static float from_f16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu;
+    if (e == 0) return (sign ? -1.f : 1.f) * (float)m / 16777216.f;
+    uint32_t u = sign | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* a 16-bit float type's encoding and value */
+static uint16_t to_h16(uint32_t dt, float f) { return dt == WEFT_DTYPE_F16 ? to_f16(f) : to_bf16(f); }
+static float from_h16(uint32_t dt, uint16_t h) {
+    return dt == WEFT_DTYPE_F16 ? from_f16(h) : from_bf16(h);
+}
 
 /* A tensor in the hand-built graph: host values (as f32 for float tensors) and a device copy. */
 typedef struct tens {
@@ -131,11 +163,11 @@ static uint32_t add_tensor(tens *t, int fill) {
             t->h = calloc(n, sizeof(float));
             for (size_t i = 0; i < n; i++) t->h[i] = fill ? frand() : 0.f;
         }
-        if (t->dtype == WEFT_DTYPE_BF16) {
+        if (t->dtype == WEFT_DTYPE_BF16 || t->dtype == WEFT_DTYPE_F16) {
             uint16_t *tmp = malloc(n * 2);
             for (size_t i = 0; i < n; i++) {
-                tmp[i] = to_bf16(t->h[i]);
-                t->h[i] = from_bf16(tmp[i]);
+                tmp[i] = to_h16(t->dtype, t->h[i]);
+                t->h[i] = from_h16(t->dtype, tmp[i]);
             }
             assert_int_equal(be->upload(bst, &t->d, 0, tmp, n * 2, &err), 0);
             free(tmp);
@@ -151,10 +183,10 @@ static uint32_t add_tensor(tens *t, int fill) {
 static void fetch(tens *t, float *out) {
     size_t n = (size_t)(t->rows * t->cols);
     weft_error err = {.size = sizeof(err)};
-    if (t->dtype == WEFT_DTYPE_BF16) {
+    if (t->dtype == WEFT_DTYPE_BF16 || t->dtype == WEFT_DTYPE_F16) {
         uint16_t *tmp = malloc(n * 2);
         assert_int_equal(be->download(bst, tmp, &t->d, 0, n * 2, &err), 0);
-        for (size_t i = 0; i < n; i++) out[i] = from_bf16(tmp[i]);
+        for (size_t i = 0; i < n; i++) out[i] = from_h16(t->dtype, tmp[i]);
         free(tmp);
     } else {
         assert_int_equal(be->download(bst, out, &t->d, 0, n * 4, &err), 0);
@@ -1164,7 +1196,7 @@ static float *ra_cache_get(const weft_buffer *b, uint32_t dt, size_t n, void *ra
     assert_int_equal(be->download(bst, raw, b, 0, n * ra_es(dt), &err), 0);
     float *f = malloc(n * 4);
     for (size_t i = 0; i < n; i++)
-        f[i] = dt == WEFT_DTYPE_F32 ? ((float *)raw)[i] : from_bf16(((uint16_t *)raw)[i]);
+        f[i] = dt == WEFT_DTYPE_F32 ? ((float *)raw)[i] : from_h16(dt, ((uint16_t *)raw)[i]);
     return f;
 }
 
@@ -1315,7 +1347,7 @@ static void check_rope_attention(const ra_case *cs, uint32_t op_ra) {
         if (cs->dt == WEFT_DTYPE_F32) {
             ((float *)kh)[i] = a, ((float *)vh)[i] = b;
         } else {
-            ((uint16_t *)kh)[i] = to_bf16(a), ((uint16_t *)vh)[i] = to_bf16(b);
+            ((uint16_t *)kh)[i] = to_h16(cs->dt, a), ((uint16_t *)vh)[i] = to_h16(cs->dt, b);
         }
     }
     ra_cache ca, cb;
@@ -1373,6 +1405,12 @@ static void test_rope_attention(void **state) {
          * them from global memory; with clusters five groups merge */
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1, 2200},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 0, 2200},
+        /* f16 activations (a model stored in float16): the kernels' 16-bit widening of K and
+         * V staged as stored (core.cu ats_ld4) takes its f16 branch; cluster merge at 320 and
+         * 1,100 positions, the counter merge with a window */
+        {WEFT_DTYPE_F16, 16, 8, 128, 1, 0, 1, 1},
+        {WEFT_DTYPE_F16, 16, 8, 128, 1, 0, 1, 1, 1100},
+        {WEFT_DTYPE_F16, 32, 8, 64, 0, 1, 1, 0, 1100, 100},
     };
     /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
      * copies), [1] its four-block cluster form from 2,048 positions (the 2,200-position cases),
