@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "paged_ops.h"
+#include "weft/attention_tc.h"
 #include "weft/cuda_module.h"
 #include "weft/sdk.h"
 
@@ -118,10 +119,6 @@ typedef struct kvp_cuda {
 #define KVS_MAXG 8
 #define KVS_THREADS 256
 #define KVS_MAXS 32
-/* kvp_attention_tc: positions per chunk (the split kernel's), and the fewest rows a step needs
- * before it is used */
-#define KVF_CHUNK KVS_CHUNK
-#define KVF_MIN_ROWS 16
 static size_t kvs_smem(int hd) {
     return ((size_t)KVS_CHUNK * (hd + 1) + (size_t)KVS_CHUNK * hd + (size_t)KVS_MAXG * hd +
             (size_t)KVS_MAXG * KVS_CHUNK) *
@@ -313,27 +310,22 @@ static weft_status run(void *st, const weft_exec_ctx *x, const weft_node *n, wef
     void *sargs[] = {&kp, &vp, &pp, &sp, &tb, &kc, &vc, &T, &Hkv, &hd, &P, &mb, &ns, &np};
     r = c->api.LaunchKernel(c->store[t], (unsigned)T, 1, 1, 128, 1, 1, 0, stream, sargs, NULL);
     if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_store");
-    /* Steps with prefill chunks (more rows than requests, at least KVF_MIN_ROWS rows) of f16/bf16
-     * models attend on tensor cores: every row, in tiles of up to R rows of one request
+    /* Steps with prefill chunks of f16/bf16 models attend on tensor cores (the steps and shapes
+     * weft/attention_tc.h names): every row, in tiles of up to R rows of one request
      * (kernels/paged.cu). Decode-shaped steps, the ones CUDA graphs capture, never do. */
-    int G = Hq / Hkv, R = G == 1 || G == 2 || G == 4 ? 64 / G : 0;
-    int prefill = x->batch && x->batch->n_seqs < (uint32_t)T;
-    if (c->tc_prefill && c->tc[t] && R && hd % 16 == 0 && hd <= 128 && T >= KVF_MIN_ROWS &&
-        prefill) {
-        /* splits: about four blocks per SM over the tiles (at most T / R + requests of them),
-         * as the workspace and the cache's chunks allow; a long context with few new rows (a
-         * follow-up turn, a chunk of a long prompt) is spread over the GPU */
-        long tiles = T / R + (long)x->batch->n_seqs;
+    int R = weft_atc_tile_rows(Hq, Hkv, hd);
+    if (c->tc_prefill && c->tc[t] && R && weft_atc_step(x->batch, T)) {
+        /* splits: about four blocks per SM over the tiles, as the workspace, KVS_MAXS and the
+         * cache's chunks allow; a long context with few new rows (a follow-up turn, a chunk of
+         * a long prompt) is spread over the GPU */
         size_t per = (size_t)T * Hq * (hd + 2) * sizeof(float);
-        int S = kvs_splits(c, tiles * Hkv, 4, P * mb);
-        if ((size_t)S * per > c->part_bytes) S = (int)(c->part_bytes / per);
-        if (S < 1) S = 1;
+        int S = weft_atc_splits(x->batch, T, R, Hkv, c->sms, P * mb, KVS_MAXS, per,
+                                c->part_bytes);
         CUdeviceptr part = c->part;
         void *targs[] = {&qp, &pp, &sp, &tb, &kc, &vc, &op,     &part,  &T,  &Hq,
                          &Hkv, &hd, &P, &mb, &ns, &np, &window, &scale, &S};
-        unsigned smem = (unsigned)((KVF_CHUNK * (hd + 8) + hd * (KVF_CHUNK + 8)) * 2);
-        r = c->api.LaunchKernel(c->tc[t], (unsigned)T, (unsigned)Hkv, (unsigned)S, 128, 1, 1,
-                                smem, stream, targs, NULL);
+        r = c->api.LaunchKernel(c->tc[t], (unsigned)T, (unsigned)Hkv, (unsigned)S,
+                                WEFT_ATC_THREADS, 1, 1, weft_atc_smem(hd), stream, targs, NULL);
         if (r != CUDA_SUCCESS) return cu_error(c, err, r, "launching kvp_attention_tc");
         return S == 1 ? WEFT_OK : combine(c, t, part, op, T, Hq, hd, S, stream, err);
     }

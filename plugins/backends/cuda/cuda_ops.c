@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "weft/attention_tc.h"
 #include "weft/sdk.h"
 
 #define CK(call, what)                                                                           \
@@ -534,11 +535,9 @@ static weft_status ats_workspace(cuda_backend *b, int Hq, int hd, int S, CUdevic
     return WEFT_OK;
 }
 
-/* weft_attention_tc (core.cu, attention_tc.cuh): the fewest rows of a step that uses it, and the
- * most bytes its splits' partials may take (above that, fewer splits) */
-#define ATC_MIN_ROWS 16
+/* weft_attention_tc (core.cu, attention_tc.cuh; its launch policy: weft/attention_tc.h): the most
+ * bytes its splits' partials may take (above that, fewer splits) */
 #define ATC_PART_MAX (32ull << 20)
-#define ATC_CHUNK 32
 
 /* weft_attention_tc's partials: ATC_PART_MAX bytes, allocated at the first prefill that splits.
  * Not the decode kernels' workspace, which captured graphs hold by address: a prefill must
@@ -551,42 +550,31 @@ static weft_status atc_workspace(cuda_backend *b, CUdeviceptr *out, weft_error *
     return WEFT_OK;
 }
 
-/* Prefill attention on tensor cores for a step with prefill rows (more rows than requests, at
- * least ATC_MIN_ROWS) of an f16/bf16 model, where the kernel's shapes allow (head_dim a multiple
- * of 16 up to 128, 1, 2 or 4 query heads a kv head); *used = 0 where it does not apply. Splits:
- * about four blocks an SM over the tiles (at most T / R + requests of them), as the chunks of
- * the context and ATC_PART_MAX allow; S > 1 merges in weft_attention_combine. */
+/* Prefill attention on tensor cores for the steps and shapes weft/attention_tc.h names (prefill
+ * rows of an f16/bf16 model); *used = 0 where it does not apply. S > 1 merges in
+ * weft_attention_combine. */
 static weft_status attention_tc(cuda_backend *b, const weft_exec_ctx *c, uint32_t dt, int T,
                                 int Hq, int Hkv, int hd, int window, float scale, int max_seq,
                                 CUdeviceptr qp, CUdeviceptr pp, CUdeviceptr slots,
                                 CUdeviceptr kc, CUdeviceptr vc, CUdeviceptr op, int *used,
                                 weft_error *err) {
     *used = 0;
-    int G = Hq / Hkv, R = G == 1 || G == 2 || G == 4 ? 64 / G : 0;
+    int R = weft_atc_tile_rows(Hq, Hkv, hd);
     const weft_batch *bt = c->batch;
-    if (!b->prefill_tc || dt == WEFT_DTYPE_F32 || !R || hd % 16 || hd > 128 ||
-        T < ATC_MIN_ROWS || !bt || bt->n_seqs >= (uint32_t)T)
-        return WEFT_OK;
+    if (!b->prefill_tc || dt == WEFT_DTYPE_F32 || !R || !weft_atc_step(bt, T)) return WEFT_OK;
     const weft_kv_contiguous *kv = c->kv->desc;
     int n_slots = (int)kv->n_slots;
-    long tiles = T / R + (long)bt->n_seqs, blocks = tiles * Hkv;
-    long want = 4L * (b->sm_count > 0 ? b->sm_count : 132);
-    int S = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
-    int chunks = (max_seq + ATC_CHUNK - 1) / ATC_CHUNK;
     uint64_t per = (uint64_t)T * Hq * (hd + 2) * sizeof(float);
-    if (S > chunks) S = chunks;
-    if (S > 1 && (uint64_t)S * per > ATC_PART_MAX) S = (int)(ATC_PART_MAX / per);
-    if (S < 1) S = 1;
+    int S = weft_atc_splits(bt, T, R, Hkv, b->sm_count, max_seq, 0, per, ATC_PART_MAX);
     CUdeviceptr part = 0;
     if (S > 1) TRY(atc_workspace(b, &part, err));
     CUfunction f;
     TRY(kern(b, dt, dt, "weft_attention_tc", &f, err));
-    /* core.cu ATC_SMEM: K (32, hd + 8) and V transposed (hd, 40), 16-bit */
-    unsigned smem = (unsigned)((ATC_CHUNK * (hd + 8) + hd * (ATC_CHUNK + 8)) * 2);
+    unsigned smem = weft_atc_smem(hd);
     void *args[] = {&qp, &pp, &slots, &kc, &vc, &op, &part, &T, &Hq, &Hkv, &hd, &max_seq,
                     &n_slots, &window, &scale, &S};
-    TRY(cuda_launch_ex(b, f, "weft_attention_tc", (unsigned)T, (unsigned)Hkv, (unsigned)S, 128,
-                       smem, 1, args, err));
+    TRY(cuda_launch_ex(b, f, "weft_attention_tc", (unsigned)T, (unsigned)Hkv, (unsigned)S,
+                       WEFT_ATC_THREADS, smem, 1, args, err));
     *used = 1;
     if (S == 1) return WEFT_OK;
     CUfunction fc;
