@@ -1838,6 +1838,22 @@ __device__ __forceinline__ void rope_attention_body(
                 cp_async<4>(ifs + (i - 2 * w4), inv_freq + (i - 2 * w4));
         }
     }
+    // RoPE's cosine and sine at the step's position, one pair of each rotary pair, depend only
+    // on p and the inverse frequencies (no kernel of the step writes either): computed here,
+    // before the wait and before the chunk's K/V loads hold registers, into ps (free until the
+    // scores; it holds them when gl * ATS_CHUNK >= rot), instead of after the wait by every
+    // (head, pair) thread of the RoPE stage. The same cosf / sinf of the same angle, so the
+    // same bits.
+    const bool trig = gl * ATS_CHUNK >= 2 * half;
+    if (trig) {
+        const float pf0 = (float)p;
+        #pragma unroll 1
+        for (int k = threadIdx.x; k < half; k += nt) {
+            const float ang = pf0 * inv_freq[k];
+            ps[k] = A::round(cosf(ang));
+            ps[half + k] = A::round(sinf(ang));
+        }
+    }
     act *raw = (act *)(ifs + hd);  // (nh + 1, hd) as stored: the q|k|v rows' copies
     const bool rawok = (cp & 2) && hd % (16 / (int)sizeof(act)) == 0 &&
                        (((unsigned long long)qsrc | (unsigned long long)ksrc |
@@ -1881,8 +1897,15 @@ __device__ __forceinline__ void rope_attention_body(
             xa = A::round(W::ld(nwt, a) * A::round(xa * r));
             xb = A::round(W::ld(nwt, b) * A::round(xb * r));
         }
-        float ang = pf * ifr[k];
-        float c = A::round(cosf(ang)), sn = A::round(sinf(ang));
+        float c, sn;
+        if (trig) {
+            c = ps[k];
+            sn = ps[half + k];
+        } else {
+            float ang = pf * ifr[k];
+            c = A::round(cosf(ang));
+            sn = A::round(sinf(ang));
+        }
 #if WEFT_TA == 1
         // f32: weft_qkv_rope's two expressions below compile (fmad on) to xa*c - xb*s with both
         // products rounded and to fma(xa, s, xb*c); spelled out so that these bits do not hang
