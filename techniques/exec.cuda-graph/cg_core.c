@@ -2,16 +2,16 @@
  *
  * Why a capture stays valid: every launch shape of the cuda backend's ops depends only on the
  * step's row count, logit-row count and KV-length bucket (weft_sdk_kv_bucket: the fused
- * attention sizes its split grid by it), which together key a capture, and every per-step value (tokens, positions, kv slots,
- * logit rows) is read on the device from the graph's fixed input buffers, which the engine
- * fills before run (llama option device_inputs: true; prepare refuses a graph whose attention
- * would stage host data instead). Everything else a kernel reads (weights, the activation arena,
- * the kv cache) sits at fixed addresses for the prepared graph's life. A hash of those
- * addresses (every tensor buffer and the contiguous cache's per-layer K/V) is checked on each
- * run: when it changes the captures are dropped and re-made; release() drops them with the
- * graph. Prefill steps (fewer logit rows than rows, whose lm_head gathers rows through host
- * staging) run eagerly, as does any shape whose capture fails (an op that is not capture-safe);
- * the failure is logged once and that shape stays eager.
+ * attention sizes its split grid by it), which together key a capture, and every per-step
+ * value (tokens, positions, kv slots, logit rows) is read on the device from the graph's fixed
+ * input buffers, which the engine fills before run (llama option device_inputs: true; prepare
+ * refuses a graph whose attention would stage host data instead). Everything else a kernel
+ * reads (weights, the activation arena, the kv cache) sits at fixed addresses for the prepared
+ * graph's life. A hash of those addresses (every tensor buffer and the contiguous cache's
+ * per-layer K/V) is checked on each run: when it changes the captures are dropped and re-made;
+ * release() drops them with the graph. Prefill steps (fewer logit rows than rows, whose lm_head
+ * gathers rows through host staging) run eagerly, as does any shape whose capture fails (an op
+ * that is not capture-safe); the failure is logged once and that shape stays eager.
  *
  * Profiling: eager runs time each node by op class as the default executor does; a replay is
  * one range named "graph" (the whole step on the device). */

@@ -37,9 +37,10 @@ static inline unsigned weft_atc_smem(int hd) {
     return (unsigned)((WEFT_ATC_CHUNK * (hd + 8) + hd * (WEFT_ATC_CHUNK + 8)) * 2);
 }
 
-/* Splits of the step's T / R + requests tiles of each kv head: about four blocks an SM, at most
- * the cache's chunks (max_seq positions) and max_splits (0: no such cap), and as many as
- * part_bytes holds partials for (per_split bytes each; S > 1 merges in the combine kernels). */
+/* Splits of the step's T / R + requests tiles of each kv head (bt: a step weft_atc_step took):
+ * about four blocks an SM, at most the cache's chunks (max_seq positions) and max_splits (0: no
+ * such cap), and as many as part_bytes holds partials for (per_split bytes each; S > 1 merges
+ * in the combine kernels). */
 static inline int weft_atc_splits(const weft_batch *bt, int T, int R, int Hkv, int sms,
                                   int max_seq, int max_splits, uint64_t per_split,
                                   uint64_t part_bytes) {
