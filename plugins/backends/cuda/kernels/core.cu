@@ -1844,7 +1844,12 @@ __device__ __forceinline__ void rope_attention_body(
     // scores; it holds them when gl * ATS_CHUNK >= rot), instead of after the wait by every
     // (head, pair) thread of the RoPE stage. The same cosf / sinf of the same angle, so the
     // same bits.
+    // After them, where ps also holds those (the plain cluster kernels' ATS_MAXG heads) and cst
+    // has not copied them already, the q and k norm weights as the RoPE stage reads them
+    // (W::ld), so that stage reads no global memory after the wait either.
     const bool trig = gl * ATS_CHUNK >= 2 * half;
+    const bool nws = trig && qn && !cst && gl * ATS_CHUNK >= 2 * half + 2 * hd;
+    float *nwf = ps + 2 * half; // (2, hd): q then k norm weights, when nws
     if (trig) {
         const float pf0 = (float)p;
         #pragma unroll 1
@@ -1852,6 +1857,11 @@ __device__ __forceinline__ void rope_attention_body(
             const float ang = pf0 * inv_freq[k];
             ps[k] = A::round(cosf(ang));
             ps[half + k] = A::round(sinf(ang));
+        }
+        if (nws) {
+            #pragma unroll 1
+            for (int i = threadIdx.x; i < 2 * hd; i += nt)
+                nwf[i] = i < hd ? W::ld(qn, i) : W::ld(kn, i - hd);
         }
     }
     act *raw = (act *)(ifs + hd);  // (nh + 1, hd) as stored: the q|k|v rows' copies
@@ -1893,9 +1903,10 @@ __device__ __forceinline__ void rope_attention_body(
         float xa = x[a], xb = x[b];
         if (qn) {
             const wgt *nwt = hh < G ? qnw : knw;
+            const float *nf = nwf + (hh < G ? 0 : hd);
             float r = rs[hh];
-            xa = A::round(W::ld(nwt, a) * A::round(xa * r));
-            xb = A::round(W::ld(nwt, b) * A::round(xb * r));
+            xa = A::round((nws ? nf[a] : W::ld(nwt, a)) * A::round(xa * r));
+            xb = A::round((nws ? nf[b] : W::ld(nwt, b)) * A::round(xb * r));
         }
         float c, sn;
         if (trig) {
@@ -1933,7 +1944,8 @@ __device__ __forceinline__ void rope_attention_body(
         float y = X[hh * hd + e];
         if (qn) {
             const wgt *nwt = hh < G ? qnw : knw;
-            y = A::round(W::ld(nwt, e) * A::round(y * rs[hh]));
+            const float nw = nws ? nwf[(hh < G ? 0 : hd) + e] : W::ld(nwt, e);
+            y = A::round(nw * A::round(y * rs[hh]));
         }
         if (hh < G) {
             qs[hh * hd + e] = A::round(y) * scale;
