@@ -1102,11 +1102,11 @@ extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 #define ATS_MAXG 8
 // ATS_BATCH 16-byte loads of K and of V per thread and trip: 4 covers a 64-row chunk of a
 // 128-dim head in 16-bit types at 256 threads in one trip. It sets the kernels' registers:
-// weft_rope_attention (bf16, as NVRTC builds it: the ctest cuda_nvrtc_regs) 80 at 4 (77 before
-// RoPE's cosines moved before the wait; with K and V staged as floats: 88 at 4, 124 at 8), which
-// lets one of its blocks share an SM with four GEMV blocks of 38 (64K registers), so under PDL
-// its K/V loads start while the q|k|v projection still runs instead of after it (with the
-// backend's smem_carveout, which lets the SM's shared memory hold it beside them).
+// weft_rope_attention (bf16, as NVRTC builds it: the ctest cuda_nvrtc_regs) 76 at 4 (with K and
+// V staged as floats: 88 at 4, 124 at 8), which lets one of its blocks share an SM with four
+// GEMV blocks of 38 (64K registers), so under PDL its K/V loads start while the q|k|v
+// projection still runs instead of after it (with the backend's smem_carveout, which lets the
+// SM's shared memory hold it beside them).
 #define ATS_BATCH 4
 // K and V are staged in shared memory as stored (act: 2 bytes in f16 / bf16 models), half the
 // room of float copies, so more split blocks fit an SM; ats_ld4 widens four values as A::ld
@@ -2076,8 +2076,8 @@ __device__ __forceinline__ void rope_attention_body(
 // smem_carveout 100 measured -6%). The plain form compiles to 88 unforced; with this bound and
 // the copy paths in it measured -3.4% on Llama-3.2-1B (cause not isolated), hence two kernels
 // (docs/perf/batch1.md, 16:20-16:33 UTC). Those counts are from K and V staged as floats; staged
-// as stored, with RoPE's cosines computed before the wait (NVRTC, bf16): plain 80, _cp 78, _at
-// 80, _cp_at 78, _mc 79, _cp_mc 77, _mc4 and _cp_mc4 64.
+// as stored, with RoPE's cosines and norm weights staged before the wait (NVRTC, bf16): plain
+// 76, _cp 78, _at 80, _cp_at 77, _mc 79, _cp_mc 77, _mc4 and _cp_mc4 64.
 #define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC, CL)                                               \
     extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
         const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,           \
