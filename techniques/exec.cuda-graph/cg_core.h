@@ -1,10 +1,10 @@
 /* The capture-and-replay executor shared by exec.cuda-graph and exec.persistent (compiled into
  * both bundles): decode-shaped steps (every row a logit row, at most max_tokens rows) are
- * captured once per (rows, logit rows, KV-length bucket) shape after `warmup` eager runs and replayed with one
- * cuGraphLaunch; a hash of every buffer address a capture bakes in is checked each run and the
- * captures are dropped when it changes; prefill steps and shapes whose capture fails run
- * eagerly. Hooks let a technique turn a capture into something else (exec.persistent: a
- * program for one persistent kernel) and run that instead of the replay. cg_core.c holds the
+ * captured once per (rows, logit rows, KV-length bucket) shape after `warmup` eager runs and
+ * replayed with one cuGraphLaunch; a hash of every buffer address a capture bakes in is checked
+ * each run and the captures are dropped when it changes; prefill steps and shapes whose capture
+ * fails run eagerly. Hooks let a technique turn a capture into something else (exec.persistent:
+ * a program for one persistent kernel) and run that instead of the replay. cg_core.c holds the
  * mechanism and why a capture stays valid. */
 #ifndef WEFT_CG_CORE_H
 #define WEFT_CG_CORE_H

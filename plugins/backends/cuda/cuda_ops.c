@@ -1029,6 +1029,14 @@ static weft_status ra_counters(cuda_backend *b, int Hkv, CUdeviceptr *out, weft_
     return WEFT_OK;
 }
 
+/* The fused attention's splits for a span of positions: one per ATS_CHUNK; launched as
+ * clusters (cl), up to ATS_CLUSTER (8, the portable cluster size) form one cluster, and more are
+ * rounded up to a multiple of it (the extra splits empty), clusters of 8 consecutive splits. */
+static int ra_splits(int span, int cl) {
+    int S = (span + ATS_CHUNK - 1) / ATS_CHUNK;
+    return cl && S > ATS_CLUSTER ? (S + ATS_CLUSTER - 1) / ATS_CLUSTER * ATS_CLUSTER : S;
+}
+
 static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const weft_node *n,
                                      weft_error *err) {
     cuda_backend *b = st;
@@ -1060,25 +1068,20 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         /* The grid covers the step's KV-length bucket (weft_sdk_kv_bucket: the captures of
          * exec.cuda-graph are keyed by it), not the whole cache: splits past the bucket could
          * hold no live position. The partials' workspace is sized for the whole cache, so no
-         * bucket moves it under a captured graph. */
-        int S_all = (max_seq + ATS_CHUNK - 1) / ATS_CHUNK;
+         * bucket moves it under a captured graph.
+         * Option merge: cluster: each kv head's splits as thread-block clusters merging
+         * through distributed shared memory (ra_splits); more than 8 splits, the kernels' _mc
+         * form: a step whose live splits lie in one cluster merges there; a longer one takes
+         * the counter merge (docs/perf/batch1.md, session of 2026-12-01). From a span of
+         * attn_mc4_from positions the _mc4 form (the same body held to four blocks an SM). */
+        int cl = r.cluster && b->cc_major >= 9;
         int64_t bucket = weft_sdk_kv_bucket(c->batch);
         int span = bucket > 0 && bucket < max_seq ? (int)bucket : max_seq;
-        int S = (span + ATS_CHUNK - 1) / ATS_CHUNK;
-        /* option merge: cluster: each kv head's splits as thread-block clusters merging
-         * through distributed shared memory: up to 8 splits (a span of 512 positions) one
-         * cluster; more, rounded up to a multiple of 8 (the extra splits empty), clusters of 8
-         * consecutive splits (the kernels' _mc form: a step whose live splits lie in one
-         * cluster merges there; a longer one takes the counter merge; docs/perf/batch1.md,
-         * session of 2026-12-01). 8: the portable cluster size. From a span of attn_mc4_from
-         * positions the _mc4 form (the same body held to four blocks an SM). */
-        int cl = r.cluster && b->cc_major >= 9, mc = cl && S > ATS_CLUSTER;
+        int S = ra_splits(span, cl), S_all = ra_splits(max_seq, cl); /* S_all >= S */
+        int mc = cl && S > ATS_CLUSTER;
         int mc4 = mc && b->attn_mc4_from > 0 && span >= b->attn_mc4_from;
-        if (mc) S = (S + ATS_CLUSTER - 1) / ATS_CLUSTER * ATS_CLUSTER;
-        if (cl && S_all > ATS_CLUSTER)
-            S_all = (S_all + ATS_CLUSTER - 1) / ATS_CLUSTER * ATS_CLUSTER;
         CUdeviceptr part, cnt, freqs;
-        TRY(ats_workspace(b, r.Hq, r.hd, S_all, &part, err)); /* S_all >= S */
+        TRY(ats_workspace(b, r.Hq, r.hd, S_all, &part, err));
         TRY(ra_counters(b, r.Hkv, &cnt, err));
         TRY(rope_freqs(b, n, r.rot, &freqs, err));
         CUfunction f;

@@ -2100,16 +2100,16 @@ WEFT_ROPE_ATTENTION(weft_rope_attention_at, (256), false, false, false)
 WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false)
 // The MC forms (S > 8 splits as clusters of 8, launched when the step's KV-length bucket passes
 // 512 positions; each of both kernels above measured slower with the MC logic compiled in,
-// Llama-3.2-1B by 3%, hence two more; docs/perf/batch1.md, session of 2026-12-01). With K and V staged as floats
-// NVRTC compiled the bf16 form to 103 registers unbound (two blocks an SM), and held to three
-// (72) it was slower at short contexts (Qwen3-0.6B -5.3%, Qwen3-8B -3.3%; session of 2026-12-01
-// 11:01 UTC). Staged as stored it takes 79-80 (three blocks an SM; the f16 form 76, bound as
-// before). Held to four blocks an SM (both _mc forms at 64 registers), fast-cuda-async gained
-// 3.8-10.4% at 2,560 positions and lost 1.9-2.6% at 128 positions with max_model_len 4,096
-// (session of 2026-12-01 13:57 UTC), so these bounds stay and the four-block forms (_mc4) are
-// two more kernels, launched from the KV-length bucket of the backend's option attn_mc4_from
-// (off by default: by model and length they measured from -5.5% to +10.4%; session of
-// 2026-12-01 16:03 UTC).
+// Llama-3.2-1B by 3%, hence two more; docs/perf/batch1.md, session of 2026-12-01). With K and
+// V staged as floats NVRTC compiled the bf16 form to 103 registers unbound (two blocks an SM),
+// and held to three (72) it was slower at short contexts (Qwen3-0.6B -5.3%, Qwen3-8B -3.3%;
+// session of 2026-12-01 11:01 UTC). Staged as stored it takes 79-80 (three blocks an SM; the f16
+// form 76, bound as before). Held to four blocks an SM (both _mc forms at 64 registers),
+// fast-cuda-async gained 3.8-10.4% at 2,560 positions and lost 1.9-2.6% at 128 positions with
+// max_model_len 4,096 (session of 2026-12-01 13:57 UTC), so these bounds stay and the four-block
+// forms (_mc4) are two more kernels, launched from the KV-length bucket of the backend's option
+// attn_mc4_from (off by default: by model and length they measured from -5.5% to +10.4%;
+// session of 2026-12-01 16:03 UTC).
 #if WEFT_TA == 2
 WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true, true)
 #else
