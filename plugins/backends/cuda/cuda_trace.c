@@ -177,6 +177,13 @@ void cuda_trace_report(cuda_backend *b) {
             "cuda trace: last replay of the last captured graph, %zu kernels, %.1f us from "
             "the first kernel's start to the last's (the last kernel's own time not counted)\n",
             k, total);
+    /* the replay before it, when the ring still holds its last stamp: from that stamp to this
+     * replay's first is the last kernel's own time plus all that runs between two replays on
+     * the stream (the sampler's kernels, the next step's input copies, the graph's launch) */
+    if (n_all > k)
+        fprintf(stderr, "cuda trace: %.1f us from the previous replay's last kernel's start to "
+                        "this replay's first (that kernel's own time and everything between two "
+                        "replays)\n", (double)(t[0] - t[-1]) / 1e3);
     for (size_t i = 0; i + 1 < k; i++) {
         double us = (double)(t[i + 1] - t[i]) / 1e3;
         fprintf(stderr, "  %4zu %-40s %8.2f us\n", i, b->trace_names[i], us);
