@@ -218,7 +218,7 @@ static weft_status check_row(const ds_state *s, const weft_sampling *p, weft_err
 /* Enqueues the kernels of rows base..base+n-1 (n <= DS_MAX_ROWS), results to results[0..n). */
 static weft_status launch_rows(ds_state *s, const weft_buffer *logits, uint32_t base, uint32_t n,
                                uint32_t vocab, const weft_sampling *params, CUdeviceptr results,
-                               weft_error *err) {
+                               CUdeviceptr ids, weft_error *err) {
     for (uint32_t r = 0; r < n;) {
         const weft_sampling *p = &params[base + r];
         CUdeviceptr row =
@@ -234,7 +234,8 @@ static weft_status launch_rows(ds_state *s, const weft_buffer *logits, uint32_t 
             long ld = (long)vocab;
             CUdeviceptr parts = s->parts + (uint64_t)r * s->blocks * 24;
             CUdeviceptr done = s->done + r * sizeof(uint32_t);
-            void *args[] = {&row, &ld, &V, &parts, &done, &res};
+            CUdeviceptr rid = ids ? ids + r * sizeof(int32_t) : 0;
+            void *args[] = {&row, &ld, &V, &parts, &done, &res, &rid};
             CK(cuLaunchKernel(s->f_greedy, s->blocks, nr, 1, GREEDY_THREADS, 1, 1, 0, s->stream,
                               args, NULL),
                "launching ds_greedy");
@@ -327,7 +328,7 @@ static weft_status ds_sample(void *st, const weft_buffer *logits, uint32_t n_row
     if (ps) return ps;
     for (uint32_t base = 0; base < n_rows; base += DS_MAX_ROWS) {
         uint32_t n = n_rows - base < DS_MAX_ROWS ? n_rows - base : DS_MAX_ROWS;
-        weft_status ls = launch_rows(s, logits, base, n, vocab, params, s->results, err);
+        weft_status ls = launch_rows(s, logits, base, n, vocab, params, s->results, 0, err);
         if (ls) return ls;
         CK(cuMemcpyDtoHAsync(s->h_results, s->results, n * sizeof(ds_result), s->stream),
            "copying sampled tokens to the host");
@@ -365,13 +366,20 @@ static weft_status ds_sample_async(void *st, const weft_buffer *logits, uint32_t
     if (ps) return ps;
     uint32_t slot = (s->a_head + s->a_count) % DS_ASYNC_DEPTH;
     CUdeviceptr res = s->a_results + (uint64_t)slot * DS_MAX_ROWS * sizeof(ds_result);
-    weft_status ls = launch_rows(s, logits, 0, n_rows, vocab, params, res, err);
-    if (ls) return ls;
     CUdeviceptr dst = (CUdeviceptr)(uintptr_t)ids->ptr;
+    weft_status ls = launch_rows(s, logits, 0, n_rows, vocab, params, res, dst, err);
+    if (ls) return ls;
+    /* greedy rows got their ids from ds_greedy itself: one kernel less between two steps on the
+     * stream (about 2 us at batch 1 on the H200, docs/perf/batch1.md); sampled rows take ds_ids */
+    int all_greedy = 1;
+    for (uint32_t r = 0; r < n_rows; r++)
+        all_greedy &= params[r].temperature == 0.0f;
     int n = (int)n_rows;
     void *args[] = {&res, &n, &dst};
-    CK(cuLaunchKernel(s->f_ids, (n_rows + 255) / 256, 1, 1, 256, 1, 1, 0, s->stream, args, NULL),
-       "launching ds_ids");
+    if (!all_greedy)
+        CK(cuLaunchKernel(s->f_ids, (n_rows + 255) / 256, 1, 1, 256, 1, 1, 0, s->stream, args,
+                          NULL),
+           "launching ds_ids");
     CK(cuMemcpyDtoHAsync(s->a_host + (size_t)slot * DS_MAX_ROWS, res,
                          n_rows * sizeof(ds_result), s->stream),
        "copying sampled tokens to pinned memory");

@@ -53,6 +53,11 @@ typedef struct variant {
     uint64_t arena_bytes;
     uint32_t t_tokens, t_positions, t_logits;
     uint32_t t_kv_slots, t_logit_rows; /* optional device-side step inputs, or NONE */
+    /* positions, kv slots and logit rows (those the graph uses), in this order in one device
+     * block outside the arena, so a pipelined step uploads them in one copy: each one's offset
+     * in the block (UINT64_MAX: not there) and the block's bytes */
+    weft_buffer inputs;
+    uint64_t in_off[3], in_bytes;
     void *prepared;
     char hash[33];
 } variant;
@@ -86,6 +91,9 @@ typedef struct request {
 
 /* exec.async-pipeline, engine side (see "the pipelined step" below). */
 #define PIPE_RING 4   /* pinned input slots: the host is at most one step ahead */
+/* a pinned slot: a variant's inputs block (three i32 tensors of at most 2 S rows: a pipelined
+ * step's n <= S rows round up to a power-of-two bucket), or the three inputs of S rows apart */
+#define PIPE_SLOT_BYTES(S) (3 * (((uint64_t)(S) * 8 + 15) / 16 * 16))
 #define PIPE_EVENTS 4 /* step event pairs kept for the idle measurement */
 typedef struct pipe_state {
     int checked, usable; /* the decoder has a pipeline hook and the sampler async hooks */
@@ -95,7 +103,7 @@ typedef struct pipe_state {
     uint32_t n;          /* its rows */
     request **req;      /* (max seqs) its request per row */
     weft_buffer ids;     /* device: (max seqs) i32 token ids of the last sampled step */
-    weft_buffer stage;   /* pinned: PIPE_RING slots of 3 x (max seqs) i32 step inputs */
+    weft_buffer stage;   /* pinned: PIPE_RING slots of step inputs (PIPE_SLOT_BYTES) */
     uint32_t slot;
     int32_t *tok, *hids; /* (max seqs) collected tokens; host path: ids to upload */
     float *lp;
@@ -563,8 +571,8 @@ static int u64_pair_cmp(const void *a, const void *b) {
  * when their live intervals (first producer .. last reader, inclusive, so a node's outputs never
  * alias its inputs) do not overlap; inputs and outputs live for the whole step. Largest first,
  * each at the lowest offset that fits. */
-static weft_status plan_arena(const weft_graph *g, uint64_t *offsets, uint64_t *total,
-                              weft_error *err) {
+static weft_status plan_arena(const weft_graph *g, const uint8_t *skip, uint64_t *offsets,
+                              uint64_t *total, weft_error *err) {
     live *lv = calloc(g->n_tensors ? g->n_tensors : 1, sizeof(*lv));
     uint64_t *busy = calloc(2 * (size_t)(g->n_tensors ? g->n_tensors : 1), sizeof(uint64_t));
     if (!lv || !busy) {
@@ -597,7 +605,7 @@ static weft_status plan_arena(const weft_graph *g, uint64_t *offsets, uint64_t *
     uint32_t n_live = 0;
     for (uint32_t t = 0; t < g->n_tensors; t++) {
         const weft_tensor *tt = &g->tensors[t];
-        if (tt->kind == WEFT_TENSOR_WEIGHT || lv[t].last < 0) continue;
+        if (tt->kind == WEFT_TENSOR_WEIGHT || lv[t].last < 0 || skip[t]) continue;
         if (tt->kind == WEFT_TENSOR_INPUT || tt->kind == WEFT_TENSOR_OUTPUT) {
             lv[t].first = -1;
             lv[t].last = end;
@@ -644,6 +652,7 @@ static void variant_free(weft_engine *e, variant *v) {
     if (!v) return;
     if (v->prepared && e->exec && e->exec->release) e->exec->release(e->exec_st, v->prepared);
     if (v->arena.ptr && e->be) e->be->free(e->be_st, &v->arena);
+    if (v->inputs.ptr && e->be) e->be->free(e->be_st, &v->inputs);
     free(v->impls);
     free(v->providers);
     free(v->data);
@@ -785,11 +794,35 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
     for (uint32_t t = 0; s == WEFT_OK && t < g->n_tensors; t++)
         if (g->tensors[t].kind == WEFT_TENSOR_WEIGHT && e->graph_svc.tensor_uses(g, t))
             s = bind_weight(e, g, &g->tensors[t], &v->data[t], err);
+    /* Positions, kv slots and logit rows: one block (variant.inputs). */
+    uint8_t *skip = s == WEFT_OK ? calloc(g->n_tensors ? g->n_tensors : 1, 1) : NULL;
+    if (s == WEFT_OK && !skip) s = weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
+    if (s == WEFT_OK) {
+        const uint32_t tid[3] = {v->t_positions, v->t_kv_slots, v->t_logit_rows};
+        v->in_bytes = 0;
+        for (int k = 0; k < 3; k++) {
+            v->in_off[k] = UINT64_MAX;
+            if (tid[k] == WEFT_TENSOR_NONE || !e->graph_svc.tensor_uses(g, tid[k])) continue;
+            v->in_off[k] = v->in_bytes;
+            v->in_bytes += (weft_graph_tensor_bytes(&g->tensors[tid[k]]) + 15) / 16 * 16;
+            skip[tid[k]] = 1;
+        }
+        if (v->in_bytes)
+            s = e->be->alloc(e->be_st, v->in_bytes, WEFT_MEMORY_DEVICE, &v->inputs, err);
+        for (int k = 0; s == WEFT_OK && k < 3; k++) {
+            if (v->in_off[k] == UINT64_MAX) continue;
+            weft_buffer *d = &v->data[tid[k]];
+            *d = v->inputs;
+            d->ptr = (uint8_t *)v->inputs.ptr + v->in_off[k];
+            d->bytes = weft_graph_tensor_bytes(&g->tensors[tid[k]]);
+        }
+        if (s != WEFT_OK) weft_error_prefix(err, "step inputs block of %" PRIu64 " bytes", v->in_bytes);
+    }
     /* Activations. */
     if (s == WEFT_OK) {
         uint64_t *offsets = malloc(sizeof(uint64_t) * g->n_tensors);
         if (!offsets) s = weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
-        if (s == WEFT_OK) s = plan_arena(g, offsets, &v->arena_bytes, err);
+        if (s == WEFT_OK) s = plan_arena(g, skip, offsets, &v->arena_bytes, err);
         if (s == WEFT_OK)
             s = e->be->alloc(e->be_st, v->arena_bytes ? v->arena_bytes : ARENA_ALIGN,
                              WEFT_MEMORY_DEVICE, &v->arena, err);
@@ -805,6 +838,7 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
             weft_error_prefix(err, "activation arena of %" PRIu64 " bytes", v->arena_bytes);
         free(offsets);
     }
+    free(skip);
     if (s == WEFT_OK) {
         weft_exec_ctx ctx;
         exec_ctx_init(e, v, &ctx);
@@ -1743,8 +1777,11 @@ static weft_status pipe_setup(weft_engine *e, weft_error *err) {
         return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
     weft_status s = e->be->alloc(e->be_st, (uint64_t)S * 4, WEFT_MEMORY_DEVICE, &p->ids, err);
     if (s == WEFT_OK)
-        s = e->be->alloc(e->be_st, (uint64_t)PIPE_RING * 3 * S * 4, WEFT_MEMORY_HOST_PINNED,
-                         &p->stage, err);
+        s = e->be->alloc(e->be_st, (uint64_t)PIPE_RING * PIPE_SLOT_BYTES(S),
+                         WEFT_MEMORY_HOST_PINNED, &p->stage, err);
+    /* rows past a step's own in a slot (a bucket of more rows than the step) are copied too and
+     * read by nothing: zeros, not whatever the allocation held */
+    if (s == WEFT_OK) memset(p->stage.ptr, 0, (size_t)(PIPE_RING * PIPE_SLOT_BYTES(S)));
     if (s != WEFT_OK) {
         weft_error_prefix(err, "exec.async-pipeline buffers");
         return s;
@@ -2011,18 +2048,24 @@ static weft_status pipe_launch(weft_engine *e, weft_error *err) {
     pipe_event(e, 0);
     s = e->be->copy(e->be_st, &v->data[v->t_tokens], 0, &p->ids, 0, (uint64_t)n * 4, e->stream,
                     err);
-    /* positions, kv slots and logit rows: one pinned slot, reused PIPE_RING launches later,
-     * when the copies out of it have long completed (the host waits for every step's tokens) */
-    uint64_t base = (uint64_t)(p->slot++ % PIPE_RING) * 3 * e->max_requests * 4;
+    /* positions, kv slots and logit rows: laid out in one pinned slot as in the variant's
+     * inputs block and uploaded in one copy (each small copy measured 3-7 us on the H200's
+     * stream, between two steps: docs/perf/batch1.md); the slot is reused PIPE_RING launches
+     * later, when the copy out of it has long completed (the host waits for every step's
+     * tokens). A block larger than a slot (none of the engine's buckets) takes a copy each. */
+    uint64_t base = (uint64_t)(p->slot++ % PIPE_RING) * PIPE_SLOT_BYTES(e->max_requests);
     const int32_t *src[3] = {e->b_positions, e->b_kv_slots, e->b_logit_rows};
-    uint32_t tid[3] = {v->t_positions, v->t_kv_slots, v->t_logit_rows};
+    int one = v->in_bytes <= PIPE_SLOT_BYTES(e->max_requests);
     for (int k = 0; k < 3 && s == WEFT_OK; k++) {
-        if (tid[k] == WEFT_TENSOR_NONE || !v->data[tid[k]].ptr) continue;
-        uint64_t off = base + (uint64_t)k * e->max_requests * 4;
+        if (v->in_off[k] == UINT64_MAX) continue;
+        uint64_t off = base + (one ? v->in_off[k] : (uint64_t)k * e->max_requests * 4);
         memcpy((uint8_t *)p->stage.ptr + off, src[k], (size_t)n * 4);
-        s = e->be->copy(e->be_st, &v->data[tid[k]], 0, &p->stage, off, (uint64_t)n * 4,
-                        e->stream, err);
+        if (!one)
+            s = e->be->copy(e->be_st, &v->inputs, v->in_off[k], &p->stage, off,
+                            (uint64_t)n * 4, e->stream, err);
     }
+    if (s == WEFT_OK && one && v->in_bytes)
+        s = e->be->copy(e->be_st, &v->inputs, 0, &p->stage, base, v->in_bytes, e->stream, err);
     if (s != WEFT_OK) {
         weft_error_prefix(err, "step inputs");
         return s;

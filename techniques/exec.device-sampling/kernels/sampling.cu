@@ -112,9 +112,10 @@ __device__ __forceinline__ void finish(ds_result *out, const float *z, float m, 
 
 // Greedy over one row per blockIdx.y: the largest logit, ties to the smallest id, with its
 // log-probability. Blocks reduce their slice; the last block to finish (a counter per row,
-// reset by that block) merges the partials in block order.
+// reset by that block) merges the partials in block order. ids (sample_async; may be null):
+// the row's token id also goes there, as ds_ids would write it.
 extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_part *parts,
-                                     u32 *done, ds_result *out) {
+                                     u32 *done, ds_result *out, int *ids) {
     int row = blockIdx.y;
     const float *z = logits + (long)row * ld;
     float m = NEG_INF;
@@ -151,6 +152,7 @@ extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_par
     block_lse(m, idx, s, bad);
     if (threadIdx.x == 0) {
         finish(&out[row], z, m, idx, s, bad);
+        if (ids) ids[row] = out[row].token >= 0 ? out[row].token : 0;
         done[row] = 0;
     }
 }
