@@ -367,22 +367,31 @@ static weft_status ds_sample_async(void *st, const weft_buffer *logits, uint32_t
     uint32_t slot = (s->a_head + s->a_count) % DS_ASYNC_DEPTH;
     CUdeviceptr res = s->a_results + (uint64_t)slot * DS_MAX_ROWS * sizeof(ds_result);
     CUdeviceptr dst = (CUdeviceptr)(uintptr_t)ids->ptr;
-    weft_status ls = launch_rows(s, logits, 0, n_rows, vocab, params, res, dst, err);
-    if (ls) return ls;
-    /* greedy rows got their ids from ds_greedy itself: one kernel less between two steps on the
-     * stream (about 2 us at batch 1 on the H200, docs/perf/batch1.md); sampled rows take ds_ids */
+    /* All rows greedy: ds_greedy writes each row's token id into ids itself (no ds_ids) and its
+     * 16-byte result straight into the pinned slot through that memory's device address (no
+     * copy): between two steps the stream then holds kernels only, no handoff to a copy engine
+     * and back (about 2 us and 15 us a step at batch 1 on the H200, docs/perf/batch1.md). */
     int all_greedy = 1;
     for (uint32_t r = 0; r < n_rows; r++)
         all_greedy &= params[r].temperature == 0.0f;
-    int n = (int)n_rows;
-    void *args[] = {&res, &n, &dst};
-    if (!all_greedy)
-        CK(cuLaunchKernel(s->f_ids, (n_rows + 255) / 256, 1, 1, 256, 1, 1, 0, s->stream, args,
-                          NULL),
-           "launching ds_ids");
-    CK(cuMemcpyDtoHAsync(s->a_host + (size_t)slot * DS_MAX_ROWS, res,
-                         n_rows * sizeof(ds_result), s->stream),
-       "copying sampled tokens to pinned memory");
+    CUdeviceptr hres = 0;
+    if (all_greedy &&
+        cuMemHostGetDevicePointer(&hres, s->a_host + (size_t)slot * DS_MAX_ROWS, 0) !=
+            CUDA_SUCCESS)
+        hres = 0;
+    weft_status ls = launch_rows(s, logits, 0, n_rows, vocab, params, hres ? hres : res, dst, err);
+    if (ls) return ls;
+    if (!hres) {
+        int n = (int)n_rows;
+        void *args[] = {&res, &n, &dst};
+        if (!all_greedy)
+            CK(cuLaunchKernel(s->f_ids, (n_rows + 255) / 256, 1, 1, 256, 1, 1, 0, s->stream, args,
+                              NULL),
+               "launching ds_ids");
+        CK(cuMemcpyDtoHAsync(s->a_host + (size_t)slot * DS_MAX_ROWS, res,
+                             n_rows * sizeof(ds_result), s->stream),
+           "copying sampled tokens to pinned memory");
+    }
     CK(cuEventRecord(s->a_ev[slot], s->stream), "recording the results event");
     s->a_rows[slot] = n_rows;
     s->a_vocab[slot] = vocab;

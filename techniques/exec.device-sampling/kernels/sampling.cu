@@ -113,7 +113,8 @@ __device__ __forceinline__ void finish(ds_result *out, const float *z, float m, 
 // Greedy over one row per blockIdx.y: the largest logit, ties to the smallest id, with its
 // log-probability. Blocks reduce their slice; the last block to finish (a counter per row,
 // reset by that block) merges the partials in block order. ids (sample_async; may be null):
-// the row's token id also goes there, as ds_ids would write it.
+// the row's token id also goes there, as ds_ids would write it. out may be pinned host memory
+// (sample_async's slot, through its device address).
 extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_part *parts,
                                      u32 *done, ds_result *out, int *ids) {
     int row = blockIdx.y;
@@ -152,7 +153,9 @@ extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_par
     block_lse(m, idx, s, bad);
     if (threadIdx.x == 0) {
         finish(&out[row], z, m, idx, s, bad);
-        if (ids) ids[row] = out[row].token >= 0 ? out[row].token : 0;
+        // (the token finish stored, or 0 where it stored none; out may be pinned host memory, so
+        // it is not read back)
+        if (ids) ids[row] = bad || idx == BIG_ID ? 0 : idx;
         done[row] = 0;
     }
 }

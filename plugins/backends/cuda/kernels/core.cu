@@ -1082,6 +1082,13 @@ extern "C" __global__ void weft_fill_random_fp8(unsigned char *y, long n, unsign
     }
 }
 extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
+// n 4-byte words from src to dst, src possibly pinned host memory read through its device
+// address (the backend's small host-to-device copies: a kernel, not the copy engine, so a step's
+// inputs reach the device without a handoff between engines on the stream; docs/perf/batch1.md)
+extern "C" __global__ void weft_copy_words(const unsigned *src, unsigned *dst, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
 
 // Split-KV decode attention with the query heads of one KV group packed together (small T).
 // Grid (T, Hkv, S): block (t, g, s) attends rows t's G = Hq/Hkv query heads over positions
