@@ -369,8 +369,9 @@ static weft_status ds_sample_async(void *st, const weft_buffer *logits, uint32_t
     CUdeviceptr dst = (CUdeviceptr)(uintptr_t)ids->ptr;
     /* All rows greedy: ds_greedy writes each row's token id into ids itself (no ds_ids) and its
      * 16-byte result straight into the pinned slot through that memory's device address (no
-     * copy): between two steps the stream then holds kernels only, no handoff to a copy engine
-     * and back (about 2 us and 15 us a step at batch 1 on the H200, docs/perf/batch1.md). */
+     * copy): between two steps the stream then holds kernels only (at batch 1 on the H200,
+     * docs/perf/batch1.md, session of 2026-12-01 17:59 UTC). Sampled rows keep ds_ids and the
+     * copy. */
     int all_greedy = 1;
     for (uint32_t r = 0; r < n_rows; r++)
         all_greedy &= params[r].temperature == 0.0f;

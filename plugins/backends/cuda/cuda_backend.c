@@ -217,8 +217,9 @@ static weft_status cb_copy(void *st, weft_buffer *dst, uint64_t dst_off, const w
         memcpy(dp, sp, bytes);
     } else if (is_host(src->memory)) {
         /* a few words from pinned memory (a pipelined step's inputs): a kernel reading them
-         * through their device address; through the copy engine the step waited about 15 us
-         * longer on the H200 (docs/perf/batch1.md) */
+         * through their device address, so the stream between two steps holds no copy-engine
+         * operation (with the sampler's results written the same way, 7.0-7.5 us a token less
+         * at batch 1 on the H200: docs/perf/batch1.md, session of 2026-12-01 17:59 UTC) */
         CUdeviceptr sd;
         CUfunction f;
         if (src->memory == WEFT_MEMORY_HOST_PINNED && bytes <= 4096 && bytes % 4 == 0 &&

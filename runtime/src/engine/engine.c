@@ -91,8 +91,9 @@ typedef struct request {
 
 /* exec.async-pipeline, engine side (see "the pipelined step" below). */
 #define PIPE_RING 4   /* pinned input slots: the host is at most one step ahead */
-/* a pinned slot: a variant's inputs block (three i32 tensors of at most 2 S rows: a pipelined
- * step's n <= S rows round up to a power-of-two bucket), or the three inputs of S rows apart */
+/* a pinned slot: room for a variant's inputs block of three i32 tensors of 2 S rows (a
+ * pipelined step's n <= S rows round up to a power-of-two bucket), or the three inputs of S
+ * rows apart */
 #define PIPE_SLOT_BYTES(S) (3 * (((uint64_t)(S) * 8 + 15) / 16 * 16))
 #define PIPE_EVENTS 4 /* step event pairs kept for the idle measurement */
 typedef struct pipe_state {
@@ -816,7 +817,8 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
             d->ptr = (uint8_t *)v->inputs.ptr + v->in_off[k];
             d->bytes = weft_graph_tensor_bytes(&g->tensors[tid[k]]);
         }
-        if (s != WEFT_OK) weft_error_prefix(err, "step inputs block of %" PRIu64 " bytes", v->in_bytes);
+        if (s != WEFT_OK)
+            weft_error_prefix(err, "step inputs block of %" PRIu64 " bytes", v->in_bytes);
     }
     /* Activations. */
     if (s == WEFT_OK) {
@@ -2049,10 +2051,10 @@ static weft_status pipe_launch(weft_engine *e, weft_error *err) {
     s = e->be->copy(e->be_st, &v->data[v->t_tokens], 0, &p->ids, 0, (uint64_t)n * 4, e->stream,
                     err);
     /* positions, kv slots and logit rows: laid out in one pinned slot as in the variant's
-     * inputs block and uploaded in one copy (each small copy measured 3-7 us on the H200's
-     * stream, between two steps: docs/perf/batch1.md); the slot is reused PIPE_RING launches
-     * later, when the copy out of it has long completed (the host waits for every step's
-     * tokens). A block larger than a slot (none of the engine's buckets) takes a copy each. */
+     * inputs block and uploaded in one copy (what runs on the stream between two steps is on
+     * the critical path at batch 1: docs/perf/batch1.md, session of 2026-12-01 17:59 UTC); the
+     * slot is reused PIPE_RING launches later, when the copy out of it has long completed (the
+     * host waits for every step's tokens). A block larger than a slot takes a copy per input. */
     uint64_t base = (uint64_t)(p->slot++ % PIPE_RING) * PIPE_SLOT_BYTES(e->max_requests);
     const int32_t *src[3] = {e->b_positions, e->b_kv_slots, e->b_logit_rows};
     int one = v->in_bytes <= PIPE_SLOT_BYTES(e->max_requests);

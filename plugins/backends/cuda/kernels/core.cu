@@ -1083,8 +1083,9 @@ extern "C" __global__ void weft_fill_random_fp8(unsigned char *y, long n, unsign
 }
 extern "C" __global__ void weft_noop(int x) { pdl_enter(); }
 // n 4-byte words from src to dst, src possibly pinned host memory read through its device
-// address (the backend's small host-to-device copies: a kernel, not the copy engine, so a step's
-// inputs reach the device without a handoff between engines on the stream; docs/perf/batch1.md)
+// address: the backend's small copies from pinned memory (a pipelined step's inputs) as a
+// kernel, so the stream between two decode steps holds no copy-engine operation
+// (docs/perf/batch1.md, session of 2026-12-01 17:59 UTC)
 extern "C" __global__ void weft_copy_words(const unsigned *src, unsigned *dst, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         dst[i] = src[i];
