@@ -221,15 +221,18 @@ static weft_status cb_copy(void *st, weft_buffer *dst, uint64_t dst_off, const w
          * operation (with the sampler's results written the same way, 7.0-7.5 us a token less
          * at batch 1 on the H200: docs/perf/batch1.md, session of 2026-12-01 17:59 UTC) */
         CUdeviceptr sd;
-        CUfunction f;
-        if (src->memory == WEFT_MEMORY_HOST_PINNED && bytes <= 4096 && bytes % 4 == 0 &&
-            (((uintptr_t)dp | (uintptr_t)sp) & 3) == 0 && b->n_modules > 0 &&
-            cuMemHostGetDevicePointer(&sd, (void *)sp, 0) == CUDA_SUCCESS &&
-            cuModuleGetFunction(&f, b->modules[0].mod, "weft_copy_words") == CUDA_SUCCESS) {
+        int small = src->memory == WEFT_MEMORY_HOST_PINNED && bytes <= 4096 && bytes % 4 == 0 &&
+                    (((uintptr_t)dp | (uintptr_t)sp) & 3) == 0 && b->n_modules > 0;
+        if (small && !b->f_copy_words &&
+            cuModuleGetFunction(&b->f_copy_words, b->modules[0].mod, "weft_copy_words") !=
+                CUDA_SUCCESS)
+            b->f_copy_words = NULL;
+        if (small && b->f_copy_words &&
+            cuMemHostGetDevicePointer(&sd, (void *)sp, 0) == CUDA_SUCCESS) {
             CUdeviceptr dd = (CUdeviceptr)(uintptr_t)dp;
             int n = (int)(bytes / 4);
             void *args[] = {&sd, &dd, &n};
-            CK(cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, s, args, NULL),
+            CK(cuLaunchKernel(b->f_copy_words, 1, 1, 1, 256, 1, 1, 0, s, args, NULL),
                "copying host to device (kernel)");
             return WEFT_OK;
         }

@@ -86,6 +86,9 @@ typedef struct cuda_backend {
     /* option attn_mc4_from: from a KV-length bucket of this many positions the fused
      * attention's _mc forms run as _mc4 (four blocks an SM); 0 = never */
     int attn_mc4_from;
+    /* weft_copy_words of modules[0] (cb_copy's small copies from pinned memory), looked up at
+     * the first such copy after a module is loaded; NULL before */
+    CUfunction f_copy_words;
     /* option prefill_tc: prefill steps of f16/bf16 models attend on tensor cores (core.cu
      * weft_attention_tc, cuda_ops.c attention_kernels) instead of weft_attention */
     int prefill_tc;

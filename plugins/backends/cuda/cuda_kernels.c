@@ -179,4 +179,5 @@ void cuda_kernels_fini(cuda_backend *b) {
     for (size_t i = 0; i < b->n_modules; i++)
         cuModuleUnload(b->modules[i].mod);
     b->n_modules = 0;
+    b->f_copy_words = NULL;
 }
