@@ -55,7 +55,8 @@ typedef struct variant {
     uint32_t t_kv_slots, t_logit_rows; /* optional device-side step inputs, or NONE */
     /* positions, kv slots and logit rows (those the graph uses), in this order in one device
      * block outside the arena, so a pipelined step uploads them in one copy: each one's offset
-     * in the block (UINT64_MAX: not there) and the block's bytes */
+     * in the block (UINT64_MAX: not there) and their bytes (in_bytes). The token ids follow in
+     * the same block, past in_bytes: a pipelined step's sampler writes them there itself. */
     weft_buffer inputs;
     uint64_t in_off[3], in_bytes;
     void *prepared;
@@ -103,7 +104,8 @@ typedef struct pipe_state {
     int active;          /* a step whose tokens are still on the device */
     uint32_t n;          /* its rows */
     request **req;      /* (max seqs) its request per row */
-    weft_buffer ids;     /* device: (max seqs) i32 token ids of the last sampled step */
+    /* the variant whose token ids input holds the last sampled step's ids (pipe_sample) */
+    const struct variant *ids_v;
     weft_buffer stage;   /* pinned: PIPE_RING slots of step inputs (PIPE_SLOT_BYTES) */
     uint32_t slot;
     int32_t *tok, *hids; /* (max seqs) collected tokens; host path: ids to upload */
@@ -795,7 +797,7 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
     for (uint32_t t = 0; s == WEFT_OK && t < g->n_tensors; t++)
         if (g->tensors[t].kind == WEFT_TENSOR_WEIGHT && e->graph_svc.tensor_uses(g, t))
             s = bind_weight(e, g, &g->tensors[t], &v->data[t], err);
-    /* Positions, kv slots and logit rows: one block (variant.inputs). */
+    /* Positions, kv slots and logit rows, then the token ids: one block (variant.inputs). */
     uint8_t *skip = s == WEFT_OK ? calloc(g->n_tensors ? g->n_tensors : 1, 1) : NULL;
     if (s == WEFT_OK && !skip) s = weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
     if (s == WEFT_OK) {
@@ -808,17 +810,19 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
             v->in_bytes += (weft_graph_tensor_bytes(&g->tensors[tid[k]]) + 15) / 16 * 16;
             skip[tid[k]] = 1;
         }
-        if (v->in_bytes)
-            s = e->be->alloc(e->be_st, v->in_bytes, WEFT_MEMORY_DEVICE, &v->inputs, err);
-        for (int k = 0; s == WEFT_OK && k < 3; k++) {
-            if (v->in_off[k] == UINT64_MAX) continue;
-            weft_buffer *d = &v->data[tid[k]];
+        const uint64_t tok_bytes = weft_graph_tensor_bytes(&g->tensors[v->t_tokens]);
+        skip[v->t_tokens] = 1;
+        s = e->be->alloc(e->be_st, v->in_bytes + tok_bytes, WEFT_MEMORY_DEVICE, &v->inputs, err);
+        for (int k = 0; s == WEFT_OK && k < 4; k++) {
+            if (k < 3 && v->in_off[k] == UINT64_MAX) continue;
+            weft_buffer *d = &v->data[k < 3 ? tid[k] : v->t_tokens];
             *d = v->inputs;
-            d->ptr = (uint8_t *)v->inputs.ptr + v->in_off[k];
-            d->bytes = weft_graph_tensor_bytes(&g->tensors[tid[k]]);
+            d->ptr = (uint8_t *)v->inputs.ptr + (k < 3 ? v->in_off[k] : v->in_bytes);
+            d->bytes = k < 3 ? weft_graph_tensor_bytes(&g->tensors[tid[k]]) : tok_bytes;
         }
         if (s != WEFT_OK)
-            weft_error_prefix(err, "step inputs block of %" PRIu64 " bytes", v->in_bytes);
+            weft_error_prefix(err, "step inputs block of %" PRIu64 " bytes",
+                              v->in_bytes + tok_bytes);
     }
     /* Activations. */
     if (s == WEFT_OK) {
@@ -1722,8 +1726,10 @@ static void presample(weft_engine *e, uint32_t n_seqs, const variant *v) {
 /* ---- the pipelined step (exec.async-pipeline) ---------------------------------------------
  * A plain decode step (every row the last known token of a decoding request, one row each)
  * whose tokens the sampler can pick with sample_async is launched without waiting for them:
- * the sampled ids stay on the device (e->pipe.ids) and are copied device-to-device into the
- * next step's in.tokens, so the engine launches step n+1 first and only then collects step n's
+ * the sampled ids stay on the device, written by the sampler into the step's own token input
+ * (its variant's in.tokens, outside the arena), which the next step of the same rows reads as
+ * is (another variant gets a device-to-device copy), so the engine launches step n+1 first
+ * and only then collects step n's
  * tokens (pinned memory, an event) and delivers them while step n+1 runs. The host learns each
  * token one step late. Before launching n+1 the engine checks, from what it knows on the host,
  * that every request of the step in flight takes one more row: not cancelled, not ending by
@@ -1777,10 +1783,8 @@ static weft_status pipe_setup(weft_engine *e, weft_error *err) {
     if (!p->req || !p->tok || !p->hids || !p->lp || !p->h_tok[0] || !p->h_lp[0] || !p->h_tok[1] ||
         !p->h_lp[1])
         return weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
-    weft_status s = e->be->alloc(e->be_st, (uint64_t)S * 4, WEFT_MEMORY_DEVICE, &p->ids, err);
-    if (s == WEFT_OK)
-        s = e->be->alloc(e->be_st, (uint64_t)PIPE_RING * PIPE_SLOT_BYTES(S),
-                         WEFT_MEMORY_HOST_PINNED, &p->stage, err);
+    weft_status s = e->be->alloc(e->be_st, (uint64_t)PIPE_RING * PIPE_SLOT_BYTES(S),
+                                 WEFT_MEMORY_HOST_PINNED, &p->stage, err);
     /* rows past a step's own in a slot (a bucket of more rows than the step) are copied too and
      * read by nothing: zeros, not whatever the allocation held */
     if (s == WEFT_OK) memset(p->stage.ptr, 0, (size_t)(PIPE_RING * PIPE_SLOT_BYTES(S)));
@@ -1794,7 +1798,6 @@ static weft_status pipe_setup(weft_engine *e, weft_error *err) {
 
 static void pipe_free(weft_engine *e) {
     pipe_state *p = &e->pipe;
-    if (p->ids.ptr) e->be->free(e->be_st, &p->ids);
     if (p->stage.ptr) e->be->free(e->be_st, &p->stage);
     free(p->req);
     free(p->tok);
@@ -1859,8 +1862,9 @@ static void pipe_event(weft_engine *e, int end) {
     }
 }
 
-/* Samples the n logits rows of v (rows of e->b_req) into e->pipe.ids without waiting. ahead:
- * tokens of each request still on the device before this one (0 or 1). */
+/* Samples the n logits rows of v (rows of e->b_req) into v's token ids input without waiting
+ * (e->pipe.ids_v = v). ahead: tokens of each request still on the device before this one (0 or
+ * 1). */
 static weft_status pipe_sample(weft_engine *e, const variant *v, uint32_t n, uint32_t ahead,
                                weft_error *err) {
     pipe_state *p = &e->pipe;
@@ -1869,10 +1873,12 @@ static weft_status pipe_sample(weft_engine *e, const variant *v, uint32_t n, uin
         sampling_params(e->b_req[q], &e->ps_params[q]);
         e->ps_params[q].counter = e->b_req[q]->n_generated + ahead;
     }
+    weft_buffer *ids = &v->data[v->t_tokens];
+    p->ids_v = v;
     if (!p->host) {
         weft_buffer rows = v->data[v->t_logits];
         rows.bytes = (uint64_t)n * V * sizeof(float);
-        return e->sampler->sample_async(e->sampler_st, &rows, n, V, e->ps_params, &p->ids, err);
+        return e->sampler->sample_async(e->sampler_st, &rows, n, V, e->ps_params, ids, err);
     }
     /* host path: the logits were downloaded to e->logits; sample now, queue the results */
     if (p->h_count == 2)
@@ -1898,7 +1904,7 @@ static weft_status pipe_sample(weft_engine *e, const variant *v, uint32_t n, uin
         }
         p->hids[q] = p->h_tok[slot][q] >= 0 ? p->h_tok[slot][q] : 0;
     }
-    weft_status s = upload_i32(e, &p->ids, p->hids, n, err);
+    weft_status s = upload_i32(e, ids, p->hids, n, err);
     if (s == WEFT_OK) p->h_count++;
     return s;
 }
@@ -2048,8 +2054,11 @@ static weft_status pipe_launch(weft_engine *e, weft_error *err) {
     if (s != WEFT_OK) return s;
     uint64_t t_in = now_ns();
     pipe_event(e, 0);
-    s = e->be->copy(e->be_st, &v->data[v->t_tokens], 0, &p->ids, 0, (uint64_t)n * 4, e->stream,
-                    err);
+    /* the ids are already in v's token input when the step in flight ran v too (the usual case:
+     * the same rows); otherwise one copy on the stream, behind the sampler that wrote them */
+    if (p->ids_v != v)
+        s = e->be->copy(e->be_st, &v->data[v->t_tokens], 0, &p->ids_v->data[p->ids_v->t_tokens],
+                        0, (uint64_t)n * 4, e->stream, err);
     /* positions, kv slots and logit rows: laid out in one pinned slot as in the variant's
      * inputs block and uploaded in one copy (what runs on the stream between two steps is on
      * the critical path at batch 1: docs/perf/batch1.md, session of 2026-12-01 17:59 UTC); the

@@ -35,64 +35,69 @@ struct ds_part {
     int pad;
 };
 
-// (m, idx, s): running max, its smallest index, sum of exp(z - m) in double.
-__device__ __forceinline__ void lse_merge(float &m, int &idx, double &s, float m2, int idx2,
-                                          double s2) {
-    if (m2 > m) {
-        s = (m > NEG_INF ? s * exp((double)m - (double)m2) : 0.0) + s2;
-        m = m2;
-        idx = idx2;
-    } else if (m2 == m) {
-        s += s2;
-        if (idx2 < idx) idx = idx2;
-    } else if (m2 > NEG_INF) {
-        s += s2 * exp((double)m2 - (double)m);
+// One logit into the running (m, idx, bad) of a thread: the largest value, its smallest index
+// (a thread visits ascending indices, so a later equal value never replaces it), and NaN or
+// +inf marking bad with its index + 1 (the first a thread meets).
+__device__ __forceinline__ void max_push(float v, int i, float &m, int &idx, int &bad) {
+    if (v != v || v == POS_INF) {
+        if (!bad) bad = i + 1;
+    } else if (v > m) {
+        m = v;
+        idx = i;
     }
 }
 
-// Reduces (m, idx, s, bad) over the block; every thread gets the result. blockDim.x % 32 == 0.
-__device__ void block_lse(float &m, int &idx, double &s, int &bad) {
+// (m, idx) from another thread or block into this one: the larger value, ties to the smaller
+// index; bad keeps the smallest nonzero mark, so the result does not depend on the order.
+__device__ __forceinline__ void max_merge(float &m, int &idx, int &bad, float m2, int idx2,
+                                          int bad2) {
+    if (m2 > m || (m2 == m && idx2 < idx)) {
+        m = m2;
+        idx = idx2;
+    }
+    if (bad2 && (!bad || bad2 < bad)) bad = bad2;
+}
+
+// Reduces (m, idx, bad) over the block; every thread gets the result. blockDim.x % 32 == 0.
+// Floats and ints only: the exponentials come after, once the maximum is known.
+__device__ void block_max(float &m, int &idx, int &bad) {
     __shared__ float sm[32];
     __shared__ int si[32], sb[32];
-    __shared__ double ss[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-        int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
-        double s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        int b2 = __shfl_xor_sync(0xffffffffu, bad, o);
-        lse_merge(m, idx, s, m2, i2, s2);
-        bad = bad ? bad : b2;
-    }
+    for (int o = 16; o > 0; o >>= 1)
+        max_merge(m, idx, bad, __shfl_xor_sync(0xffffffffu, m, o),
+                  __shfl_xor_sync(0xffffffffu, idx, o), __shfl_xor_sync(0xffffffffu, bad, o));
     __syncthreads();
     if (lane == 0) {
         sm[warp] = m;
         si[warp] = idx;
-        ss[warp] = s;
         sb[warp] = bad;
     }
     __syncthreads();
-    m = NEG_INF;
-    idx = BIG_ID;
-    s = 0.0;
-    bad = 0;
-    for (int w = 0; w < nw; w++) { // same order in every thread: a deterministic result
-        lse_merge(m, idx, s, sm[w], si[w], ss[w]);
-        bad = bad ? bad : sb[w];
-    }
+    m = sm[0];
+    idx = si[0];
+    bad = sb[0];
+    for (int w = 1; w < nw; w++) max_merge(m, idx, bad, sm[w], si[w], sb[w]);
 }
 
-// One logit into the running (m, idx, s); a NaN or +inf marks bad with its index + 1.
-__device__ __forceinline__ void lse_push(float v, int i, float &m, int &idx, double &s, int &bad) {
-    if (v != v || v == POS_INF) {
-        if (!bad) bad = i + 1;
-    } else if (v > NEG_INF) {
-        lse_merge(m, idx, s, v, i, 1.0);
-    }
+// Sum of v over the block in a fixed order (warp trees, then warps in order); every thread gets
+// it.
+__device__ double block_sum_d(double v) {
+    __shared__ double part[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += part[w];
+    return t;
 }
 
-__device__ __forceinline__ void finish(ds_result *out, const float *z, float m, int idx, double s,
-                                       int bad) {
+// The row's result from its maximum m at idx, s = sum of exp(z - m) in double, and bad. The
+// log-softmax of the chosen token is z[idx] - m - log(s) in double, as the host sampler reports
+// it, and z[idx] == m exactly: -log(s).
+__device__ __forceinline__ void finish(ds_result *out, int idx, double s, int bad) {
     out->bad_index = bad ? bad - 1 : -1;
     if (bad) {
         out->status = DS_BAD_LOGIT;
@@ -105,26 +110,48 @@ __device__ __forceinline__ void finish(ds_result *out, const float *z, float m, 
     } else {
         out->status = DS_OK;
         out->token = idx;
-        // log-softmax of the chosen token in double, as the host sampler reports it
-        out->logprob = (float)((double)z[idx] - (double)m - log(s));
+        out->logprob = (float)(-log(s));
     }
 }
 
+#define GREEDY_KEEP 8 // logits a thread holds in registers between the two passes
+
 // Greedy over one row per blockIdx.y: the largest logit, ties to the smallest id, with its
-// log-probability. Blocks reduce their slice; the last block to finish (a counter per row,
-// reset by that block) merges the partials in block order. ids (sample_async; may be null):
-// the row's token id also goes there, as ds_ids would write it. out may be pinned host memory
-// (sample_async's slot, through its device address).
+// log-probability. Each block takes a strided slice: its maximum first (floats only), then the
+// sum of exp(z - that maximum) in double, each term independent of the others. The last block
+// to finish (a counter per row, reset by that block) merges the partials the same way: their
+// maximum M, then the sum of s_b exp(m_b - M) in a fixed order, so the result does not depend
+// on which block finished last. ids (sample_async; may be null): the row's token id also goes
+// there, as ds_ids would write it. out may be pinned host memory (sample_async's slot, through
+// its device address).
 extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_part *parts,
                                      u32 *done, ds_result *out, int *ids) {
     int row = blockIdx.y;
     const float *z = logits + (long)row * ld;
+    const int first = blockIdx.x * blockDim.x + threadIdx.x, step = gridDim.x * blockDim.x;
+    float zr[GREEDY_KEEP];
+#pragma unroll
+    for (int k = 0; k < GREEDY_KEEP; k++) {
+        long i = first + (long)k * step;
+        zr[k] = i < V ? z[i] : NEG_INF;
+    }
     float m = NEG_INF;
     int idx = BIG_ID, bad = 0;
+#pragma unroll
+    for (int k = 0; k < GREEDY_KEEP; k++)
+        if (first + (long)k * step < V) max_push(zr[k], first + k * step, m, idx, bad);
+    for (long i = first + (long)GREEDY_KEEP * step; i < V; i += step)
+        max_push(z[i], (int)i, m, idx, bad);
+    block_max(m, idx, bad);
     double s = 0.0;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += gridDim.x * blockDim.x)
-        lse_push(z[i], i, m, idx, s, bad);
-    block_lse(m, idx, s, bad);
+    if (!bad && m > NEG_INF) { // every value is finite or -inf (exp(-inf) = 0)
+        const double md = (double)m;
+#pragma unroll
+        for (int k = 0; k < GREEDY_KEEP; k++) s += exp((double)zr[k] - md);
+        for (long i = first + (long)GREEDY_KEEP * step; i < V; i += step)
+            s += exp((double)z[i] - md);
+    }
+    s = block_sum_d(s);
     __shared__ int last;
     if (threadIdx.x == 0) {
         ds_part *p = &parts[(long)row * gridDim.x + blockIdx.x];
@@ -138,21 +165,37 @@ extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_par
     __syncthreads();
     if (!last) return;
     __threadfence();
-    m = NEG_INF;
-    idx = BIG_ID;
-    s = 0.0;
-    bad = 0;
-    // thread j takes the partials j, j + blockDim.x, ...; the block tree then merges them in a
-    // fixed order, so the result does not depend on which block finished last
-    for (u32 b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
-        const ds_part *p = &parts[(long)row * gridDim.x + b];
-        int pb = __ldcg(&p->bad);
-        lse_merge(m, idx, s, __ldcg(&p->m), __ldcg(&p->idx), __ldcg(&p->s));
-        if (pb && (!bad || pb < bad)) bad = pb;
+    // thread j holds partial j (the usual case: blocks <= threads) and reads any further ones
+    // (j + blockDim.x, ...) again for the sums
+    const ds_part *pr = &parts[(long)row * gridDim.x];
+    const u32 b0 = threadIdx.x;
+    float m0 = NEG_INF;
+    int i0 = BIG_ID, bad0 = 0;
+    double s0 = 0.0;
+    if (b0 < gridDim.x) {
+        m0 = __ldcg(&pr[b0].m);
+        i0 = __ldcg(&pr[b0].idx);
+        bad0 = __ldcg(&pr[b0].bad);
+        s0 = __ldcg(&pr[b0].s);
     }
-    block_lse(m, idx, s, bad);
+    m = m0;
+    idx = i0;
+    bad = bad0;
+    for (u32 b = b0 + blockDim.x; b < gridDim.x; b += blockDim.x)
+        max_merge(m, idx, bad, __ldcg(&pr[b].m), __ldcg(&pr[b].idx), __ldcg(&pr[b].bad));
+    block_max(m, idx, bad);
+    s = 0.0;
+    if (!bad && m > NEG_INF) {
+        const double md = (double)m;
+        if (m0 > NEG_INF) s = s0 * exp((double)m0 - md);
+        for (u32 b = b0 + blockDim.x; b < gridDim.x; b += blockDim.x) {
+            float mb = __ldcg(&pr[b].m);
+            if (mb > NEG_INF) s += __ldcg(&pr[b].s) * exp((double)mb - md);
+        }
+    }
+    s = block_sum_d(s);
     if (threadIdx.x == 0) {
-        finish(&out[row], z, m, idx, s, bad);
+        finish(&out[row], idx, s, bad);
         // (the token finish stored, or 0 where it stored none; out may be pinned host memory, so
         // it is not read back)
         if (ids) ids[row] = bad || idx == BIG_ID ? 0 : idx;
@@ -179,18 +222,6 @@ __device__ float philox_uniform(u64 seed, u64 counter) {
 }
 
 // ---- block helpers for the sampled kernel (blockDim.x == 1024) -----------------------------
-__device__ double block_sum_d(double v) {
-    __shared__ double part[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    double t = 0.0;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += part[w];
-    return t;
-}
-
 __device__ u32 block_sum_u(u32 v) {
     __shared__ u32 part[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -298,14 +329,16 @@ extern "C" __global__ void ds_sample(const float *logits, int V, u64 *keys, floa
     // 1. max, log-sum-exp (for the reported log-probability) and validity
     float m = NEG_INF;
     int idx = BIG_ID, bad = 0;
-    double s = 0.0;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) lse_push(z[i], i, m, idx, s, bad);
-    block_lse(m, idx, s, bad);
+    for (int i = threadIdx.x; i < V; i += blockDim.x) max_push(z[i], i, m, idx, bad);
+    block_max(m, idx, bad);
     if (bad || idx == BIG_ID) {
-        if (threadIdx.x == 0) finish(out, z, m, idx, s, bad);
+        if (threadIdx.x == 0) finish(out, idx, 0.0, bad);
         return;
     }
-    const double m0 = (double)m, lse0 = log(s);
+    const double m0 = (double)m;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) s += exp((double)z[i] - m0);
+    const double lse0 = log(block_sum_d(s));
 
     // 2. weights as order keys; candidates are w > 0
     const double inv_t = 1.0 / (double)temperature;
