@@ -29,14 +29,15 @@ static const weft_plugin_descriptor *desc;
 static void *bst;
 static const weft_backend_vtable *be;
 /* Backend instances: [0] as described above; [1] the same options plus gemv_xsmem (the GEMVs
- * read x from shared memory), attn_cp 3 (the fused attention's cp.async copies) and
- * attn_mc4_from 2048 (its four-block cluster form from a bucket of 2,048 positions), [2] [1]'s
- * first two with smem_carveout 100, and [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs
- * stage their weights in shared memory), prefill_tc off (prefill attention on CUDA cores) and
- * attn_mc4_from 512 (the fused attention's four-block cluster forms past 512 positions), each
- * with its op table. All retain the device's
- * primary context, so tensors of one are valid in another's ops. */
-enum { N_INST = 4 };
+ * read x from shared memory), attn_cp 3 (the fused attention's cp.async copies),
+ * attn_mc4_from 2048 (its four-block cluster form from a bucket of 2,048 positions) and
+ * gemv_loop 3 (the T = 1 GEMVs looped over rows, x in shared memory), [2] [1]'s first two with
+ * smem_carveout 100, [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs stage their weights
+ * in shared memory), prefill_tc off (prefill attention on CUDA cores) and attn_mc4_from 512
+ * (the fused attention's four-block cluster forms past 512 positions), and [4] [0]'s options
+ * plus gemv_loop 2 (the looped form reading x through L1), each with its op table. All retain
+ * the device's primary context, so tensors of one are valid in another's ops. */
+enum { N_INST = 5 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
 static size_t inst_n[N_INST];
@@ -942,7 +943,7 @@ static void check_xs_swiglu(uint32_t dt, int T, int F, int K) {
 
 static void test_gemv_xsmem(void **state) {
     (void)state;
-    if (!insts[1] || !insts[2] || !insts[3]) skip();
+    if (!insts[1] || !insts[2] || !insts[3] || !insts[4]) skip();
     /* every split (K 1024..12288), T 1..8, rows that leave the last block short, f32, x past
      * 48 KiB of shared memory (T = 4, K = 8192) and past 96 KiB (the plain form's fallback);
      * for the staged form (instance 3, T = 1): one to six vectors a lane, lanes short of the
@@ -957,6 +958,8 @@ static void test_gemv_xsmem(void **state) {
     check_xs_linear(WEFT_DTYPE_BF16, 8, 40, 8192, 0);
     check_xs_linear(WEFT_DTYPE_BF16, 1, 33, 2056, 0);
     check_xs_linear(WEFT_DTYPE_BF16, 1, 4096, 4096, 1);
+    /* looped (more groups than fit at once): 3-5 groups a block, the last group short */
+    check_xs_linear(WEFT_DTYPE_BF16, 1, 12803, 1024, 1);
     check_xs_linear(WEFT_DTYPE_F32, 1, 300, 1028, 1);
     check_xs_linear(WEFT_DTYPE_F32, 2, 50, 1028, 1);
     check_xs_swiglu(WEFT_DTYPE_BF16, 1, 8192, 2048);
@@ -1133,10 +1136,10 @@ static void test_pdl_chain(void **state) {
     free_tensors(all, 7);
 }
 
-/* the same chain with the GEMVs reading x from shared memory (instances 1 and 2) and staging
- * their weights in it (instance 3) */
+/* the same chain with the GEMVs reading x from shared memory (instances 1 and 2; 1 looped over
+ * rows), staging their weights in it (instance 3) and looped over rows (instance 4) */
 static void test_pdl_chain_xsmem(void **state) {
-    if (!insts[1] || !insts[2] || !insts[3]) skip();
+    if (!insts[1] || !insts[2] || !insts[3] || !insts[4]) skip();
     for (int k = 1; k < N_INST; k++) {
         use_inst(k);
         test_pdl_chain(state);
@@ -1452,7 +1455,8 @@ static void test_option_ranges(void **state) {
         int64_t v;
     } bad[] = {{"gemv_max_tokens", 9}, {"smem_carveout", 101}, {"smem_carveout", -2},
                {"gemv_xsmem", 4},      {"attn_cp", 4},         {"attn_cp", -1},
-               {"ablate", 8},          {"gemv_stage", 201},    {"gemv_stage", -1}};
+               {"ablate", 8},          {"gemv_stage", 201},    {"gemv_stage", -1},
+               {"gemv_loop", 17},      {"gemv_loop", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -1500,19 +1504,22 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[8] = {
+        weft_option kopt[9] = {
             opt[0], opt[1], opt[2], opt[3],
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
             {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
             {.key = "attn_cp", .type = WEFT_OPTION_INT, .i = 3},
-            {.key = "attn_mc4_from", .type = WEFT_OPTION_INT, .i = 2048}};
+            {.key = "attn_mc4_from", .type = WEFT_OPTION_INT, .i = 2048},
+            {.key = "gemv_loop", .type = WEFT_OPTION_INT, .i = 3}};
         if (k == 3) { /* [0]'s options plus gemv_stage and attn_mc4_from 512, without the
                        * tensor-core prefill */
             kopt[4] = (weft_option){.key = "gemv_stage", .type = WEFT_OPTION_INT, .i = 96};
             kopt[5] = (weft_option){.key = "prefill_tc", .type = WEFT_OPTION_BOOL, .i = 0};
             kopt[6] = (weft_option){.key = "attn_mc4_from", .type = WEFT_OPTION_INT, .i = 512};
         }
-        weft_options kopts = {k == 1 ? 8 : 7, kopt};
+        if (k == 4) /* [0]'s options plus gemv_loop */
+            kopt[4] = (weft_option){.key = "gemv_loop", .type = WEFT_OPTION_INT, .i = 2};
+        weft_options kopts = {k == 1 ? 9 : k == 4 ? 5 : 7, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
             fprintf(stderr, "backend instance %d: %s\n", k, err.message);
             return -1;

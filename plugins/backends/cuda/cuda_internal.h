@@ -79,6 +79,9 @@ typedef struct cuda_backend {
     /* option gemv_stage: KiB of weights a block of the staged T = 1 GEMV copies into shared
      * memory before its wait (cuda_ops.c gemv_st_bytes), 0 = the register form */
     int gemv_stage;
+    /* option gemv_loop: blocks an SM of the looped T = 1 GEMV (core.cu gemv_loop; cuda_ops.c
+     * gemv_lp_grid), 0 = one block per row group */
+    int gemv_loop;
     /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */

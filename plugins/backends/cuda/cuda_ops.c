@@ -304,6 +304,29 @@ static unsigned gemv_st_bytes(const cuda_backend *b, int nw, int T, int N, int K
     return (unsigned)(g * group);
 }
 
+/* option gemv_loop (blocks an SM, 0 = off): the T = 1 GEMVs as weft_gemv_lp_1 /
+ * weft_gemv_swiglu_lp_1 (core.cu gemv_loop, kernel f with smem bytes of dynamic shared memory),
+ * whose blocks each run *per consecutive groups of 8/S rows. Returns the grid: per is the fewest
+ * groups a block that keep the grid resident at once (at most gemv_loop blocks an SM, and no
+ * more than fit), and the grid the fewest blocks of per groups, so every block but the last
+ * runs the same number of rows. The callers loop only when per > 1: a product whose blocks all
+ * fit at once keeps one group a block, whose early exits let the next kernel's blocks become
+ * resident and preload under PDL (looping those too measured -7.5% on Qwen3-0.6B,
+ * docs/perf/batch1.md, session of 2026-12-01 20:23 UTC). */
+static weft_status gemv_lp_grid(const cuda_backend *b, CUfunction f, unsigned smem, int N, int S,
+                                unsigned *grid, int *per, weft_error *err) {
+    int fit = 0;
+    CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&fit, f, 256, smem),
+       "sizing the looped GEMV's grid");
+    long per_sm = fit > 0 && fit < b->gemv_loop ? fit : b->gemv_loop;
+    long groups = (N + 8 / S - 1) / (8 / S);
+    long slots = per_sm * (b->sm_count > 0 ? b->sm_count : 1);
+    long p = (groups + slots - 1) / slots;
+    *per = (int)p;
+    *grid = (unsigned)((groups + p - 1) / p);
+    return WEFT_OK;
+}
+
 weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
                       CUdeviceptr y, int out_f32, uint32_t dt, int T, int N, int K, int split,
                       weft_error *err) {
@@ -325,6 +348,15 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
                            stb, sargs, err);
     }
     unsigned xs = gemv_xs_bytes(b, 0, T, K, dt);
+    if (b->gemv_loop > 0 && T == 1) {
+        const char *lname = xs ? "weft_gemv_lp_xs_1" : "weft_gemv_lp_1";
+        TRY(kern(b, dt, dt, lname, &f, err));
+        unsigned lp;
+        int per;
+        TRY(gemv_lp_grid(b, f, xs, N, S, &lp, &per, err));
+        void *largs[] = {&x, &w, &bias, &y, &out_f32, &N, &K, &S, &per};
+        if (per > 1) return gemv_launch(b, f, lname, lp, xs, largs, err);
+    }
     const char *name = gemv_name(T, 0, xs != 0);
     TRY(kern(b, dt, dt, name, &f, err));
     void *args[] = {&x, &w, &bias, &y, &out_f32, &T, &N, &K, &S};
@@ -807,6 +839,15 @@ static weft_status op_linear_swiglu(void *st, const weft_exec_ctx *c, const weft
                            (unsigned)((F + rows * rg - 1) / (rows * rg)), stb, sargs, err);
     }
     unsigned xs = gemv_xs_bytes(b, 1, T, K, x->dtype);
+    if (b->gemv_loop > 0 && T == 1) {
+        const char *lname = xs ? "weft_gemv_swiglu_lp_xs_1" : "weft_gemv_swiglu_lp_1";
+        TRY(kern(b, x->dtype, w->dtype, lname, &f, err));
+        unsigned lp;
+        int per;
+        TRY(gemv_lp_grid(b, f, xs, F, S, &lp, &per, err));
+        void *largs[] = {&xp, &wg, &wu, &yp, &F, &K, &S, &per};
+        if (per > 1) return gemv_launch(b, f, lname, lp, xs, largs, err);
+    }
     const char *name = gemv_name(T, 1, xs != 0);
     TRY(kern(b, x->dtype, w->dtype, name, &f, err));
     void *args[] = {&xp, &wg, &wu, &yp, &T, &F, &K, &S};

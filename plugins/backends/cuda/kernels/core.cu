@@ -921,6 +921,106 @@ __device__ __forceinline__ void gemv_swiglu(const act *x, const wgt *wg, const w
         }
 }
 
+// ---- the looped one-row GEMV (backend option gemv_loop) ------------------------------------
+// A block owns `per` consecutive groups of 8/S output rows and runs them one after another with
+// gemv_row's arithmetic (same lanes, batches, warp and split sums: the same bits). The first
+// batch of the next group's weights is loaded before this group's reduction and store, so a
+// block keeps loads in flight from its first row to its last, and the grid (at most a few blocks
+// an SM, cuda_ops.c gemv_lp_grid) has no waves of blocks that start, ramp up and drain. x is
+// read (or, XS, copied into shared memory) once a block. SW: gate|up + SwiGLU (w0 the gate rows,
+// w1 the up rows, y the activation dtype); otherwise y = x w0^T [+ bias], f32 when out_f32.
+template <int NW, bool XS>
+__device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt *w1,
+                                          const wgt *bias, void *y, int out_f32, int N, int K,
+                                          int S, int per) {
+    __shared__ float red[2][GEMV_THREADS / 32][NW];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S, rb = 8 / S;
+    const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
+    const int g0 = blockIdx.x * per;
+    int n = g0 * rb + warp / S;
+    const wgt *rows[NW];
+    rows[0] = w0 + (long)n * K;
+    if (NW == 2) rows[NW - 1] = w1 + (long)n * K;
+    uint4 wv[4][NW];
+    if (n < N) gemv_load<NW>(rows, v0, stride, nv, wv);
+    pdl_enter();
+    if (XS) {
+        extern __shared__ __align__(16) unsigned char gemv_xs[];
+        const int n16 = K / (16 / (int)sizeof(act));
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < n16; i += GEMV_THREADS)
+            ((uint4 *)gemv_xs)[i] = ((const uint4 *)x)[i];
+        bsync(GEMV_THREADS);
+        x = (const act *)gemv_xs;
+    }
+    // the trip count is the block's, so every warp reaches each barrier
+    #pragma unroll 1
+    for (int i = 0; i < per && (g0 + i) * rb < N; i++, n += rb) {
+        float acc[NW][1];
+#pragma unroll
+        for (int r = 0; r < NW; r++) acc[r][0] = 0.f;
+        if (n < N) {
+            int v = v0;
+            gemv_fma<1, NW>(x, 1, K, v, stride, nv, wv, acc);
+            for (v += 4 * stride; v < nv; v += 4 * stride) {
+                gemv_load<NW>(rows, v, stride, nv, wv);
+                gemv_fma<1, NW>(x, 1, K, v, stride, nv, wv, acc);
+            }
+        }
+        const int nn = n + rb;
+        if (i + 1 < per && nn < N) {
+            rows[0] = w0 + (long)nn * K;
+            if (NW == 2) rows[NW - 1] = w1 + (long)nn * K;
+            gemv_load<NW>(rows, v0, stride, nv, wv);
+        }
+#pragma unroll
+        for (int r = 0; r < NW; r++) acc[r][0] = warp_sum(acc[r][0]);
+        if (S > 1) {
+            // two buffers: a warp writing group i + 2's sums has passed group i + 1's barrier,
+            // which every reader of group i's sums reached after reading them
+            float(*rd)[NW] = red[i & 1];
+            if (lane == 0)
+#pragma unroll
+                for (int r = 0; r < NW; r++) rd[warp][r] = acc[r][0];
+            bsync(GEMV_THREADS);
+            if (s == 0)
+#pragma unroll
+                for (int r = 0; r < NW; r++) {
+                    float tot = rd[warp][r];
+                    for (int j = 1; j < S; j++) tot += rd[warp + j][r];
+                    acc[r][0] = tot;
+                }
+        }
+        if (n < N && s == 0 && lane == 0) {
+            if (NW == 2) {
+                float g = A::round(acc[0][0]), u = A::round(acc[NW - 1][0]);
+                float sg = A::round(g / (1.f + __expf(-g)));
+                A::st((act *)y, n, sg * u);
+            } else {
+                float v = acc[0][0] + (bias ? W::ld(bias, n) : 0.f);
+                if (out_f32) ((float *)y)[n] = v;
+                else A::st((act *)y, n, v);
+            }
+        }
+    }
+}
+
+#define WEFT_GEMV_LP(SUF, XS)                                                                      \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        weft_gemv_lp##SUF##_1(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32,   \
+                              int N, int K, int S, int per) {                                      \
+        ABLATE(4);                                                                                 \
+        gemv_loop<1, XS>(x, w, nullptr, bias, y, out_f32, N, K, S, per);                           \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        weft_gemv_swiglu_lp##SUF##_1(const act *x, const wgt *wg, const wgt *wu, act *y, int F,    \
+                                     int K, int S, int per) {                                      \
+        ABLATE(4);                                                                                 \
+        gemv_loop<2, XS>(x, wg, wu, nullptr, y, 0, F, K, S, per);                                  \
+    }
+WEFT_GEMV_LP(, false)
+WEFT_GEMV_LP(_xs, true)
+
 #define WEFT_GEMV(TT)                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_##TT(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32, int T,   \
