@@ -1,7 +1,8 @@
 /* exec.async-pipeline on the GPU (device sampler: ids fed to the next step on the device, tokens
  * collected one step late through pinned memory and an event):
- *   - greedy: fast-cuda-async (and its -smem, -smem-loop, -xs, -ln and -smem-ln forms) give fast-cuda-all's
- *     tokens and log-probabilities over 256 steps (EOS ignored), twice in one engine (the second
+ *   - greedy: fast-cuda-async (and its -smem, -smem-loop, -loop, -xs, -ln and -smem-ln forms) give
+ *     fast-cuda-all's tokens and log-probabilities over 256 steps (EOS ignored), twice in one
+ *     engine (the second
  *     run replays captured graphs), on stories260K and every model directory in WEFT_EXEC_MODELS
  *     (colon-separated; the GPU run passes synthetic Qwen3-0.6B and Llama-3.2-1B bf16);
  *   - seeded sampled decoding (T 0.8, top-k 50, top-p 0.95; 3 seeds x 128 tokens): identical;
@@ -114,11 +115,13 @@ static void single_on(const char *model) {
     weft_engine_close(e);
     /* fast-cuda-async-smem: the same kernels with the backend's smem_carveout and x in shared
      * memory (gemv_xsmem), -smem-loop also with the long products looped over rows
-     * (gemv_loop); fast-cuda-async-xs: the gate|up GEMV's x in shared memory; the -ln forms:
+     * (gemv_loop); fast-cuda-async-loop: those two without the carveout;
+     * fast-cuda-async-xs: the gate|up GEMV's x in shared memory; the -ln forms:
      * fuse.linear-add-norm's products normalising in their last block */
-    static const char *const cands[] = {"fast-cuda-async",    "fast-cuda-async-smem",
-                                        "fast-cuda-async-smem-loop", "fast-cuda-async-xs",
-                                        "fast-cuda-async-ln", "fast-cuda-async-smem-ln"};
+    static const char *const cands[] = {
+        "fast-cuda-async",      "fast-cuda-async-smem", "fast-cuda-async-smem-loop",
+        "fast-cuda-async-loop", "fast-cuda-async-xs",   "fast-cuda-async-ln",
+        "fast-cuda-async-smem-ln"};
     for (size_t c = 0; c < sizeof(cands) / sizeof(cands[0]); c++) {
         e = open_candidate(cands[c], model);
         assert_non_null(e);

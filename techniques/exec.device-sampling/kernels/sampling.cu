@@ -81,15 +81,15 @@ __device__ void block_max(float &m, int &idx, int &bad) {
 }
 
 // Sum of v over the block in a fixed order (warp trees, then warps in order); every thread gets
-// it.
-__device__ double block_sum_d(double v) {
-    __shared__ double part[32];
+// it. T: double (masses) or u32 (counts).
+template <typename T> __device__ T block_sum(T v) {
+    __shared__ T part[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads();
     if (lane == 0) part[warp] = v;
     __syncthreads();
-    double t = 0.0;
+    T t = 0;
     for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += part[w];
     return t;
 }
@@ -151,7 +151,7 @@ extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_par
         for (long i = first + (long)GREEDY_KEEP * step; i < V; i += step)
             s += exp((double)z[i] - md);
     }
-    s = block_sum_d(s);
+    s = block_sum<double>(s);
     __shared__ int last;
     if (threadIdx.x == 0) {
         ds_part *p = &parts[(long)row * gridDim.x + blockIdx.x];
@@ -193,7 +193,7 @@ extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_par
             if (mb > NEG_INF) s += __ldcg(&pr[b].s) * exp((double)mb - md);
         }
     }
-    s = block_sum_d(s);
+    s = block_sum<double>(s);
     if (threadIdx.x == 0) {
         finish(&out[row], idx, s, bad);
         // (the token finish stored, or 0 where it stored none; out may be pinned host memory, so
@@ -222,18 +222,6 @@ __device__ float philox_uniform(u64 seed, u64 counter) {
 }
 
 // ---- block helpers for the sampled kernel (blockDim.x == 1024) -----------------------------
-__device__ u32 block_sum_u(u32 v) {
-    __shared__ u32 part[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    u32 t = 0;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += part[w];
-    return t;
-}
-
 // Exclusive prefix sum over the block in thread order; *total receives the sum.
 __device__ double block_scan_d(double v, double *total) {
     __shared__ double wsum[32];
@@ -338,7 +326,7 @@ extern "C" __global__ void ds_sample(const float *logits, int V, u64 *keys, floa
     const double m0 = (double)m;
     double s = 0.0;
     for (int i = threadIdx.x; i < V; i += blockDim.x) s += exp((double)z[i] - m0);
-    const double lse0 = log(block_sum_d(s));
+    const double lse0 = log(block_sum<double>(s));
 
     // 2. weights as order keys; candidates are w > 0
     const double inv_t = 1.0 / (double)temperature;
@@ -351,7 +339,7 @@ extern "C" __global__ void ds_sample(const float *logits, int V, u64 *keys, floa
         n_local += key != 0;
     }
     __syncthreads();
-    const u32 n_cand = block_sum_u(n_local);
+    const u32 n_cand = block_sum<u32>(n_local);
 
     filt f;
     f.use_k = top_k > 0 && (u32)top_k < n_cand;
@@ -405,7 +393,7 @@ extern "C" __global__ void ds_sample(const float *logits, int V, u64 *keys, floa
             u64 key = keys[i];
             if (key && in_k(f, key, i)) local += __longlong_as_double((long long)key);
         }
-        const double target = (double)top_p * block_sum_d(local);
+        const double target = (double)top_p * block_sum<double>(local);
         u64 prefix = 0, mask = 0;
         if (threadIdx.x == 0) {
             s_acc = 0.0;
@@ -453,7 +441,7 @@ extern "C" __global__ void ds_sample(const float *logits, int V, u64 *keys, floa
             u32 local_n = 0;
             for (int i = threadIdx.x; i < V; i += blockDim.x)
                 local_n += keys[i] == prefix && in_k(f, prefix, i);
-            u32 n_ties = block_sum_u(local_n);
+            u32 n_ties = block_sum<u32>(local_n);
             if (threadIdx.x == 0) {
                 double acc = s_acc;
                 u32 r = 1;

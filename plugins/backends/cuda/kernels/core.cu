@@ -816,6 +816,18 @@ __device__ __forceinline__ float act_ld_early(const act *p, long i) {
     return A::ld(&v, 0);
 }
 
+// x's n values copied into the block's dynamic shared memory (the _xs kernels, option
+// gemv_xsmem), 16 bytes a thread at a time; returns the copy, readable by the whole block.
+__device__ __forceinline__ const act *gemv_x_shared(const act *x, int n) {
+    extern __shared__ __align__(16) unsigned char gemv_xs[];
+    const int n16 = n / (16 / (int)sizeof(act));
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < n16; i += GEMV_THREADS)
+        ((uint4 *)gemv_xs)[i] = ((const uint4 *)x)[i];
+    bsync(GEMV_THREADS);
+    return (const act *)gemv_xs;
+}
+
 // The dot products of output row n (NW weight rows) for every x row, reduced over the warp and
 // the S splits; valid in lanes of the row's first warp (s == 0). Returns n < N. Lane `lane` of
 // split s owns the 16-byte vectors s*32+lane, then every S*32-th. Its first batch of weight
@@ -839,15 +851,7 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
     // early (weft_gemv_norm_1: the residual at row n): loaded right after the wait by the lane
     // that will use it, so its L2 round trip overlaps the products
     if (early && n < N && lane == 0 && s == 0) *early_v = act_ld_early(early, n);
-    if (XS) {
-        extern __shared__ __align__(16) unsigned char gemv_xs[];
-        const int n16 = T * K / (16 / (int)sizeof(act));
-        #pragma unroll 1
-        for (int i = threadIdx.x; i < n16; i += GEMV_THREADS)
-            ((uint4 *)gemv_xs)[i] = ((const uint4 *)x)[i];
-        bsync(GEMV_THREADS);
-        x = (const act *)gemv_xs;
-    }
+    if (XS) x = gemv_x_shared(x, T * K);
 #pragma unroll
     for (int r = 0; r < NW; r++)
 #pragma unroll
@@ -944,15 +948,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     uint4 wv[4][NW];
     if (n < N) gemv_load<NW>(rows, v0, stride, nv, wv);
     pdl_enter();
-    if (XS) {
-        extern __shared__ __align__(16) unsigned char gemv_xs[];
-        const int n16 = K / (16 / (int)sizeof(act));
-        #pragma unroll 1
-        for (int i = threadIdx.x; i < n16; i += GEMV_THREADS)
-            ((uint4 *)gemv_xs)[i] = ((const uint4 *)x)[i];
-        bsync(GEMV_THREADS);
-        x = (const act *)gemv_xs;
-    }
+    if (XS) x = gemv_x_shared(x, K);
     // the trip count is the block's, so every warp reaches each barrier
     #pragma unroll 1
     for (int i = 0; i < per && (g0 + i) * rb < N; i++, n += rb) {
