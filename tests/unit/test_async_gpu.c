@@ -2,9 +2,9 @@
  * collected one step late through pinned memory and an event):
  *   - greedy: fast-cuda-async (and its -smem, -smem-loop, -loop, -xs, -ln and -smem-ln forms) give
  *     fast-cuda-all's tokens and log-probabilities over 256 steps (EOS ignored), twice in one
- *     engine (the second
- *     run replays captured graphs), on stories260K and every model directory in WEFT_EXEC_MODELS
- *     (colon-separated; the GPU run passes synthetic Qwen3-0.6B and Llama-3.2-1B bf16);
+ *     engine (the second run replays captured graphs), on stories260K and every model directory
+ *     in WEFT_EXEC_MODELS (colon-separated; the GPU run passes synthetic Qwen3-0.6B and
+ *     Llama-3.2-1B bf16);
  *   - seeded sampled decoding (T 0.8, top-k 50, top-p 0.95; 3 seeds x 128 tokens): identical;
  *   - 12 concurrent requests under sched.continuous with captured batched steps, greedy and
  *     sampled, EOS and length limits, a second wave arriving mid-run: each request identical

@@ -538,7 +538,7 @@ amdahl)
   # with the fused attention (1), the fused add + RMSNorm (2), both (3), the GEMVs (4) and all
   # three (7) compiled to do no work, so each figure is the step as if that class cost only its
   # kernel boundary (docs/perf/batch1.md). WEFT_AMDAHL_RUNS: "config:candidate ..." pairs.
-  runs=${WEFT_AMDAHL_RUNS:-Qwen3-0.6B:fast-cuda-async-smem Llama-3.2-1B:fast-cuda-async-xs Qwen3-8B:fast-cuda-async}
+  runs=${WEFT_AMDAHL_RUNS:-Qwen3-0.6B:fast-cuda-async-smem-loop Llama-3.2-1B:fast-cuda-async-loop Qwen3-8B:fast-cuda-async-loop}
   synth_bf16 $(for r in $runs; do echo "${r%%:*}"; done)
   mkdir -p "$out/cand"
   for r in $runs; do
