@@ -1725,21 +1725,20 @@ static void presample(weft_engine *e, uint32_t n_seqs, const variant *v) {
 
 /* ---- the pipelined step (exec.async-pipeline) ---------------------------------------------
  * A plain decode step (every row the last known token of a decoding request, one row each)
- * whose tokens the sampler can pick with sample_async is launched without waiting for them:
- * the sampled ids stay on the device, written by the sampler into the step's own token input
- * (its variant's in.tokens, outside the arena), which the next step of the same rows reads as
- * is (another variant gets a device-to-device copy), so the engine launches step n+1 first
- * and only then collects step n's
- * tokens (pinned memory, an event) and delivers them while step n+1 runs. The host learns each
- * token one step late. Before launching n+1 the engine checks, from what it knows on the host,
- * that every request of the step in flight takes one more row: not cancelled, not ending by
- * length with the token in flight, parameters the async sampler serves, the scheduler plans
- * exactly these rows, and the kv provider has room; otherwise it drains (collects step n) and
- * runs the ordinary path. A request that ends at step n (EOS, stop id or string) wastes its row
- * in step n+1: that row's token is dropped, its kv write lands at a position past the request's
- * n_computed in a slot closed when step n's token was delivered, and every later use of that
- * slot or page is ordered after it on the same stream (the argument is in
- * techniques/exec.async-pipeline/README.md).
+ * whose tokens the sampler can pick with sample_async is launched without waiting for them: the
+ * sampled ids stay on the device, written by the sampler into the step's own token input (its
+ * variant's in.tokens, outside the arena), which the next step of the same rows reads as is
+ * (another variant gets a device-to-device copy), so the engine launches step n+1 first and
+ * only then collects step n's tokens (pinned memory, an event) and delivers them while step n+1
+ * runs. The host learns each token one step late. Before launching n+1 the engine checks, from
+ * what it knows on the host, that every request of the step in flight takes one more row: not
+ * cancelled, not ending by length with the token in flight, parameters the async sampler
+ * serves, the scheduler plans exactly these rows, and the kv provider has room; otherwise it
+ * drains (collects step n) and runs the ordinary path. A request that ends at step n (EOS, stop
+ * id or string) wastes its row in step n+1: that row's token is dropped, its kv write lands at
+ * a position past the request's n_computed in a slot closed when step n's token was delivered,
+ * and every later use of that slot or page is ordered after it on the same stream (the argument
+ * is in techniques/exec.async-pipeline/README.md).
  *
  * Tokens are identical to the ordinary path: the same variant (graph) runs on the same ids,
  * positions and slots, and each row's Philox counter is its token index (n_generated plus the
