@@ -59,6 +59,7 @@ typedef struct ds_state {
     /* sample_async: a ring of result slots (device and pinned) with an event each */
     CUdeviceptr a_results;
     ds_result *a_host;
+    CUdeviceptr a_host_dev; /* a_host's device address (0: none; greedy results then copied) */
     CUevent a_ev[DS_ASYNC_DEPTH];
     uint32_t a_rows[DS_ASYNC_DEPTH], a_vocab[DS_ASYNC_DEPTH];
     uint32_t a_head, a_count;
@@ -176,6 +177,8 @@ static weft_status ds_init(ds_state *s, weft_error *err) {
     CK(cuMemAllocHost((void **)&s->a_host,
                       (size_t)DS_ASYNC_DEPTH * DS_MAX_ROWS * sizeof(ds_result)),
        "allocating pinned pipelined results");
+    if (cuMemHostGetDevicePointer(&s->a_host_dev, s->a_host, 0) != CUDA_SUCCESS)
+        s->a_host_dev = 0;
     for (int i = 0; i < DS_ASYNC_DEPTH; i++)
         CK(cuEventCreate(&s->a_ev[i], CU_EVENT_DISABLE_TIMING), "creating a result event");
     s->ready = 1;
@@ -370,17 +373,17 @@ static weft_status ds_sample_async(void *st, const weft_buffer *logits, uint32_t
     /* All rows greedy: ds_greedy writes each row's token id into ids itself (no ds_ids) and its
      * 16-byte result straight into the pinned slot through that memory's device address (no
      * copy): between two steps the stream then holds kernels only (at batch 1 on the H200,
-     * docs/perf/batch1.md, session of 2026-12-01 17:59 UTC). Sampled rows keep ds_ids and the
-     * copy. */
+     * docs/perf/batch1.md, session of 2026-12-01 17:59 UTC). A call with sampled rows keeps
+     * ds_ids (which writes every row's id, so the greedy launches get no ids) and the copy. */
     int all_greedy = 1;
     for (uint32_t r = 0; r < n_rows; r++)
         all_greedy &= params[r].temperature == 0.0f;
-    CUdeviceptr hres = 0;
-    if (all_greedy &&
-        cuMemHostGetDevicePointer(&hres, s->a_host + (size_t)slot * DS_MAX_ROWS, 0) !=
-            CUDA_SUCCESS)
-        hres = 0;
-    weft_status ls = launch_rows(s, logits, 0, n_rows, vocab, params, hres ? hres : res, dst, err);
+    CUdeviceptr hres =
+        all_greedy && s->a_host_dev
+            ? s->a_host_dev + (uint64_t)slot * DS_MAX_ROWS * sizeof(ds_result)
+            : 0;
+    weft_status ls = launch_rows(s, logits, 0, n_rows, vocab, params, hres ? hres : res,
+                                 all_greedy ? dst : 0, err);
     if (ls) return ls;
     if (!hres) {
         int n = (int)n_rows;
