@@ -801,28 +801,30 @@ static weft_status variant_build(weft_engine *e, uint32_t max_tokens, uint32_t m
     uint8_t *skip = s == WEFT_OK ? calloc(g->n_tensors ? g->n_tensors : 1, 1) : NULL;
     if (s == WEFT_OK && !skip) s = weft_error_set(err, WEFT_ERR_NOMEM, "engine", "out of memory");
     if (s == WEFT_OK) {
-        const uint32_t tid[3] = {v->t_positions, v->t_kv_slots, v->t_logit_rows};
-        v->in_bytes = 0;
-        for (int k = 0; k < 3; k++) {
-            v->in_off[k] = UINT64_MAX;
-            if (tid[k] == WEFT_TENSOR_NONE || !e->graph_svc.tensor_uses(g, tid[k])) continue;
-            v->in_off[k] = v->in_bytes;
-            v->in_bytes += (weft_graph_tensor_bytes(&g->tensors[tid[k]]) + 15) / 16 * 16;
+        /* in this order; the first three are what a pipelined step uploads (in_off, in_bytes) */
+        const uint32_t tid[4] = {v->t_positions, v->t_kv_slots, v->t_logit_rows, v->t_tokens};
+        uint64_t off[4], at = 0;
+        for (int k = 0; k < 4; k++) {
+            off[k] = UINT64_MAX;
+            if (k < 3 && (tid[k] == WEFT_TENSOR_NONE || !e->graph_svc.tensor_uses(g, tid[k])))
+                continue;
+            off[k] = at;
+            at += (weft_graph_tensor_bytes(&g->tensors[tid[k]]) + 15) / 16 * 16;
             skip[tid[k]] = 1;
         }
-        const uint64_t tok_bytes = weft_graph_tensor_bytes(&g->tensors[v->t_tokens]);
-        skip[v->t_tokens] = 1;
-        s = e->be->alloc(e->be_st, v->in_bytes + tok_bytes, WEFT_MEMORY_DEVICE, &v->inputs, err);
+        for (int k = 0; k < 3; k++)
+            v->in_off[k] = off[k];
+        v->in_bytes = off[3];
+        s = e->be->alloc(e->be_st, at, WEFT_MEMORY_DEVICE, &v->inputs, err);
         for (int k = 0; s == WEFT_OK && k < 4; k++) {
-            if (k < 3 && v->in_off[k] == UINT64_MAX) continue;
-            weft_buffer *d = &v->data[k < 3 ? tid[k] : v->t_tokens];
+            if (off[k] == UINT64_MAX) continue;
+            weft_buffer *d = &v->data[tid[k]];
             *d = v->inputs;
-            d->ptr = (uint8_t *)v->inputs.ptr + (k < 3 ? v->in_off[k] : v->in_bytes);
-            d->bytes = k < 3 ? weft_graph_tensor_bytes(&g->tensors[tid[k]]) : tok_bytes;
+            d->ptr = (uint8_t *)v->inputs.ptr + off[k];
+            d->bytes = weft_graph_tensor_bytes(&g->tensors[tid[k]]);
         }
         if (s != WEFT_OK)
-            weft_error_prefix(err, "step inputs block of %" PRIu64 " bytes",
-                              v->in_bytes + tok_bytes);
+            weft_error_prefix(err, "step inputs block of %" PRIu64 " bytes", at);
     }
     /* Activations. */
     if (s == WEFT_OK) {
