@@ -35,10 +35,9 @@ static const weft_backend_vtable *be;
  * smem_carveout 100, [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs stage their weights
  * in shared memory), prefill_tc off (prefill attention on CUDA cores) and attn_mc4_from 512
  * (the fused attention's four-block cluster forms past 512 positions), and [4] [0]'s options
- * plus gemv_loop 2 (the looped form reading x through L1), [5] and [6] the options of [1] and
- * [4] plus gemv_ahead 3 (the looped forms with two groups' weights in flight), each with its op
- * table. All retain the device's primary context, so tensors of one are valid in another's ops. */
-enum { N_INST = 7 };
+ * plus gemv_loop 2 (the looped form reading x through L1), each with its op table. All retain
+ * the device's primary context, so tensors of one are valid in another's ops. */
+enum { N_INST = 5 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
 static size_t inst_n[N_INST];
@@ -54,13 +53,6 @@ static weft_status reg_add(void *self, const weft_op_impl *impl, weft_error *err
     if (reg_to == 0) n_impls = inst_n[0];
     return WEFT_OK;
 }
-/* every backend instance was created */
-static int all_insts(void) {
-    for (int k = 0; k < N_INST; k++)
-        if (!insts[k]) return 0;
-    return 1;
-}
-
 /* run the next nodes on instance k (bst, impls) */
 static void use_inst(int k) {
     bst = insts[k];
@@ -951,7 +943,7 @@ static void check_xs_swiglu(uint32_t dt, int T, int F, int K) {
 
 static void test_gemv_xsmem(void **state) {
     (void)state;
-    if (!all_insts()) skip();
+    if (!insts[1] || !insts[2] || !insts[3] || !insts[4]) skip();
     /* every split (K 1024..12288), T 1..8, rows that leave the last block short, f32, x past
      * 48 KiB of shared memory (T = 4, K = 8192) and past 96 KiB (the plain form's fallback);
      * for the staged form (instance 3, T = 1): one to six vectors a lane, lanes short of the
@@ -1145,10 +1137,9 @@ static void test_pdl_chain(void **state) {
 }
 
 /* the same chain with the GEMVs reading x from shared memory (instances 1 and 2; 1 looped over
- * rows), staging their weights in it (instance 3) and looped over rows (instance 4; 5 and 6
- * with two groups in flight) */
+ * rows), staging their weights in it (instance 3) and looped over rows (instance 4) */
 static void test_pdl_chain_xsmem(void **state) {
-    if (!all_insts()) skip();
+    if (!insts[1] || !insts[2] || !insts[3] || !insts[4]) skip();
     for (int k = 1; k < N_INST; k++) {
         use_inst(k);
         test_pdl_chain(state);
@@ -1465,8 +1456,7 @@ static void test_option_ranges(void **state) {
     } bad[] = {{"gemv_max_tokens", 9}, {"smem_carveout", 101}, {"smem_carveout", -2},
                {"gemv_xsmem", 4},      {"attn_cp", 4},         {"attn_cp", -1},
                {"ablate", 8},          {"gemv_stage", 201},    {"gemv_stage", -1},
-               {"gemv_loop", 17},      {"gemv_loop", -1},      {"gemv_ahead", 4},
-               {"gemv_ahead", -1}};
+               {"gemv_loop", 17},      {"gemv_loop", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -1514,7 +1504,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[10] = {
+        weft_option kopt[9] = {
             opt[0], opt[1], opt[2], opt[3],
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
             {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
@@ -1527,12 +1517,9 @@ static int setup(void **state) {
             kopt[5] = (weft_option){.key = "prefill_tc", .type = WEFT_OPTION_BOOL, .i = 0};
             kopt[6] = (weft_option){.key = "attn_mc4_from", .type = WEFT_OPTION_INT, .i = 512};
         }
-        if (k == 4 || k == 6) /* [0]'s options plus gemv_loop */
+        if (k == 4) /* [0]'s options plus gemv_loop */
             kopt[4] = (weft_option){.key = "gemv_loop", .type = WEFT_OPTION_INT, .i = 2};
-        size_t nk = k == 1 || k == 5 ? 9 : k == 4 || k == 6 ? 5 : 7;
-        if (k >= 5) /* [1] and [4] with both looped kernels' second buffer */
-            kopt[nk++] = (weft_option){.key = "gemv_ahead", .type = WEFT_OPTION_INT, .i = 3};
-        weft_options kopts = {nk, kopt};
+        weft_options kopts = {k == 1 ? 9 : k == 4 ? 5 : 7, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
             fprintf(stderr, "backend instance %d: %s\n", k, err.message);
             return -1;

@@ -395,8 +395,6 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          "0: off)", &b->gemv_stage},
         {"gemv_loop", 0, 0, 16, " (blocks an SM of the looped batch-1 GEMV; 0: off)",
          &b->gemv_loop},
-        {"gemv_ahead", 0, 0, 3, " (1: the plain looped GEMVs, 2: gate|up + SwiGLU, 3: both)",
-         &b->gemv_ahead},
         {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
         {"attn_mc4_from", 0, 0, 1 << 24, " (positions of a KV-length bucket; 0: never)",
          &b->attn_mc4_from},

@@ -82,9 +82,6 @@ typedef struct cuda_backend {
     /* option gemv_loop: blocks an SM of the looped T = 1 GEMV (core.cu gemv_loop; cuda_ops.c
      * gemv_lp_grid), 0 = one block per row group */
     int gemv_loop;
-    /* option gemv_ahead: the looped GEMVs keep two groups' first weights in flight (core.cu
-     * gemv_loop's AH); bit 0 the plain products and the LM head, bit 1 gate|up + SwiGLU */
-    int gemv_ahead;
     /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */

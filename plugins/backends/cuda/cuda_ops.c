@@ -313,17 +313,6 @@ static unsigned gemv_st_bytes(const cuda_backend *b, int nw, int T, int N, int K
  * fit at once keeps one group a block, whose early exits let the next kernel's blocks become
  * resident and preload under PDL (looping those too measured -7.5% on Qwen3-0.6B,
  * docs/perf/batch1.md, session of 2026-12-01 20:23 UTC). */
-/* the looped kernel's name: the plain product (and the LM head) or gate|up + SwiGLU (sw), x in
- * shared memory or not, with two groups' weights in flight (option gemv_ahead: 1 the plain
- * kernel, 2 the SwiGLU one) or one */
-static const char *lp_name(const cuda_backend *b, int sw, int xs) {
-    static const char *const names[2][2][2] = {
-        {{"weft_gemv_lp_1", "weft_gemv_lp_xs_1"}, {"weft_gemv_lp_ah_1", "weft_gemv_lp_ah_xs_1"}},
-        {{"weft_gemv_swiglu_lp_1", "weft_gemv_swiglu_lp_xs_1"},
-         {"weft_gemv_swiglu_lp_ah_1", "weft_gemv_swiglu_lp_ah_xs_1"}}};
-    return names[sw][(b->gemv_ahead >> sw) & 1][xs];
-}
-
 static weft_status gemv_lp_grid(const cuda_backend *b, CUfunction f, unsigned smem, int N, int S,
                                 unsigned *grid, int *per, weft_error *err) {
     int fit = 0;
@@ -360,7 +349,7 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
     }
     unsigned xs = gemv_xs_bytes(b, 0, T, K, dt);
     if (b->gemv_loop > 0 && T == 1) {
-        const char *lname = lp_name(b, 0, xs != 0);
+        const char *lname = xs ? "weft_gemv_lp_xs_1" : "weft_gemv_lp_1";
         TRY(kern(b, dt, dt, lname, &f, err));
         unsigned lp;
         int per;
@@ -851,7 +840,7 @@ static weft_status op_linear_swiglu(void *st, const weft_exec_ctx *c, const weft
     }
     unsigned xs = gemv_xs_bytes(b, 1, T, K, x->dtype);
     if (b->gemv_loop > 0 && T == 1) {
-        const char *lname = lp_name(b, 1, xs != 0);
+        const char *lname = xs ? "weft_gemv_swiglu_lp_xs_1" : "weft_gemv_swiglu_lp_1";
         TRY(kern(b, x->dtype, w->dtype, lname, &f, err));
         unsigned lp;
         int per;

@@ -738,36 +738,6 @@ extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *
                   Hkv, hd, rot, layout, eps, blockIdx.x, blockIdx.y, blockDim.x);
 }
 
-// N (4, 8 or 16) bytes from global to shared memory without passing through registers
-// (cp.async, sm_80+), and the wait for every such copy of the thread; the block's barrier after
-// the wait makes them visible to the other threads. CG: the copy bypasses L1 (cp.async.cg,
-// 16 bytes only), for data read once (the staged GEMV's weights).
-template <int N, bool CG = false>
-__device__ __forceinline__ void cp_async(void *dst, const void *src) {
-    static_assert(!CG || N == 16, "cp.async.cg copies 16 bytes");
-#if __CUDA_ARCH__ >= 800
-    const unsigned long long d = (unsigned long long)dst, g = (unsigned long long)src;
-    if (CG)
-        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
-                     "cvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [s], [g], 16;\n\t}"
-                     ::"l"(d), "l"(g)
-                     : "memory");
-    else
-        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
-                     "cvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [s], [g], %2;\n\t}"
-                     ::"l"(d), "l"(g), "n"(N)
-                     : "memory");
-#else
-    for (int b = 0; b < N; b += 4)
-        *(unsigned *)((char *)dst + b) = *(const unsigned *)((const char *)src + b);
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
 #if WEFT_TA == WEFT_TW
 // ---- GEMV: y (T,N) = x (T,K) w (N,K)^T for a few rows T (decode) --------------------------
 // Bandwidth-bound: every weight byte is read once, 16 bytes per lane per load, with the load
@@ -847,16 +817,13 @@ __device__ __forceinline__ float act_ld_early(const act *p, long i) {
 }
 
 // x's n values copied into the block's dynamic shared memory (the _xs kernels, option
-// gemv_xsmem), 16 bytes a copy, by cp.async at L2: every copy of the thread is in flight at once
-// (a load-then-store loop waited one L2 round trip per 4 KiB of x: six at Qwen3-8B's down
-// projection); returns the copy, readable by the whole block.
+// gemv_xsmem), 16 bytes a thread at a time; returns the copy, readable by the whole block.
 __device__ __forceinline__ const act *gemv_x_shared(const act *x, int n) {
     extern __shared__ __align__(16) unsigned char gemv_xs[];
     const int n16 = n / (16 / (int)sizeof(act));
     #pragma unroll 1
     for (int i = threadIdx.x; i < n16; i += GEMV_THREADS)
-        cp_async<16, true>((uint4 *)gemv_xs + i, (const uint4 *)x + i);
-    cp_async_wait_all();
+        ((uint4 *)gemv_xs)[i] = ((const uint4 *)x)[i];
     bsync(GEMV_THREADS);
     return (const act *)gemv_xs;
 }
@@ -958,17 +925,14 @@ __device__ __forceinline__ void gemv_swiglu(const act *x, const wgt *wg, const w
         }
 }
 
-// ---- the looped one-row GEMV (backend options gemv_loop, gemv_ahead) -----------------------
+// ---- the looped one-row GEMV (backend option gemv_loop) ------------------------------------
 // A block owns `per` consecutive groups of 8/S output rows and runs them one after another with
 // gemv_row's arithmetic (same lanes, batches, warp and split sums: the same bits). The first
-// batch of a later group's weights is loaded before this group's reduction and store, so a
+// batch of the next group's weights is loaded before this group's reduction and store, so a
 // block keeps loads in flight from its first row to its last, and the grid (at most a few blocks
 // an SM, cuda_ops.c gemv_lp_grid) has no waves of blocks that start, ramp up and drain. x is
 // read (or, XS, copied into shared memory) once a block. SW: gate|up + SwiGLU (w0 the gate rows,
 // w1 the up rows, y the activation dtype); otherwise y = x w0^T [+ bias], f32 when out_f32.
-// AH (option gemv_ahead): two register buffers, the groups taking them in turn, so while a group
-// runs the next group's first batch is already in flight (twice the bytes a thread has in
-// flight: two groups' first batches before the wait, and one more during every reduction).
 
 // the first batch of row n's weights (NW rows: w0's, and w1's for SwiGLU) when n < N
 template <int NW>
@@ -1036,7 +1000,7 @@ __device__ __forceinline__ void lp_group(const act *x, const wgt *w0, const wgt 
     }
 }
 
-template <int NW, bool XS, bool AH>
+template <int NW, bool XS>
 __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt *w1,
                                           const wgt *bias, void *y, int out_f32, int N, int K,
                                           int S, int per) {
@@ -1045,41 +1009,35 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
     const int g0 = blockIdx.x * per, left = (N + rb - 1) / rb - g0;
     const int ng = per < left ? per : left; // this block's groups (the grid's last may have fewer)
-    const int n0 = g0 * rb + warp / S, D = AH ? 2 : 1; // D: groups between a load and its use
-    uint4 wa[4][NW], wb[4][NW];
-    lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wa);
-    if (AH && ng > 1) lp_first<NW>(w0, w1, n0 + rb, N, K, v0, stride, nv, wb);
+    const int n0 = g0 * rb + warp / S;
+    uint4 wv[4][NW];
+    lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
     pdl_enter();
     if (XS) x = gemv_x_shared(x, K);
     // the trip count is the block's, so every warp reaches each barrier
     #pragma unroll 1
-    for (int i = 0; i < ng; i += D) {
+    for (int i = 0; i < ng; i++) {
         const int n = n0 + i * rb;
-        lp_group<NW>(x, w0, w1, bias, y, out_f32, N, K, S, i, n, i + D < ng ? n + D * rb : -1,
-                     wa, red);
-        if (AH && i + 1 < ng)
-            lp_group<NW>(x, w0, w1, bias, y, out_f32, N, K, S, i + 1, n + rb,
-                         i + 1 + D < ng ? n + (1 + D) * rb : -1, wb, red);
+        lp_group<NW>(x, w0, w1, bias, y, out_f32, N, K, S, i, n, i + 1 < ng ? n + rb : -1, wv,
+                     red);
     }
 }
 
-#define WEFT_GEMV_LP(SUF, XS, AH)                                                                  \
+#define WEFT_GEMV_LP(SUF, XS)                                                                      \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_lp##SUF##_1(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32,   \
                               int N, int K, int S, int per) {                                      \
         ABLATE(4);                                                                                 \
-        gemv_loop<1, XS, AH>(x, w, nullptr, bias, y, out_f32, N, K, S, per);                       \
+        gemv_loop<1, XS>(x, w, nullptr, bias, y, out_f32, N, K, S, per);                           \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_swiglu_lp##SUF##_1(const act *x, const wgt *wg, const wgt *wu, act *y, int F,    \
                                      int K, int S, int per) {                                      \
         ABLATE(4);                                                                                 \
-        gemv_loop<2, XS, AH>(x, wg, wu, nullptr, y, 0, F, K, S, per);                              \
+        gemv_loop<2, XS>(x, wg, wu, nullptr, y, 0, F, K, S, per);                                  \
     }
-WEFT_GEMV_LP(, false, false)
-WEFT_GEMV_LP(_xs, true, false)
-WEFT_GEMV_LP(_ah, false, true)
-WEFT_GEMV_LP(_ah_xs, true, true)
+WEFT_GEMV_LP(, false)
+WEFT_GEMV_LP(_xs, true)
 
 #define WEFT_GEMV(TT)                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
@@ -1822,6 +1780,36 @@ __device__ __noinline__ void ra_merge_groups(const float *src, long hstride, lon
         }
         A::st(o, (long)h * hd + d, L > 0.f ? v / L : 0.f);
     }
+}
+
+// N (4, 8 or 16) bytes from global to shared memory without passing through registers
+// (cp.async, sm_80+), and the wait for every such copy of the thread; the block's barrier after
+// the wait makes them visible to the other threads. CG: the copy bypasses L1 (cp.async.cg,
+// 16 bytes only), for data read once (the staged GEMV's weights).
+template <int N, bool CG = false>
+__device__ __forceinline__ void cp_async(void *dst, const void *src) {
+    static_assert(!CG || N == 16, "cp.async.cg copies 16 bytes");
+#if __CUDA_ARCH__ >= 800
+    const unsigned long long d = (unsigned long long)dst, g = (unsigned long long)src;
+    if (CG)
+        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                     "cvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [s], [g], 16;\n\t}"
+                     ::"l"(d), "l"(g)
+                     : "memory");
+    else
+        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                     "cvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [s], [g], %2;\n\t}"
+                     ::"l"(d), "l"(g), "n"(N)
+                     : "memory");
+#else
+    for (int b = 0; b < N; b += 4)
+        *(unsigned *)((char *)dst + b) = *(const unsigned *)((const char *)src + b);
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
 }
 
 // The group's G q heads and the k head (nh rows of hd) and, for the block that holds row p
