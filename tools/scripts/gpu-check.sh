@@ -137,6 +137,7 @@ trace_decode() {
     --prompt "${WEFT_BENCH_PROMPT:-128}" --gen 64 --repeats 1 \
     ${WEFT_BENCH_MAX_MODEL_LEN:+--max-model-len "$WEFT_BENCH_MAX_MODEL_LEN"}
   sed -n '/cuda trace by kernel/,/^decode/p' "$out/$1.log"
+  python3 "$root/tools/scripts/trace-layers.py" "$out/$1.log" || true # by position in the layer
   rm -f "$out/trace-src.yaml"
 }
 # manifest $1 with the backend options map $2 ('-' or empty: unchanged), on stdout; the options
