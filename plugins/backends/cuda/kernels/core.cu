@@ -934,14 +934,21 @@ __device__ __forceinline__ void gemv_swiglu(const act *x, const wgt *wg, const w
 // read (or, XS, copied into shared memory) once a block. SW: gate|up + SwiGLU (w0 the gate rows,
 // w1 the up rows, y the activation dtype); otherwise y = x w0^T [+ bias], f32 when out_f32.
 
-// the first batch of row n's weights (NW rows: w0's, and w1's for SwiGLU) when n < N
+// row n's weight rows: w0's, and w1's for SwiGLU (NW = 2)
+template <int NW>
+__device__ __forceinline__ void lp_rows(const wgt *w0, const wgt *w1, int n, int K,
+                                        const wgt **rows) {
+    rows[0] = w0 + (long)n * K;
+    if (NW == 2) rows[NW - 1] = w1 + (long)n * K;
+}
+
+// the first batch of row n's weights when n < N
 template <int NW>
 __device__ __forceinline__ void lp_first(const wgt *w0, const wgt *w1, int n, int N, int K,
                                          int v0, int stride, int nv, uint4 (*wv)[NW]) {
     if (n >= N) return;
     const wgt *rows[NW];
-    rows[0] = w0 + (long)n * K;
-    if (NW == 2) rows[NW - 1] = w1 + (long)n * K;
+    lp_rows<NW>(w0, w1, n, K, rows);
     gemv_load<NW>(rows, v0, stride, nv, wv);
 }
 
@@ -959,8 +966,7 @@ __device__ __forceinline__ void lp_group(const act *x, const wgt *w0, const wgt 
     for (int r = 0; r < NW; r++) acc[r][0] = 0.f;
     if (n < N) {
         const wgt *rows[NW];
-        rows[0] = w0 + (long)n * K;
-        if (NW == 2) rows[NW - 1] = w1 + (long)n * K;
+        lp_rows<NW>(w0, w1, n, K, rows);
         int v = v0;
         gemv_fma<1, NW>(x, 1, K, v, stride, nv, wv, acc);
         for (v += 4 * stride; v < nv; v += 4 * stride) {
