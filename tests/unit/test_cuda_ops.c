@@ -35,9 +35,10 @@ static const weft_backend_vtable *be;
  * smem_carveout 100, [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs stage their weights
  * in shared memory), prefill_tc off (prefill attention on CUDA cores) and attn_mc4_from 512
  * (the fused attention's four-block cluster forms past 512 positions), and [4] [0]'s options
- * plus gemv_loop 2 (the looped form reading x through L1), each with its op table. All retain
- * the device's primary context, so tensors of one are valid in another's ops. */
-enum { N_INST = 5 };
+ * plus gemv_loop 2 (the looped form reading x through L1), [5] and [6] [1]'s options with
+ * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps), each with its op
+ * table. All retain the device's primary context, so tensors of one are valid in another's ops. */
+enum { N_INST = 7 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
 static size_t inst_n[N_INST];
@@ -967,6 +968,7 @@ static void test_gemv_xsmem(void **state) {
     check_xs_linear(WEFT_DTYPE_BF16, 1, 4096, 4096, 1);
     /* looped (more groups than fit at once): 3-5 groups a block, the last group short */
     check_xs_linear(WEFT_DTYPE_BF16, 1, 12803, 1024, 1);
+    check_xs_linear(WEFT_DTYPE_BF16, 1, 2000, 12288, 0); /* S = 8: 3 rows a 24-warp group */
     check_xs_linear(WEFT_DTYPE_F32, 1, 300, 1028, 1);
     check_xs_linear(WEFT_DTYPE_F32, 2, 50, 1028, 1);
     check_xs_swiglu(WEFT_DTYPE_BF16, 1, 8192, 2048);
@@ -1144,7 +1146,8 @@ static void test_pdl_chain(void **state) {
 }
 
 /* the same chain with the GEMVs reading x from shared memory (instances 1 and 2; 1 looped over
- * rows), staging their weights in it (instance 3) and looped over rows (instance 4) */
+ * rows), staging their weights in it (instance 3), looped over rows (instance 4) and looped in
+ * wider blocks (instances 5 and 6) */
 static void test_pdl_chain_xsmem(void **state) {
     if (!all_insts()) skip();
     for (int k = 1; k < N_INST; k++) {
@@ -1463,7 +1466,8 @@ static void test_option_ranges(void **state) {
     } bad[] = {{"gemv_max_tokens", 9}, {"smem_carveout", 101}, {"smem_carveout", -2},
                {"gemv_xsmem", 4},      {"attn_cp", 4},         {"attn_cp", -1},
                {"ablate", 8},          {"gemv_stage", 201},    {"gemv_stage", -1},
-               {"gemv_loop", 17},      {"gemv_loop", -1}};
+               {"gemv_loop", 17},      {"gemv_loop", -1},      {"gemv_loop_warps", 7},
+               {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -1511,7 +1515,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[9] = {
+        weft_option kopt[10] = {
             opt[0], opt[1], opt[2], opt[3],
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
             {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
@@ -1526,7 +1530,13 @@ static int setup(void **state) {
         }
         if (k == 4) /* [0]'s options plus gemv_loop */
             kopt[4] = (weft_option){.key = "gemv_loop", .type = WEFT_OPTION_INT, .i = 2};
-        weft_options kopts = {k == 1 ? 9 : k == 4 ? 5 : 7, kopt};
+        size_t nk = k == 1 ? 9 : k == 4 ? 5 : 7;
+        if (k >= 5) { /* [1] with wider looped blocks */
+            nk = 10;
+            kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
+                                    .i = k == 5 ? 24 : 32};
+        }
+        weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
             fprintf(stderr, "backend instance %d: %s\n", k, err.message);
             return -1;

@@ -395,6 +395,8 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          "0: off)", &b->gemv_stage},
         {"gemv_loop", 0, 0, 16, " (blocks an SM of the looped batch-1 GEMV; 0: off)",
          &b->gemv_loop},
+        {"gemv_loop_warps", 8, 8, 32, " (warps a block of the looped GEMVs that read x from "
+         "shared memory: 8, 16, 24 or 32)", &b->gemv_loop_warps},
         {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
         {"attn_mc4_from", 0, 0, 1 << 24, " (positions of a KV-length bucket; 0: never)",
          &b->attn_mc4_from},
@@ -402,6 +404,9 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          &b->ablate},
     };
     weft_status e = read_int_opts(host, opts, ranged, sizeof(ranged) / sizeof(ranged[0]), err);
+    if (e == WEFT_OK && b->gemv_loop_warps % 8) /* core.cu WEFT_GEMV_LPW's instances */
+        e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_loop_warps: 8, 16, 24 or 32, got %d",
+                      b->gemv_loop_warps);
     if (e != WEFT_OK) {
         free(b);
         return e;

@@ -82,6 +82,10 @@ typedef struct cuda_backend {
     /* option gemv_loop: blocks an SM of the looped T = 1 GEMV (core.cu gemv_loop; cuda_ops.c
      * gemv_lp_grid), 0 = one block per row group */
     int gemv_loop;
+    /* option gemv_loop_warps: warps a block of the looped GEMVs with x in shared memory (8, 16,
+     * 24, 32: core.cu weft_gemv_lp_xs_1, weft_gemv_lp_xs_w<warps>_1), so x is copied once for
+     * that many warps' rows */
+    int gemv_loop_warps;
     /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */

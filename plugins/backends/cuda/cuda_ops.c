@@ -270,13 +270,19 @@ static unsigned gemv_xs_bytes(const cuda_backend *b, int swiglu, int T, int K, u
     int on = b->gemv_xsmem & (swiglu ? 2 : 1);
     return on && bytes <= (96l << 10) ? (unsigned)bytes : 0u;
 }
-static weft_status gemv_launch(cuda_backend *b, CUfunction f, const char *name, unsigned blocks,
-                               unsigned smem, void **args, weft_error *err) {
+/* blocks of nt threads (256 but for the wide looped kernels) */
+static weft_status gemv_launch_nt(cuda_backend *b, CUfunction f, const char *name,
+                                  unsigned blocks, unsigned nt, unsigned smem, void **args,
+                                  weft_error *err) {
     /* past 32 KiB, so dynamic plus the kernel's static shared memory may pass 48 KiB */
     if (smem > (32u << 10))
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the GEMV's shared memory limit");
-    return cuda_launch_ex(b, f, name, blocks, 1, 1, 256, smem, 1, args, err);
+    return cuda_launch_ex(b, f, name, blocks, 1, 1, nt, smem, 1, args, err);
+}
+static weft_status gemv_launch(cuda_backend *b, CUfunction f, const char *name, unsigned blocks,
+                               unsigned smem, void **args, weft_error *err) {
+    return gemv_launch_nt(b, f, name, blocks, 256, smem, args, err);
 }
 
 /* option gemv_stage (KiB of shared memory a block of the staged GEMV may fill, 0 = off): the
@@ -304,22 +310,35 @@ static unsigned gemv_st_bytes(const cuda_backend *b, int nw, int T, int N, int K
     return (unsigned)(g * group);
 }
 
+/* the looped kernel's name (stem "weft_gemv_lp" or "weft_gemv_swiglu_lp"; x in shared memory
+ * when xs) into name; returns its threads a block: 256, or option gemv_loop_warps' warps for the
+ * x-in-shared-memory forms (core.cu WEFT_GEMV_LPW) */
+static unsigned lp_name(const cuda_backend *b, char *name, size_t cap, const char *stem,
+                        unsigned xs) {
+    int w = xs && b->gemv_loop_warps > 8 ? b->gemv_loop_warps : 8;
+    if (w == 8) snprintf(name, cap, "%s%s_1", stem, xs ? "_xs" : "");
+    else snprintf(name, cap, "%s_xs_w%d_1", stem, w);
+    return (unsigned)w * 32;
+}
+
 /* option gemv_loop (blocks an SM, 0 = off): the T = 1 GEMVs as weft_gemv_lp_1 /
- * weft_gemv_swiglu_lp_1 (core.cu gemv_loop, kernel f with smem bytes of dynamic shared memory),
- * whose blocks each run *per consecutive groups of 8/S rows. Returns the grid: per is the fewest
+ * weft_gemv_swiglu_lp_1 (core.cu gemv_loop, kernel f of nt threads with smem bytes of dynamic
+ * shared memory), whose blocks each run *per consecutive groups of nt/32/S rows (nt: 256, or
+ * option gemv_loop_warps for the x-in-shared-memory forms). Returns the grid: per is the fewest
  * groups a block that keep the grid resident at once (at most gemv_loop blocks an SM, and no
  * more than fit), and the grid the fewest blocks of per groups, so every block but the last
  * runs the same number of rows. The callers loop only when per > 1: a product whose blocks all
  * fit at once keeps one group a block, whose early exits let the next kernel's blocks become
  * resident and preload under PDL (looping those too measured -7.5% on Qwen3-0.6B,
  * docs/perf/batch1.md, session of 2026-12-01 20:23 UTC). */
-static weft_status gemv_lp_grid(const cuda_backend *b, CUfunction f, unsigned smem, int N, int S,
-                                unsigned *grid, int *per, weft_error *err) {
+static weft_status gemv_lp_grid(const cuda_backend *b, CUfunction f, unsigned nt, unsigned smem,
+                                int N, int S, unsigned *grid, int *per, weft_error *err) {
     int fit = 0;
-    CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&fit, f, 256, smem),
+    CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&fit, f, (int)nt, smem),
        "sizing the looped GEMV's grid");
     long per_sm = fit > 0 && fit < b->gemv_loop ? fit : b->gemv_loop;
-    long groups = (N + 8 / S - 1) / (8 / S);
+    const int rb = (int)nt / 32 / S;
+    long groups = (N + rb - 1) / rb;
     long slots = per_sm * (b->sm_count > 0 ? b->sm_count : 1);
     long p = (groups + slots - 1) / slots;
     *per = (int)p;
@@ -349,13 +368,13 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
     }
     unsigned xs = gemv_xs_bytes(b, 0, T, K, dt);
     if (b->gemv_loop > 0 && T == 1) {
-        const char *lname = xs ? "weft_gemv_lp_xs_1" : "weft_gemv_lp_1";
-        TRY(kern(b, dt, dt, lname, &f, err));
-        unsigned lp;
+        char lname[40];
+        unsigned lp, nt = lp_name(b, lname, sizeof(lname), "weft_gemv_lp", xs);
         int per;
-        TRY(gemv_lp_grid(b, f, xs, N, S, &lp, &per, err));
+        TRY(kern(b, dt, dt, lname, &f, err));
+        TRY(gemv_lp_grid(b, f, nt, xs, N, S, &lp, &per, err));
         void *largs[] = {&x, &w, &bias, &y, &out_f32, &N, &K, &S, &per};
-        if (per > 1) return gemv_launch(b, f, lname, lp, xs, largs, err);
+        if (per > 1) return gemv_launch_nt(b, f, lname, lp, nt, xs, largs, err);
     }
     const char *name = gemv_name(T, 0, xs != 0);
     TRY(kern(b, dt, dt, name, &f, err));
@@ -840,13 +859,13 @@ static weft_status op_linear_swiglu(void *st, const weft_exec_ctx *c, const weft
     }
     unsigned xs = gemv_xs_bytes(b, 1, T, K, x->dtype);
     if (b->gemv_loop > 0 && T == 1) {
-        const char *lname = xs ? "weft_gemv_swiglu_lp_xs_1" : "weft_gemv_swiglu_lp_1";
-        TRY(kern(b, x->dtype, w->dtype, lname, &f, err));
-        unsigned lp;
+        char lname[40];
+        unsigned lp, nt = lp_name(b, lname, sizeof(lname), "weft_gemv_swiglu_lp", xs);
         int per;
-        TRY(gemv_lp_grid(b, f, xs, F, S, &lp, &per, err));
+        TRY(kern(b, x->dtype, w->dtype, lname, &f, err));
+        TRY(gemv_lp_grid(b, f, nt, xs, F, S, &lp, &per, err));
         void *largs[] = {&xp, &wg, &wu, &yp, &F, &K, &S, &per};
-        if (per > 1) return gemv_launch(b, f, lname, lp, xs, largs, err);
+        if (per > 1) return gemv_launch_nt(b, f, lname, lp, nt, xs, largs, err);
     }
     const char *name = gemv_name(T, 1, xs != 0);
     TRY(kern(b, x->dtype, w->dtype, name, &f, err));

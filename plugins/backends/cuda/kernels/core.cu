@@ -817,14 +817,16 @@ __device__ __forceinline__ float act_ld_early(const act *p, long i) {
 }
 
 // x's n values copied into the block's dynamic shared memory (the _xs kernels, option
-// gemv_xsmem), 16 bytes a thread at a time; returns the copy, readable by the whole block.
+// gemv_xsmem) by the block's NT threads, 16 bytes a thread at a time; returns the copy, readable
+// by the whole block.
+template <int NT = GEMV_THREADS>
 __device__ __forceinline__ const act *gemv_x_shared(const act *x, int n) {
     extern __shared__ __align__(16) unsigned char gemv_xs[];
     const int n16 = n / (16 / (int)sizeof(act));
     #pragma unroll 1
-    for (int i = threadIdx.x; i < n16; i += GEMV_THREADS)
+    for (int i = threadIdx.x; i < n16; i += NT)
         ((uint4 *)gemv_xs)[i] = ((const uint4 *)x)[i];
-    bsync(GEMV_THREADS);
+    bsync(NT);
     return (const act *)gemv_xs;
 }
 
@@ -952,13 +954,14 @@ __device__ __forceinline__ void lp_first(const wgt *w0, const wgt *w1, int n, in
     gemv_load<NW>(rows, v0, stride, nv, wv);
 }
 
-// group i of a looped block: row n (this warp's) from wv, whose first batch was issued earlier;
-// then row nn's first batch into wv (nn < 0: none), its loads in flight during the reduction
-template <int NW>
+// group i of a looped block of NT threads: row n (this warp's) from wv, whose first batch was
+// issued earlier; then row nn's first batch into wv (nn < 0: none), its loads in flight during
+// the reduction
+template <int NW, int NT = GEMV_THREADS>
 __device__ __forceinline__ void lp_group(const act *x, const wgt *w0, const wgt *w1,
                                          const wgt *bias, void *y, int out_f32, int N, int K,
                                          int S, int i, int n, int nn, uint4 (*wv)[NW],
-                                         float (*red)[GEMV_THREADS / 32][NW]) {
+                                         float (*red)[NT / 32][NW]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S;
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
     float acc[NW][1];
@@ -984,7 +987,7 @@ __device__ __forceinline__ void lp_group(const act *x, const wgt *w0, const wgt 
         if (lane == 0)
 #pragma unroll
             for (int r = 0; r < NW; r++) rd[warp][r] = acc[r][0];
-        bsync(GEMV_THREADS);
+        bsync(NT);
         if (s == 0)
 #pragma unroll
             for (int r = 0; r < NW; r++) {
@@ -1006,12 +1009,13 @@ __device__ __forceinline__ void lp_group(const act *x, const wgt *w0, const wgt 
     }
 }
 
-template <int NW, bool XS>
+// NT: the block's threads (option gemv_loop_warps; 256 otherwise), a group NT / 32 / S rows
+template <int NW, bool XS, int NT = GEMV_THREADS>
 __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt *w1,
                                           const wgt *bias, void *y, int out_f32, int N, int K,
                                           int S, int per) {
-    __shared__ float red[2][GEMV_THREADS / 32][NW];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S, rb = 8 / S;
+    __shared__ float red[2][NT / 32][NW];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S, rb = NT / 32 / S;
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
     const int g0 = blockIdx.x * per, left = (N + rb - 1) / rb - g0;
     const int ng = per < left ? per : left; // this block's groups (the grid's last may have fewer)
@@ -1019,13 +1023,13 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     uint4 wv[4][NW];
     lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
     pdl_enter();
-    if (XS) x = gemv_x_shared(x, K);
+    if (XS) x = gemv_x_shared<NT>(x, K);
     // the trip count is the block's, so every warp reaches each barrier
     #pragma unroll 1
     for (int i = 0; i < ng; i++) {
         const int n = n0 + i * rb;
-        lp_group<NW>(x, w0, w1, bias, y, out_f32, N, K, S, i, n, i + 1 < ng ? n + rb : -1, wv,
-                     red);
+        lp_group<NW, NT>(x, w0, w1, bias, y, out_f32, N, K, S, i, n, i + 1 < ng ? n + rb : -1,
+                         wv, red);
     }
 }
 
@@ -1044,6 +1048,24 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     }
 WEFT_GEMV_LP(, false)
 WEFT_GEMV_LP(_xs, true)
+// the x-in-shared-memory forms with wider blocks (option gemv_loop_warps): x is copied once for
+// 16, 24 or 32 warps' rows instead of 8
+#define WEFT_GEMV_LPW(WARPS)                                                                       \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                       \
+        weft_gemv_lp_xs_w##WARPS##_1(const act *x, const wgt *w, const wgt *bias, void *y,         \
+                                     int out_f32, int N, int K, int S, int per) {                  \
+        ABLATE(4);                                                                                 \
+        gemv_loop<1, true, WARPS * 32>(x, w, nullptr, bias, y, out_f32, N, K, S, per);             \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                       \
+        weft_gemv_swiglu_lp_xs_w##WARPS##_1(const act *x, const wgt *wg, const wgt *wu, act *y,    \
+                                            int F, int K, int S, int per) {                        \
+        ABLATE(4);                                                                                 \
+        gemv_loop<2, true, WARPS * 32>(x, wg, wu, nullptr, y, 0, F, K, S, per);                    \
+    }
+WEFT_GEMV_LPW(16)
+WEFT_GEMV_LPW(24)
+WEFT_GEMV_LPW(32)
 
 #define WEFT_GEMV(TT)                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
