@@ -68,8 +68,8 @@ static void use_inst(int k) {
     n_impls = inst_n[k];
 }
 static weft_host *host;
-static uint32_t op_lsw, op_qkr, op_lan; /* fuse.linear_swiglu, fuse.qkv_rope,
-                                          fuse.linear_add_rmsnorm */
+static uint32_t op_lsw, op_qkr, op_lan, op_nl; /* fuse.linear_swiglu, fuse.qkv_rope,
+                                                 fuse.linear_add_rmsnorm, fuse.norm_linear */
 
 static const weft_op_impl *reg_find(uint32_t op) {
     for (size_t i = 0; i < n_impls; i++)
@@ -1068,6 +1068,80 @@ static void test_linear_add_rmsnorm(void **state) {
     check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 3, 1024, 2048, 1);
 }
 
+/* fuse.norm_linear against add_rmsnorm then the product reading its y, bit for bit (the
+ * product and r), on every instance: on [1] (gemv_loop with gemv_xsmem) at T = 1 and rows of
+ * 1,024..4,096 one kernel whose blocks each add and normalise (run twice: block 0 stores r),
+ * elsewhere the fallback into y. kind: 0 a linear (bias when asked), 1 fuse.linear_swiglu with
+ * the gate|up rows merged, 2 with them apart. */
+static void check_norm_linear(uint32_t dt, int T, int N, int D, int kind, int bias) {
+    tens x = {dt, T, D}, res = {dt, T, D}, nw = {dt, 1, D}, w = {dt, kind == 1 ? 2 * N : N, D};
+    tens e = {dt, 1, N}, u = {dt, N, D}, y0 = {dt, T, D}, r0 = {dt, T, D}, p0 = {dt, T, N};
+    tens p1 = {dt, T, N}, r1 = {dt, T, D}, y1 = {dt, T, D};
+    const int has4 = kind == 2 || (kind == 0 && bias);
+    weft_node a = {.op = WEFT_OP_ADD_RMSNORM, .n_in = 3, .n_out = 2};
+    a.in[0] = add_tensor(&x, 1), a.in[1] = add_tensor(&res, 1), a.in[2] = add_tensor(&nw, 1);
+    a.out[0] = add_tensor(&y0, 0), a.out[1] = add_tensor(&r0, 0), a.p.f[0] = 1e-6f;
+    uint32_t iw = add_tensor(&w, 1), i4 = has4 ? add_tensor(kind == 2 ? &u : &e, 1)
+                                               : WEFT_TENSOR_NONE;
+    weft_node pr = {.op = kind ? op_lsw : WEFT_OP_LINEAR, .n_in = kind == 1 ? 2 : 3, .n_out = 1};
+    pr.in[0] = a.out[0], pr.in[1] = iw, pr.in[2] = i4, pr.out[0] = add_tensor(&p0, 0);
+    pr.p.i[0] = kind == 1;
+    weft_node f = {.op = op_nl, .n_in = 5, .n_out = 3};
+    for (int i = 0; i < 3; i++) f.in[i] = a.in[i];
+    f.in[3] = iw, f.in[4] = i4, f.p.f[0] = 1e-6f, f.p.i[0] = kind != 0, f.p.i[1] = kind == 1;
+    f.out[0] = add_tensor(&p1, 0), f.out[1] = add_tensor(&r1, 0), f.out[2] = add_tensor(&y1, 0);
+    size_t np = (size_t)T * N, nd = (size_t)T * D;
+    float *want_p = malloc(np * 4), *want_r = malloc(nd * 4), *got = malloc(np * 4 + nd * 4);
+    char what[160];
+    for (int k = 0; k < N_INST; k++) {
+        use_inst(k);
+        poison(&y0), poison(&r0), poison(&p0);
+        run_node(&a, (uint32_t)T, NULL, NULL);
+        run_node(&pr, (uint32_t)T, NULL, NULL);
+        fetch(&p0, want_p), fetch(&r0, want_r);
+        for (int round = 0; round < 2; round++) {
+            poison(&p1), poison(&r1);
+            run_node(&f, (uint32_t)T, NULL, NULL);
+            snprintf(what, sizeof(what), "norm_linear dt=%u T=%d N=%d D=%d kind=%d bias=%d "
+                     "instance %d run %d: product", dt, T, N, D, kind, bias, k, round + 1);
+            fetch(&p1, got);
+            expect_same(what, got, want_p, np);
+            memcpy(strrchr(what, ':') + 2, "r", 2);
+            fetch(&r1, got);
+            expect_same(what, got, want_r, nd);
+        }
+    }
+    use_inst(0);
+    /* a sane r, not only an agreeing one: x + res within rounding */
+    double *ref = malloc(nd * 8);
+    for (size_t i = 0; i < nd; i++) ref[i] = (double)x.h[i] + res.h[i];
+    double err = relerr(got, ref, nd);
+    printf("norm_linear r: rel err %.2e\n", err);
+    assert_true(err < tol(dt));
+    free(want_p), free(want_r), free(got), free(ref);
+    tens all[] = {x, res, nw, y0, r0, w, p0, p1, r1, y1};
+    free_tensors(all, 10);
+    if (has4) be->free(bst, kind == 2 ? &u.d : &e.d), free(kind == 2 ? u.h : e.h);
+}
+
+static void test_norm_linear(void **state) {
+    (void)state;
+    if (!reg_find(op_nl)) fail_msg("the backend registered no fuse.norm_linear");
+    if (!all_insts()) skip();
+    /* Qwen3-0.6B's q|k|v and gate|up (D = 1,024: one 16-byte vector a thread), Llama-3.2-1B's
+     * gate|up apart (2,048), Qwen3-8B's q|k|v and a slice of its gate|up (4,096: two vectors),
+     * a bias, f32 (four vectors), a 256-thread norm (896) and three rows (the fallbacks) */
+    check_norm_linear(WEFT_DTYPE_BF16, 1, 4096, 1024, 0, 0);
+    check_norm_linear(WEFT_DTYPE_BF16, 1, 3072, 1024, 1, 0);
+    check_norm_linear(WEFT_DTYPE_BF16, 1, 2048, 2048, 2, 0);
+    check_norm_linear(WEFT_DTYPE_BF16, 1, 6144, 4096, 0, 0);
+    check_norm_linear(WEFT_DTYPE_BF16, 1, 1536, 4096, 1, 0);
+    check_norm_linear(WEFT_DTYPE_BF16, 1, 1152, 1024, 0, 1);
+    check_norm_linear(WEFT_DTYPE_F32, 1, 512, 4096, 0, 1);
+    check_norm_linear(WEFT_DTYPE_BF16, 1, 1024, 896, 1, 0);
+    check_norm_linear(WEFT_DTYPE_BF16, 3, 1024, 2048, 1, 0);
+}
+
 /* Programmatic dependent launch (backend option pdl, on by default on sm_90+): a chain of
  * dependent nodes launched back to back, so each kernel's blocks start while the previous one
  * drains, must give the same bits as the same chain with the stream drained after every node
@@ -1549,6 +1623,7 @@ static int setup(void **state) {
     op_lsw = gs->op_register("fuse.linear_swiglu", &err);
     op_qkr = gs->op_register("fuse.qkv_rope", &err);
     op_lan = gs->op_register("fuse.linear_add_rmsnorm", &err);
+    op_nl = gs->op_register("fuse.norm_linear", &err);
     if (!reg_find(op_lsw) || !reg_find(op_qkr)) {
         fprintf(stderr, "the backend registered no fused ops\n");
         return -1;
@@ -1628,6 +1703,7 @@ GPU_TEST(test_merged_linear_split)
 GPU_TEST(test_qkv_rope)
 GPU_TEST(test_add_rmsnorm)
 GPU_TEST(test_linear_add_rmsnorm)
+GPU_TEST(test_norm_linear)
 GPU_TEST(test_head_gemv)
 GPU_TEST(test_pdl_chain)
 GPU_TEST(test_rope_attention)
@@ -1649,6 +1725,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_gemv_xsmem),   cmocka_unit_test(gpu_test_pdl_chain_xsmem),
         cmocka_unit_test(gpu_test_option_ranges),
         cmocka_unit_test(gpu_test_linear_add_rmsnorm),
+        cmocka_unit_test(gpu_test_norm_linear),
         cmocka_unit_test(gpu_test_copy_pinned),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,7 +1,7 @@
 /* Op implementations of the cuda backend: the builtin ops of weft/graph.h on f32, f16 and bf16
  * activations, plus the fused user ops the fuse.* techniques emit ("fuse.linear_swiglu",
- * "fuse.qkv_rope", "fuse.rope_attention", "fuse.linear_add_rmsnorm"). Linear layers and the
- * LM head take one of two paths: with few rows (decode) a bandwidth-bound GEMV kernel of
+ * "fuse.qkv_rope", "fuse.rope_attention", "fuse.linear_add_rmsnorm", "fuse.norm_linear").
+ * Linear layers and the LM head take one of two paths: with few rows (decode) a bandwidth-bound GEMV kernel of
  * kernels/core.cu, with more rows cuBLASLt with the chosen algorithm cached per shape; the
  * crossover (option gemv_max_tokens) was set by measurement
  * (docs/perf/fuse.md). Everything else is a kernel of kernels/core.cu. Activations, weights
@@ -834,43 +834,48 @@ static weft_status op_split(void *st, const weft_exec_ctx *c, const weft_node *n
  * with p.i[0] = 1 the gate and up rows are one merged (2F,K) weight in[1] (gate rows first).
  * The GEMV kernel computes both products per output column, so it needs T <= 8: the pass
  * fuses only buckets that small, and accepts() refuses larger ones. */
-static weft_status op_linear_swiglu(void *st, const weft_exec_ctx *c, const weft_node *n,
-                                    weft_error *err) {
-    cuda_backend *b = st;
-    const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 1), *y = &c->graph->tensors[n->out[0]];
-    int merged = n->p.i[0] == 1;
-    int T = (int)c->n_tokens, F = (int)y->shape[1], K = (int)w->shape[1];
-    CUdeviceptr xp = din(c, n, 0), wg = din(c, n, 1);
-    CUdeviceptr wu = merged ? wg + (CUdeviceptr)F * K * elem_size(w->dtype) : din(c, n, 2);
-    CUdeviceptr yp = dout(c, n, 0);
+/* y = silu(x wg^T) * (x wu^T) for T rows of K by the GEMV kernels (node: for messages) */
+static weft_status swiglu_gemv(cuda_backend *b, const char *node, uint32_t tx, uint32_t tw,
+                               CUdeviceptr xp, CUdeviceptr wg, CUdeviceptr wu, CUdeviceptr yp,
+                               int T, int F, int K, weft_error *err) {
     if (T == 0) return WEFT_OK;
-    if (!cuda_gemv_fits(x->dtype, xp, wg, T, K) || wu % 16)
+    if (!cuda_gemv_fits(tx, xp, wg, T, K) || wu % 16)
         return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "fuse.linear_swiglu %s: T=%d K=%d does not "
-                         "fit the GEMV kernel (T <= 8, 16-byte rows)", n->name, T, K);
+                         "fit the GEMV kernel (T <= 8, 16-byte rows)", node, T, K);
     int S = cuda_gemv_split(K), rows = 8 / S, rg = 0, maxv = 0;
     CUfunction f;
     CK(cuCtxSetCurrent(b->ctx), "making the context current");
-    unsigned stb = gemv_st_bytes(b, 2, T, F, K, S, x->dtype, &rg, &maxv);
+    unsigned stb = gemv_st_bytes(b, 2, T, F, K, S, tx, &rg, &maxv);
     if (stb) {
-        TRY(kern(b, x->dtype, w->dtype, "weft_gemv_swiglu_st_1", &f, err));
+        TRY(kern(b, tx, tw, "weft_gemv_swiglu_st_1", &f, err));
         void *sargs[] = {&xp, &wg, &wu, &yp, &F, &K, &S, &rg, &maxv};
         return gemv_launch(b, f, "weft_gemv_swiglu_st_1",
                            (unsigned)((F + rows * rg - 1) / (rows * rg)), stb, sargs, err);
     }
-    unsigned xs = gemv_xs_bytes(b, 1, T, K, x->dtype);
+    unsigned xs = gemv_xs_bytes(b, 1, T, K, tx);
     if (b->gemv_loop > 0 && T == 1) {
         char lname[40];
         unsigned lp, nt = lp_name(b, lname, sizeof(lname), "weft_gemv_swiglu_lp", xs);
         int per;
-        TRY(kern(b, x->dtype, w->dtype, lname, &f, err));
+        TRY(kern(b, tx, tw, lname, &f, err));
         TRY(gemv_lp_grid(b, f, nt, xs, F, S, &lp, &per, err));
         void *largs[] = {&xp, &wg, &wu, &yp, &F, &K, &S, &per};
         if (per > 1) return gemv_launch_nt(b, f, lname, lp, nt, xs, largs, err);
     }
     const char *name = gemv_name(T, 1, xs != 0);
-    TRY(kern(b, x->dtype, w->dtype, name, &f, err));
+    TRY(kern(b, tx, tw, name, &f, err));
     void *args[] = {&xp, &wg, &wu, &yp, &T, &F, &K, &S};
     return gemv_launch(b, f, name, (unsigned)((F + rows - 1) / rows), xs, args, err);
+}
+
+static weft_status op_linear_swiglu(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                    weft_error *err) {
+    const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 1), *y = &c->graph->tensors[n->out[0]];
+    int F = (int)y->shape[1], K = (int)w->shape[1];
+    CUdeviceptr wg = din(c, n, 1);
+    CUdeviceptr wu = n->p.i[0] == 1 ? wg + (CUdeviceptr)F * K * elem_size(w->dtype) : din(c, n, 2);
+    return swiglu_gemv(st, n->name, x->dtype, w->dtype, din(c, n, 0), wg, wu, dout(c, n, 0),
+                       (int)c->n_tokens, F, K, err);
 }
 
 static int32_t accepts_linear_swiglu(void *st, const weft_graph *g, const weft_node *n) {
@@ -1293,6 +1298,87 @@ static int32_t accepts_linear_add_rmsnorm(void *st, const weft_graph *g, const w
     return 1;
 }
 
+/* fuse.norm_linear (techniques/fuse.norm-linear/README.md): in x (T,D), res (T,D), the norm's
+ * weight (D), then w (N,D) and a bias or none (p.i[0] = 0: a LINEAR), or the gate rows and the
+ * up rows (p.i[0] = 1: fuse.linear_swiglu; p.i[1] = 1 when in[3] holds both, in[4] none); out
+ * the product (T,N), r = x + res and y = rmsnorm(r) * weight, rounded as ADD_RMSNORM and the
+ * product store them; p.f[0] eps. At one row with the looped GEMV reading x from shared memory
+ * (options gemv_loop and gemv_xsmem, 256-thread blocks, no gemv_stage) and rows of 1,024 to
+ * 4,096 elements of one dtype it is one kernel (core.cu gemv_loop's NORM form), which leaves y
+ * unwritten (nothing reads it); otherwise ADD_RMSNORM's kernel into y, then the product of y. */
+static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_node *n,
+                                  weft_error *err) {
+    cuda_backend *b = st;
+    const weft_tensor *x = tin(c, n, 0), *nwt = tin(c, n, 2), *w = tin(c, n, 3),
+                      *o = &c->graph->tensors[n->out[0]];
+    const int sw = n->p.i[0] == 1;
+    int T = (int)c->n_tokens, D = (int)cols_of(x), N = (int)cols_of(o);
+    if (T == 0) return WEFT_OK;
+    CUdeviceptr xp = din(c, n, 0), rp = din(c, n, 1), nwp = din(c, n, 2), wp = din(c, n, 3),
+                bp = din(c, n, 4), op = dout(c, n, 0), ro = dout(c, n, 1), yp = dout(c, n, 2);
+    if (sw && n->p.i[1] == 1) bp = wp + (CUdeviceptr)N * D * elem_size(w->dtype); /* w_up */
+    float eps = n->p.f[0];
+    uint32_t dt = x->dtype;
+    int out_f32 = o->dtype != dt;
+    CK(cuCtxSetCurrent(b->ctx), "making the context current");
+    unsigned xs = gemv_xs_bytes(b, sw, 1, D, dt);
+    if (T == 1 && b->gemv_loop > 0 && xs && b->gemv_loop_warps <= 8 && b->gemv_stage <= 0 &&
+        b->gemv_max_tokens >= 1 && norm_block(D) == 1024 && D <= 4096 && w->dtype == dt &&
+        nwt->dtype == dt && (!sw || bp % 16 == 0) && cuda_gemv_fits(dt, xp, wp, 1, D) &&
+        (sw || b->gemv_force || gemv_wins(1, N, D))) {
+        const char *name = sw ? "weft_gemv_swiglu_nlp_xs_1" : "weft_gemv_nlp_xs_1";
+        CUfunction f;
+        TRY(kern(b, dt, dt, name, &f, err));
+        int S = cuda_gemv_split(D), per;
+        unsigned lp;
+        TRY(gemv_lp_grid(b, f, 256, xs, N, S, &lp, &per, err));
+        if (sw) {
+            void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &op, &N, &D, &S, &per};
+            return gemv_launch(b, f, name, lp, xs, args, err);
+        }
+        void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &op, &out_f32, &N, &D, &S, &per};
+        return gemv_launch(b, f, name, lp, xs, args, err);
+    }
+    TRY(add_rmsnorm_launch(b, dt, nwt->dtype, xp, rp, nwp, yp, ro, T, D, eps, err));
+    if (sw) return swiglu_gemv(b, n->name, dt, w->dtype, yp, wp, bp, op, T, N, D, err);
+    return cuda_linear(b, yp, dt, wp, w->dtype, bp, op, o->dtype, T, N, D, err);
+}
+
+static int32_t accepts_norm_linear(void *st, const weft_graph *g, const weft_node *n) {
+    (void)st;
+    if (n->n_in != 5 || n->n_out != 3) return 0;
+    const int sw = n->p.i[0] == 1, merged = sw && n->p.i[1] == 1;
+    if (n->p.i[0] != 0 && !sw) return 0;
+    /* in[4] (the bias, or the up rows unless merged) may be absent */
+    const int opt4 = !sw || merged;
+    for (uint32_t i = 0; i < 5; i++)
+        if (n->in[i] >= g->n_tensors && !(i == 4 && opt4 && n->in[i] == WEFT_TENSOR_NONE))
+            return 0;
+    for (uint32_t i = 0; i < 3; i++)
+        if (n->out[i] >= g->n_tensors) return 0;
+    const weft_tensor *x = &g->tensors[n->in[0]], *nw = &g->tensors[n->in[2]],
+                      *w = &g->tensors[n->in[3]], *o = &g->tensors[n->out[0]];
+    int64_t D = cols_of(x);
+    if (!is_float(x->dtype) || !is_float(nw->dtype) || numel(nw) != D || w->rank != 2 ||
+        w->shape[1] != D || w->shape[0] <= 0 || w->shape[0] > (1 << 24) || !is_float(w->dtype))
+        return 0;
+    const weft_tensor *same[3] = {&g->tensors[n->in[1]], &g->tensors[n->out[1]],
+                                  &g->tensors[n->out[2]]};
+    for (int i = 0; i < 3; i++)
+        if (same[i]->dtype != x->dtype || cols_of(same[i]) != D) return 0;
+    int64_t N = cols_of(o);
+    if (!sw) /* LINEAR's rule: the product in x's dtype or f32 */
+        return w->shape[0] == N && (o->dtype == x->dtype || o->dtype == WEFT_DTYPE_F32) &&
+               (n->in[4] == WEFT_TENSOR_NONE ||
+                (numel(&g->tensors[n->in[4]]) == N && g->tensors[n->in[4]].dtype == w->dtype));
+    /* fuse.linear_swiglu's: GEMV only (at most 8 rows), one dtype */
+    if (g->bucket.max_tokens > 8 || o->dtype != x->dtype || w->dtype != x->dtype) return 0;
+    if (merged) return w->shape[0] == 2 * N;
+    const weft_tensor *u = &g->tensors[n->in[4]];
+    return w->shape[0] == N && u->dtype == w->dtype && u->rank == 2 && u->shape[0] == N &&
+           u->shape[1] == D;
+}
+
 /* ---- registration --------------------------------------------------------------------- */
 /* setup: which nodes this backend can run. */
 static int32_t accepts(void *st, const weft_graph *g, const weft_node *n) {
@@ -1354,6 +1440,7 @@ weft_status cuda_register_ops(void *st, const weft_ops_service *ops, weft_error 
         {"exec.l2_prefetch", op_l2_prefetch, accepts_l2_prefetch},
         {"fuse.rope_attention", op_rope_attention, accepts_rope_attention},
         {"fuse.linear_add_rmsnorm", op_linear_add_rmsnorm, accepts_linear_add_rmsnorm},
+        {"fuse.norm_linear", op_norm_linear, accepts_norm_linear},
     };
     for (size_t i = 0; i < sizeof(fused) / sizeof(fused[0]); i++) {
         uint32_t id = gs->op_register(fused[i].name, err);

@@ -1009,11 +1009,93 @@ __device__ __forceinline__ void lp_group(const act *x, const wgt *w0, const wgt 
     }
 }
 
-// NT: the block's threads (option gemv_loop_warps; 256 otherwise), a group NT / 32 / S rows
-template <int NW, bool XS, int NT = GEMV_THREADS>
+// fuse.norm_linear's residual join in a looped GEMV block of NT threads (gemv_loop's NORM): r =
+// x + res (stored by the block given r: block 0) and y = rmsnorm(r) * wn into shared memory,
+// where the products read y as x. The same bits as weft_add_rmsnorm (add_rmsnorm_body) at its
+// 1024 threads for rows of 1,024 to 4,096 elements (cuda_ops.c norm_block): each sum of squares
+// is virtual thread t's (t = threadIdx.x + k NT, elements t, t + 1024, ... in that order, then
+// block_sum over 1024 / NT virtual threads a thread), each r and y the same expression. The
+// row moves as 16-byte vectors (the norm weights before the wait: no kernel writes them); the
+// sums read the rounded r back from shared memory in the norm's element order. The norm
+// weights share the activations' dtype (cuda_ops.c launches it only so).
+template <int NT>
+__device__ __forceinline__ const act *gemv_x_addnorm(const act *x, const act *res, const wgt *wn,
+                                                     act *r, int D, float eps) {
+    extern __shared__ __align__(16) unsigned char gemv_xs[];
+    act *xs = (act *)gemv_xs;
+    constexpr int E = 16 / sizeof(act), MV = 4096 / E / NT, KV = 1024 / NT;
+    const int nvec = D / E;
+    uint4 wq[MV], xv[MV], rv[MV];
+#pragma unroll
+    for (int j = 0; j < MV; j++) {
+        const int q = threadIdx.x + j * NT;
+        if (q < nvec) wq[j] = ((const uint4 *)wn)[q];
+    }
+    pdl_enter();
+#pragma unroll
+    for (int j = 0; j < MV; j++) {
+        const int q = threadIdx.x + j * NT;
+        if (q < nvec) {
+            xv[j] = ((const uint4 *)x)[q];
+            rv[j] = ((const uint4 *)res)[q];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MV; j++) {
+        const int q = threadIdx.x + j * NT;
+        if (q < nvec) {
+            float a[E], b[E];
+            unpack_vec16<WEFT_TA>(xv[j], a);
+            unpack_vec16<WEFT_TA>(rv[j], b);
+            __align__(16) act o[E];
+#pragma unroll
+            for (int e = 0; e < E; e++) A::st(o, e, A::round(a[e] + b[e]));
+            xv[j] = *(const uint4 *)o;
+            ((uint4 *)xs)[q] = xv[j];
+            if (r) ((uint4 *)r)[q] = xv[j];
+        }
+    }
+    bsync(NT);
+    float ss[KV];
+#pragma unroll
+    for (int k = 0; k < KV; k++) {
+        ss[k] = 0.f;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int i = threadIdx.x + k * NT + m * 1024;
+            if (i < D) {
+                const float v = A::ld(xs, i);
+                ss[k] = fmaf(v, v, ss[k]);
+            }
+        }
+    }
+    const float rs = rsqrtf(block_sum<KV>(ss, 1024) / D + eps);
+#pragma unroll
+    for (int j = 0; j < MV; j++) {
+        const int q = threadIdx.x + j * NT;
+        if (q < nvec) {
+            float a[E], w[E];
+            unpack_vec16<WEFT_TA>(xv[j], a);
+            unpack_vec16<WEFT_TA>(wq[j], w);
+            __align__(16) act o[E];
+#pragma unroll
+            for (int e = 0; e < E; e++) A::st(o, e, w[e] * A::round(a[e] * rs));
+            ((uint4 *)xs)[q] = *(const uint4 *)o;
+        }
+    }
+    bsync(NT);
+    return xs;
+}
+
+// NT: the block's threads (option gemv_loop_warps; 256 otherwise), a group NT / 32 / S rows.
+// NORM (fuse.norm_linear): x is the residual join's first summand, res its second, wn the
+// norm's weights and r the join's sum (gemv_x_addnorm); the products read the normalised row.
+template <int NW, bool XS, int NT = GEMV_THREADS, bool NORM = false>
 __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt *w1,
                                           const wgt *bias, void *y, int out_f32, int N, int K,
-                                          int S, int per) {
+                                          int S, int per, const act *res = nullptr,
+                                          const wgt *wn = nullptr, act *r = nullptr,
+                                          float eps = 0.f) {
     __shared__ float red[2][NT / 32][NW];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S, rb = NT / 32 / S;
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
@@ -1022,8 +1104,12 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     const int n0 = g0 * rb + warp / S;
     uint4 wv[4][NW];
     lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
-    pdl_enter();
-    if (XS) x = gemv_x_shared<NT>(x, K);
+    if constexpr (NORM) {
+        x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
+    } else {
+        pdl_enter();
+        if (XS) x = gemv_x_shared<NT>(x, K);
+    }
     // the trip count is the block's, so every warp reaches each barrier
     #pragma unroll 1
     for (int i = 0; i < ng; i++) {
@@ -1048,6 +1134,23 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     }
 WEFT_GEMV_LP(, false)
 WEFT_GEMV_LP(_xs, true)
+// fuse.norm_linear at one row (cuda_ops.c op_norm_linear): the residual join, then the looped
+// product with x in shared memory
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    weft_gemv_nlp_xs_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
+                       const wgt *w, const wgt *bias, void *y, int out_f32, int N, int K, int S,
+                       int per) {
+    ABLATE(4);
+    gemv_loop<1, true, GEMV_THREADS, true>(x, w, nullptr, bias, y, out_f32, N, K, S, per, res, wn,
+                                           r, eps);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    weft_gemv_swiglu_nlp_xs_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
+                              const wgt *wg, const wgt *wu, act *y, int F, int K, int S, int per) {
+    ABLATE(4);
+    gemv_loop<2, true, GEMV_THREADS, true>(x, wg, wu, nullptr, y, 0, F, K, S, per, res, wn, r,
+                                           eps);
+}
 // the x-in-shared-memory forms with wider blocks (option gemv_loop_warps): x is copied once for
 // 16, 24 or 32 warps' rows instead of 8
 #define WEFT_GEMV_LPW(WARPS)                                                                       \
