@@ -4,13 +4,13 @@
  *     y, r = add_rmsnorm(x, res, w_norm); out = linear(y, w [, b])   (or fuse.linear_swiglu(y, ..))
  *  -> out, r, y = fuse.norm_linear(x, res, w_norm, w, b | w_up)
  * In a pre-norm decoder these are the two joins of every layer with the q|k|v and gate|up
- * products after them (the final norm feeds an LM_HEAD node, which this pass leaves). The cuda backend runs the node at
- * one row as one looped GEMV kernel: every block adds and normalises the row into its shared
- * memory with weft_add_rmsnorm's arithmetic (the standalone norm's thread count, as virtual
- * threads), block 0 also stores r, then the block runs its product rows. So each join loses its
- * kernel and its kernel boundary; y is an output of the node only so that the unfused form
- * (more rows, or the kernel not available) has somewhere to write it, and nothing reads it.
- * README.md has the op contract. The rewrite is exact (bit-identical).
+ * products after them (the final norm feeds an LM_HEAD node, which this pass leaves). The cuda
+ * backend runs the node at one row as one looped GEMV kernel: every block adds and normalises the
+ * row into its shared memory with weft_add_rmsnorm's arithmetic (the standalone norm's thread
+ * count, as virtual threads), block 0 also stores r, then the block runs its product rows. So each
+ * join loses its kernel and its kernel boundary; y is an output of the node only so that the
+ * unfused form (more rows, or the kernel not available) has somewhere to write it, and nothing
+ * reads it. README.md has the op contract. The rewrite is exact (bit-identical).
  *
  * Refused (the graph stays as it was): y read by any other node or being a graph output, a
  * reader that is not a LINEAR or fuse.linear_swiglu taking y as its x (and only there), r read
@@ -31,7 +31,7 @@
 typedef struct nl_state {
     const weft_host_services *host;
     uint32_t op, swiglu; /* the fused op's id; fuse.linear_swiglu's */
-    int64_t max_tokens;
+    int64_t max_tokens, products;
     uint32_t fused; /* joins rewritten over the instance's life (tests read it) */
 } nl_state;
 
@@ -52,11 +52,15 @@ static weft_status nl_create(const weft_host_services *host, const weft_options 
     /* the loader checks the manifest's range before create; a host that calls create itself
      * (tests, another runtime) gets the same refusal here */
     s->max_tokens = weft_sdk_option_int(opts, "max_tokens", 1);
-    if (s->max_tokens < 1 || s->max_tokens > 8) {
-        int64_t v = s->max_tokens;
+    s->products = weft_sdk_option_int(opts, "products", 3);
+    const char *bad = s->max_tokens < 1 || s->max_tokens > 8 ? "max_tokens"
+                      : s->products < 1 || s->products > 3   ? "products"
+                                                             : NULL;
+    if (bad) {
+        int64_t v = bad[0] == 'm' ? s->max_tokens : s->products;
         host->free(s);
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                              "option max_tokens: expected 1..8, found %lld", (long long)v);
+        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "option %s: expected %s, found %lld",
+                              bad, bad[0] == 'm' ? "1..8" : "1..3", (long long)v);
     }
     const weft_graph_service *gs =
         host->get_service ? host->get_service(host, WEFT_SERVICE_GRAPH, 1) : NULL;
@@ -104,9 +108,12 @@ static int join(const weft_graph *g, const weft_node *a) {
 }
 
 /* Whether node p is a product taking y as its x and nowhere else: a LINEAR (x, w [, b]) or a
- * fuse.linear_swiglu (x, w_gate [, w_up]), one output. */
+ * fuse.linear_swiglu (x, w_gate [, w_up]), one output, of a kind the option products names
+ * (1 LINEAR, 2 fuse.linear_swiglu). */
 static int product(const nl_state *s, const weft_node *p, uint32_t y) {
-    if (p->op != WEFT_OP_LINEAR && p->op != s->swiglu) return 0;
+    if (!(p->op == WEFT_OP_LINEAR && (s->products & 1)) &&
+        !(p->op == s->swiglu && (s->products & 2)))
+        return 0;
     if (p->n_out != 1 || p->n_in < 2 || p->n_in > 3 || p->in[0] != y || p->out[0] == y) return 0;
     for (uint32_t k = 1; k < p->n_in; k++)
         if (p->in[k] == y) return 0;

@@ -1331,6 +1331,7 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
         TRY(kern(b, dt, dt, name, &f, err));
         int S = cuda_gemv_split(D), per;
         unsigned lp;
+        xs *= 2; /* the row, then the norm weights */
         TRY(gemv_lp_grid(b, f, 256, xs, N, S, &lp, &per, err));
         if (sw) {
             void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &op, &N, &D, &S, &per};

@@ -1009,29 +1009,62 @@ __device__ __forceinline__ void lp_group(const act *x, const wgt *w0, const wgt 
     }
 }
 
+// N (4, 8 or 16) bytes from global to shared memory without passing through registers
+// (cp.async, sm_80+), and the wait for every such copy of the thread; the block's barrier after
+// the wait makes them visible to the other threads. CG: the copy bypasses L1 (cp.async.cg,
+// 16 bytes only), for data read once (the staged GEMV's weights).
+template <int N, bool CG = false>
+__device__ __forceinline__ void cp_async(void *dst, const void *src) {
+    static_assert(!CG || N == 16, "cp.async.cg copies 16 bytes");
+#if __CUDA_ARCH__ >= 800
+    const unsigned long long d = (unsigned long long)dst, g = (unsigned long long)src;
+    if (CG)
+        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                     "cvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [s], [g], 16;\n\t}"
+                     ::"l"(d), "l"(g)
+                     : "memory");
+    else
+        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                     "cvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [s], [g], %2;\n\t}"
+                     ::"l"(d), "l"(g), "n"(N)
+                     : "memory");
+#else
+    for (int b = 0; b < N; b += 4)
+        *(unsigned *)((char *)dst + b) = *(const unsigned *)((const char *)src + b);
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 // fuse.norm_linear's residual join in a looped GEMV block of NT threads (gemv_loop's NORM): r =
 // x + res (stored by the block given r: block 0) and y = rmsnorm(r) * wn into shared memory,
 // where the products read y as x. The same bits as weft_add_rmsnorm (add_rmsnorm_body) at its
 // 1024 threads for rows of 1,024 to 4,096 elements (cuda_ops.c norm_block): each sum of squares
 // is virtual thread t's (t = threadIdx.x + k NT, elements t, t + 1024, ... in that order, then
 // block_sum over 1024 / NT virtual threads a thread), each r and y the same expression. The
-// row moves as 16-byte vectors (the norm weights before the wait: no kernel writes them); the
-// sums read the rounded r back from shared memory in the norm's element order. The norm
-// weights share the activations' dtype (cuda_ops.c launches it only so).
+// row moves as 16-byte vectors: the norm weights by cp.async into the shared memory after the
+// row (ws) before the wait (no kernel writes them), x and res through registers after it; the
+// sums and the normalisation read r back from shared memory, so neither the weights nor r hold
+// registers beside the product's first batch of weights. The norm weights share the
+// activations' dtype (cuda_ops.c launches it only so, with 2 D elements of shared memory).
 template <int NT>
 __device__ __forceinline__ const act *gemv_x_addnorm(const act *x, const act *res, const wgt *wn,
                                                      act *r, int D, float eps) {
     extern __shared__ __align__(16) unsigned char gemv_xs[];
     act *xs = (act *)gemv_xs;
+    wgt *ws = (wgt *)(xs + D);
     constexpr int E = 16 / sizeof(act), MV = 4096 / E / NT, KV = 1024 / NT;
     const int nvec = D / E;
-    uint4 wq[MV], xv[MV], rv[MV];
 #pragma unroll
     for (int j = 0; j < MV; j++) {
         const int q = threadIdx.x + j * NT;
-        if (q < nvec) wq[j] = ((const uint4 *)wn)[q];
+        if (q < nvec) cp_async<16>(ws + q * E, wn + q * E);
     }
     pdl_enter();
+    uint4 xv[MV], rv[MV];
 #pragma unroll
     for (int j = 0; j < MV; j++) {
         const int q = threadIdx.x + j * NT;
@@ -1050,11 +1083,11 @@ __device__ __forceinline__ const act *gemv_x_addnorm(const act *x, const act *re
             __align__(16) act o[E];
 #pragma unroll
             for (int e = 0; e < E; e++) A::st(o, e, A::round(a[e] + b[e]));
-            xv[j] = *(const uint4 *)o;
-            ((uint4 *)xs)[q] = xv[j];
-            if (r) ((uint4 *)r)[q] = xv[j];
+            ((uint4 *)xs)[q] = *(const uint4 *)o;
+            if (r) ((uint4 *)r)[q] = *(const uint4 *)o;
         }
     }
+    cp_async_wait_all();
     bsync(NT);
     float ss[KV];
 #pragma unroll
@@ -1075,8 +1108,8 @@ __device__ __forceinline__ const act *gemv_x_addnorm(const act *x, const act *re
         const int q = threadIdx.x + j * NT;
         if (q < nvec) {
             float a[E], w[E];
-            unpack_vec16<WEFT_TA>(xv[j], a);
-            unpack_vec16<WEFT_TA>(wq[j], w);
+            unpack_vec16<WEFT_TA>(((const uint4 *)xs)[q], a);
+            unpack_vec16<WEFT_TA>(((const uint4 *)ws)[q], w);
             __align__(16) act o[E];
 #pragma unroll
             for (int e = 0; e < E; e++) A::st(o, e, w[e] * A::round(a[e] * rs));
@@ -1911,36 +1944,6 @@ __device__ __noinline__ void ra_merge_groups(const float *src, long hstride, lon
         }
         A::st(o, (long)h * hd + d, L > 0.f ? v / L : 0.f);
     }
-}
-
-// N (4, 8 or 16) bytes from global to shared memory without passing through registers
-// (cp.async, sm_80+), and the wait for every such copy of the thread; the block's barrier after
-// the wait makes them visible to the other threads. CG: the copy bypasses L1 (cp.async.cg,
-// 16 bytes only), for data read once (the staged GEMV's weights).
-template <int N, bool CG = false>
-__device__ __forceinline__ void cp_async(void *dst, const void *src) {
-    static_assert(!CG || N == 16, "cp.async.cg copies 16 bytes");
-#if __CUDA_ARCH__ >= 800
-    const unsigned long long d = (unsigned long long)dst, g = (unsigned long long)src;
-    if (CG)
-        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
-                     "cvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [s], [g], 16;\n\t}"
-                     ::"l"(d), "l"(g)
-                     : "memory");
-    else
-        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
-                     "cvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [s], [g], %2;\n\t}"
-                     ::"l"(d), "l"(g), "n"(N)
-                     : "memory");
-#else
-    for (int b = 0; b < N; b += 4)
-        *(unsigned *)((char *)dst + b) = *(const unsigned *)((const char *)src + b);
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
 }
 
 // The group's G q heads and the k head (nh rows of hd) and, for the block that holds row p
