@@ -52,7 +52,7 @@ static weft_status nl_create(const weft_host_services *host, const weft_options 
     /* the loader checks the manifest's range before create; a host that calls create itself
      * (tests, another runtime) gets the same refusal here */
     s->max_tokens = weft_sdk_option_int(opts, "max_tokens", 1);
-    s->products = weft_sdk_option_int(opts, "products", 3);
+    s->products = weft_sdk_option_int(opts, "products", 2);
     const char *bad = s->max_tokens < 1 || s->max_tokens > 8 ? "max_tokens"
                       : s->products < 1 || s->products > 3   ? "products"
                                                              : NULL;

@@ -3,17 +3,22 @@
  * attention norm, then per layer the q|k|v product, a stand-in attention (split + attention),
  * the o projection and its ADD_RMSNORM join, the gate|up product (fuse.linear_swiglu, merged or
  * as two weights), the down projection and its join, whose normalised row feeds the next layer's
- * q|k|v product or, after the last layer, the LM head (a LINEAR). Checked: each join and the
- * product reading its y become one fuse.norm_linear node with the contract of
- * techniques/fuse.norm-linear/README.md (inputs x, res, norm weight, the product's weight and
- * bias or up rows; outputs the product's, r, y; eps, the swiglu and merged flags; the product's
- * layer, place and name) and the graph stays valid, two joins a layer; a bias-carrying product
- * fuses; the graph is left exactly as it was (same canonical hash) when y has a second reader, is
- * a graph output, is read by something other than a product (a plain RMSNORM, an ADD, an
- * LM_HEAD node) or is also passed as the product's weight, when r is read between the join and
- * the product, when x or res is rewritten in place between them, when r is written in place over
- * x or res, when the join's tensors differ in dtype, and when the bucket has more rows than
- * max_tokens; max_tokens outside 1..8 is refused at create; a second run changes nothing. The
+ * q|k|v product or, after the last layer, the LM head (a LINEAR). Checked, with the option
+ * products 3 (both kinds of product): each join and the product reading its y become one
+ * fuse.norm_linear node with the contract of techniques/fuse.norm-linear/README.md (inputs x,
+ * res, norm weight, the product's weight and bias or up rows; outputs the product's, r, y; eps,
+ * the swiglu and merged flags; the product's layer, place and name) and the graph stays valid,
+ * two joins a layer; a bias-carrying product fuses; the graph is left exactly as it was (same
+ * canonical hash) when y has a second reader, is a graph output, is read by something other than
+ * a product (a plain RMSNORM, an ADD, an LM_HEAD node) or is also passed as the product's
+ * weight, when r is read between the join and the product, when x or res is rewritten in place
+ * between them, when r is written in place over x or res, when the join's tensors differ in
+ * dtype, and when the bucket has more rows than max_tokens; a second run changes nothing. The
+ * option products picks the joins by their product: left out (the default, 2) exactly the joins
+ * read by a fuse.linear_swiglu (gate|up) are fused and those read by a LINEAR (q|k|v, the LM
+ * head) stay an ADD_RMSNORM and a LINEAR; 1 fuses exactly the LINEAR-read joins, 3 all; a run
+ * with 2 then one with 1 gives the graph of one run with 3. max_tokens outside 1..8 and
+ * products outside 1..3 are refused at create, the message naming the option and its range. The
  * bit-identity of the op itself is the cuda backend's to check (tests/unit/test_cuda_ops.c). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +41,9 @@
 enum { NL = 3, JOINS = 2 * NL, D = 1024, QW = 512, KVW = 256, F = 2048, V = D };
 #define ALL ((1u << JOINS) - 1)
 #define LAST (1u << (JOINS - 1)) /* the final norm's join (LM head) */
+#define GATE_UP 0x15u            /* joins 0, 2, 4: read by gate|up (fuse.linear_swiglu) */
+#define QKV (ALL & ~GATE_UP)     /* joins 1, 3, 5: read by a LINEAR (q|k|v, the LM head) */
+#define BOTH 3                   /* the option products: LINEAR and fuse.linear_swiglu */
 #define OP_NAME "fuse.norm_linear"
 #define SWIGLU_OP "fuse.linear_swiglu"
 
@@ -73,6 +81,7 @@ typedef struct pair {
     uint32_t x, res, nw, y, r; /* the join's in[0..2], out[0..1] */
     float eps;
     uint32_t w, b, out; /* the product's in[1], in[2] (or WEFT_TENSOR_NONE), out[0] */
+    uint32_t op;        /* the product's */
     int swiglu, merged;
     int32_t layer; /* the product's */
     char name[48]; /* the product's */
@@ -226,6 +235,7 @@ static uint32_t product(weft_graph *g, const form *s, int k, pair *p, int kind, 
         p->w = in[1];
         p->b = n_in == 3 ? in[2] : WEFT_TENSOR_NONE;
         p->out = out;
+        p->op = op;
         p->swiglu = op == swiglu_op;
         p->merged = (int)pp.i[0];
         p->layer = layer;
@@ -308,12 +318,17 @@ static built build(const form *s) {
     return b;
 }
 
-/* A pass instance (max_tokens 0: the manifest default, the option left out). */
-static void *create(int64_t max_tokens) {
+/* A pass instance (max_tokens or products 0: that option left out, the manifest default). */
+static void *create(int64_t max_tokens, int64_t products) {
     void *st = NULL;
     weft_error err = {.size = sizeof(err)};
-    weft_option opt = {.key = "max_tokens", .type = WEFT_OPTION_INT, .i = max_tokens};
-    weft_options opts = {max_tokens ? 1 : 0, max_tokens ? &opt : NULL};
+    weft_option opt[2];
+    uint32_t n = 0;
+    if (max_tokens)
+        opt[n++] = (weft_option){.key = "max_tokens", .type = WEFT_OPTION_INT, .i = max_tokens};
+    if (products)
+        opt[n++] = (weft_option){.key = "products", .type = WEFT_OPTION_INT, .i = products};
+    weft_options opts = {n, n ? opt : NULL};
     if (desc->create(weft_host_services_of(host), &opts, &st, &err))
         fail_msg("create %s: %s", desc->name, err.message);
     return st;
@@ -331,8 +346,8 @@ static uint32_t run_with(void *st, weft_graph *g) {
     return fused_of(st) - before;
 }
 
-static uint32_t run_pass(weft_graph *g, int64_t max_tokens) {
-    void *st = create(max_tokens);
+static uint32_t run_pass(weft_graph *g, int64_t max_tokens, int64_t products) {
+    void *st = create(max_tokens, products);
     uint32_t n = run_with(st, g);
     desc->destroy(st);
     return n;
@@ -405,37 +420,42 @@ static void check_pair(const weft_graph *g, const pair *p) {
            (double)n->p.f[0], (int)n->p.i[0], (int)n->p.i[1], n->layer);
 }
 
-/* The joins in `want` fuse with their products, the others stay as built. */
-static void check_fused(const form *s, int64_t max_tokens, uint32_t want, const char *what) {
+/* The joins in `want` fuse with their products, the others stay as built: their join and their
+ * product, of the op it was built with, still write y, r and the product's output. */
+static void check_fused(const form *s, int64_t max_tokens, int64_t products, uint32_t want,
+                        const char *what) {
     built b = build(s);
     uint32_t nodes = b.g->n_nodes;
     int linears = count_op(b.g, WEFT_OP_LINEAR), swiglus = count_op(b.g, swiglu_op),
-        fused = popcount(want), products = 0;
+        fused = popcount(want), lin = 0; /* lin: the fused joins whose product is a LINEAR */
     for (int k = 0; k < JOINS; k++)
-        products += (want >> k & 1) && !b.p[k].swiglu;
+        lin += (want >> k & 1) && !b.p[k].swiglu;
     printf("fused (%s):\n", what);
-    assert_int_equal(run_pass(b.g, max_tokens), fused);
+    assert_int_equal(run_pass(b.g, max_tokens, products), fused);
     assert_int_equal(b.g->n_nodes, nodes - (uint32_t)fused);
     assert_int_equal(count_op(b.g, fused_op), fused);
     assert_int_equal(count_op(b.g, WEFT_OP_ADD_RMSNORM), JOINS - fused);
-    assert_int_equal(count_op(b.g, WEFT_OP_LINEAR), linears - products);
-    assert_int_equal(count_op(b.g, swiglu_op), swiglus - (fused - products));
+    assert_int_equal(count_op(b.g, WEFT_OP_LINEAR), linears - lin);
+    assert_int_equal(count_op(b.g, swiglu_op), swiglus - (fused - lin));
     for (int k = 0; k < JOINS; k++) {
         if (want >> k & 1) {
             check_pair(b.g, &b.p[k]);
         } else {
-            assert_true(find(b.g, WEFT_OP_ADD_RMSNORM, b.p[k].y) >= 0);
+            int32_t a = find(b.g, WEFT_OP_ADD_RMSNORM, b.p[k].y);
+            assert_true(a >= 0);
+            assert_int_equal(b.g->nodes[a].out[1], b.p[k].r);
+            assert_true(find(b.g, b.p[k].op, b.p[k].out) > a);
             assert_int_equal(find(b.g, fused_op, b.p[k].out), -1);
         }
     }
     weft_graph_free(b.g);
 }
 
-static void check_unchanged(const form *s, int64_t max_tokens, const char *why) {
+static void check_unchanged(const form *s, int64_t max_tokens, int64_t products, const char *why) {
     built b = build(s);
     char before[33], after[33];
     assert_int_equal(weft_graph_hash(b.g, before), WEFT_OK);
-    uint32_t n = run_pass(b.g, max_tokens);
+    uint32_t n = run_pass(b.g, max_tokens, products);
     assert_int_equal(weft_graph_hash(b.g, after), WEFT_OK);
     printf("left unfused (%s): %u fused, hash %s\n", why, n,
            strcmp(before, after) ? "CHANGED" : "unchanged");
@@ -447,19 +467,19 @@ static void check_unchanged(const form *s, int64_t max_tokens, const char *why) 
 static void test_decoder(void **state) {
     (void)state;
     form s = {.split_gu = 0x2}; /* layers 0 and 2 merged gate|up, layer 1 two weights */
-    check_fused(&s, 0, ALL, "decoder, merged and split gate|up");
+    check_fused(&s, 0, BOTH, ALL, "decoder, merged and split gate|up");
     form m = {.split_gu = 0};
-    check_fused(&m, 0, ALL, "every gate|up merged");
+    check_fused(&m, 0, BOTH, ALL, "every gate|up merged");
     form u = {.split_gu = (1u << NL) - 1};
-    check_fused(&u, 0, ALL, "every gate|up as two weights");
+    check_fused(&u, 0, BOTH, ALL, "every gate|up as two weights");
 }
 
 static void test_bias(void **state) {
     (void)state;
     form s = {.bias = ALL};
-    check_fused(&s, 0, ALL, "q|k|v and LM head with bias");
+    check_fused(&s, 0, BOTH, ALL, "q|k|v and LM head with bias");
     form t = {.none_bias = ALL};
-    check_fused(&t, 0, ALL, "third input slot absent");
+    check_fused(&t, 0, BOTH, ALL, "third input slot absent");
 }
 
 /* A node between the join and the product that neither reads r nor writes the join's inputs
@@ -467,17 +487,17 @@ static void test_bias(void **state) {
 static void test_between(void **state) {
     (void)state;
     form s = {.between = ALL};
-    check_fused(&s, 0, ALL, "a reader of x and res in between");
+    check_fused(&s, 0, BOTH, ALL, "a reader of x and res in between");
 }
 
 static void test_max_tokens_option(void **state) {
     (void)state;
     form s = {.rows = 4};
-    check_unchanged(&s, 0, "4 rows, max_tokens 1 (default)");
-    check_unchanged(&s, 3, "4 rows, max_tokens 3");
-    check_fused(&s, 4, ALL, "4 rows, max_tokens 4");
+    check_unchanged(&s, 0, BOTH, "4 rows, max_tokens 1 (default)");
+    check_unchanged(&s, 3, BOTH, "4 rows, max_tokens 3");
+    check_fused(&s, 4, BOTH, ALL, "4 rows, max_tokens 4");
     form e = {.rows = 8};
-    check_fused(&e, 8, ALL, "8 rows, max_tokens 8");
+    check_fused(&e, 8, BOTH, ALL, "8 rows, max_tokens 8");
 }
 
 static void test_refuses(void **state) {
@@ -499,19 +519,19 @@ static void test_refuses(void **state) {
         {{.f32_r = ALL}, "r f32, the rest bf16"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        check_unchanged(&cases[i].s, 0, cases[i].why);
+        check_unchanged(&cases[i].s, 0, BOTH, cases[i].why);
 }
 
 /* A refused join does not stop the others: the pass goes on past it. */
 static void test_refuses_one(void **state) {
     (void)state;
     form s = {.split_gu = 0x2, .second_read = 0x4};
-    check_fused(&s, 0, ALL & ~0x4u, "layer 1's first join's y read twice");
+    check_fused(&s, 0, BOTH, ALL & ~0x4u, "layer 1's first join's y read twice");
     form r = {.r_read = 0x2, .inplace_res = 0x8};
-    check_fused(&r, 0, ALL & ~0xau, "r read after join 1, res rewritten after join 3");
+    check_fused(&r, 0, BOTH, ALL & ~0xau, "r read after join 1, res rewritten after join 3");
     /* the LM head as an LM_HEAD node, as models/llama builds it, is not a product here */
     form h = {.lm_head_op = 1};
-    check_fused(&h, 0, ALL & ~LAST, "LM head as an LM_HEAD node");
+    check_fused(&h, 0, BOTH, ALL & ~LAST, "LM head as an LM_HEAD node");
 }
 
 /* Once every join is fused, another run (same instance or a new one) finds nothing. */
@@ -519,7 +539,7 @@ static void test_twice(void **state) {
     (void)state;
     form s = {.split_gu = 0x2, .bias = 0x2};
     built b = build(&s);
-    void *st = create(0);
+    void *st = create(0, BOTH);
     char first[33], second[33];
     assert_int_equal(run_with(st, b.g), JOINS);
     assert_int_equal(fused_of(st), JOINS);
@@ -527,7 +547,7 @@ static void test_twice(void **state) {
     assert_int_equal(run_with(st, b.g), 0);
     assert_int_equal(fused_of(st), JOINS);
     desc->destroy(st);
-    assert_int_equal(run_pass(b.g, 8), 0);
+    assert_int_equal(run_pass(b.g, 8, BOTH), 0);
     assert_int_equal(weft_graph_hash(b.g, second), WEFT_OK);
     printf("after one run %s, after three %s\n", first, second);
     assert_string_equal(first, second);
@@ -551,8 +571,71 @@ static void test_option_range(void **state) {
         assert_non_null(strstr(err.message, "max_tokens"));
         assert_non_null(strstr(err.message, "1..8"));
     }
-    desc->destroy(create(1));
-    desc->destroy(create(8));
+    desc->destroy(create(1, 0));
+    desc->destroy(create(8, 0));
+}
+
+/* The option products picks the joins by the product reading them: left out (2) and 2 the
+ * gate|up ones, 1 the q|k|v and LM head ones, 3 all; the others stay a join and a product. */
+static void test_products(void **state) {
+    (void)state;
+    form s = {.split_gu = 0x2};
+    check_fused(&s, 0, 0, GATE_UP, "products left out (2): gate|up only");
+    check_fused(&s, 0, 2, GATE_UP, "products 2: gate|up only");
+    check_fused(&s, 0, 1, QKV, "products 1: q|k|v and LM head only");
+    check_fused(&s, 0, 3, ALL, "products 3: all");
+    form u = {.split_gu = (1u << NL) - 1, .bias = ALL};
+    check_fused(&u, 0, 0, GATE_UP, "products left out, gate|up as two weights, biased LINEARs");
+    check_fused(&u, 0, 1, QKV, "products 1, gate|up as two weights, biased LINEARs");
+    form h = {.lm_head_op = 1};
+    check_fused(&h, 0, 1, QKV & ~LAST, "products 1, LM head as an LM_HEAD node");
+    check_fused(&h, 0, 0, GATE_UP, "products left out, LM head as an LM_HEAD node");
+    form r = {.second_read = 0x5};
+    check_fused(&r, 0, 0, GATE_UP & ~0x5u, "products left out, joins 0 and 2's y read twice");
+    form e = {.rows = 4};
+    check_fused(&e, 4, 0, GATE_UP, "4 rows, max_tokens 4, products left out");
+    check_unchanged(&e, 0, 1, "4 rows, max_tokens 1 (default), products 1");
+}
+
+/* A run with the default fuses the gate|up joins; a later one with products 1 the rest, and the
+ * graph is the one a single run with products 3 makes. */
+static void test_products_in_turn(void **state) {
+    (void)state;
+    form s = {.split_gu = 0x2, .bias = 0x2};
+    built b = build(&s), c = build(&s);
+    char turn[33], once[33];
+    assert_int_equal(run_pass(b.g, 0, 0), popcount(GATE_UP));
+    assert_int_equal(count_op(b.g, WEFT_OP_ADD_RMSNORM), popcount(QKV));
+    assert_int_equal(run_pass(b.g, 0, 1), popcount(QKV));
+    assert_int_equal(run_pass(b.g, 0, BOTH), 0);
+    assert_int_equal(run_pass(c.g, 0, BOTH), JOINS);
+    assert_int_equal(weft_graph_hash(b.g, turn), WEFT_OK);
+    assert_int_equal(weft_graph_hash(c.g, once), WEFT_OK);
+    printf("products 2 then 1: %s, products 3: %s\n", turn, once);
+    assert_string_equal(turn, once);
+    for (int k = 0; k < JOINS; k++)
+        check_pair(b.g, &b.p[k]);
+    weft_graph_free(b.g);
+    weft_graph_free(c.g);
+}
+
+static void test_products_range(void **state) {
+    (void)state;
+    const int64_t bad[3] = {-1, 0 /* given explicitly, not left out */, 4};
+    for (int i = 0; i < 3; i++) {
+        weft_option opt = {.key = "products", .type = WEFT_OPTION_INT, .i = bad[i]};
+        weft_options opts = {1, &opt};
+        weft_error err = {.size = sizeof(err)};
+        void *st = NULL;
+        assert_int_equal(desc->create(weft_host_services_of(host), &opts, &st, &err),
+                         WEFT_ERR_INVALID);
+        assert_null(st);
+        printf("products %lld: %s\n", (long long)bad[i], err.message);
+        assert_non_null(strstr(err.message, "products"));
+        assert_non_null(strstr(err.message, "1..3"));
+    }
+    for (int64_t p = 1; p <= 3; p++)
+        desc->destroy(create(0, p));
 }
 
 static int setup(void **state) {
@@ -591,10 +674,12 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_decoder), cmocka_unit_test(test_bias),
-        cmocka_unit_test(test_between), cmocka_unit_test(test_max_tokens_option),
-        cmocka_unit_test(test_refuses), cmocka_unit_test(test_refuses_one),
-        cmocka_unit_test(test_twice),   cmocka_unit_test(test_option_range),
+        cmocka_unit_test(test_decoder),        cmocka_unit_test(test_bias),
+        cmocka_unit_test(test_between),        cmocka_unit_test(test_max_tokens_option),
+        cmocka_unit_test(test_refuses),        cmocka_unit_test(test_refuses_one),
+        cmocka_unit_test(test_twice),          cmocka_unit_test(test_option_range),
+        cmocka_unit_test(test_products),       cmocka_unit_test(test_products_in_turn),
+        cmocka_unit_test(test_products_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
