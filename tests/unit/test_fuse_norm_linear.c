@@ -556,21 +556,26 @@ static void test_twice(void **state) {
     weft_graph_free(b.g);
 }
 
-static void test_option_range(void **state) {
-    (void)state;
-    const int64_t bad[3] = {-1, 0 /* given explicitly, not left out */, 9};
+/* Option `key` at each of bad[3] is refused at create, the message naming it and its range. */
+static void check_refused(const char *key, const int64_t *bad, const char *range) {
     for (int i = 0; i < 3; i++) {
-        weft_option opt = {.key = "max_tokens", .type = WEFT_OPTION_INT, .i = bad[i]};
+        weft_option opt = {.key = key, .type = WEFT_OPTION_INT, .i = bad[i]};
         weft_options opts = {1, &opt};
         weft_error err = {.size = sizeof(err)};
         void *st = NULL;
         assert_int_equal(desc->create(weft_host_services_of(host), &opts, &st, &err),
                          WEFT_ERR_INVALID);
         assert_null(st);
-        printf("max_tokens %lld: %s\n", (long long)bad[i], err.message);
-        assert_non_null(strstr(err.message, "max_tokens"));
-        assert_non_null(strstr(err.message, "1..8"));
+        printf("%s %lld: %s\n", key, (long long)bad[i], err.message);
+        assert_non_null(strstr(err.message, key));
+        assert_non_null(strstr(err.message, range));
     }
+}
+
+static void test_option_range(void **state) {
+    (void)state;
+    const int64_t bad[3] = {-1, 0 /* given explicitly, not left out */, 9};
+    check_refused("max_tokens", bad, "1..8");
     desc->destroy(create(1, 0));
     desc->destroy(create(8, 0));
 }
@@ -622,18 +627,7 @@ static void test_products_in_turn(void **state) {
 static void test_products_range(void **state) {
     (void)state;
     const int64_t bad[3] = {-1, 0 /* given explicitly, not left out */, 4};
-    for (int i = 0; i < 3; i++) {
-        weft_option opt = {.key = "products", .type = WEFT_OPTION_INT, .i = bad[i]};
-        weft_options opts = {1, &opt};
-        weft_error err = {.size = sizeof(err)};
-        void *st = NULL;
-        assert_int_equal(desc->create(weft_host_services_of(host), &opts, &st, &err),
-                         WEFT_ERR_INVALID);
-        assert_null(st);
-        printf("products %lld: %s\n", (long long)bad[i], err.message);
-        assert_non_null(strstr(err.message, "products"));
-        assert_non_null(strstr(err.message, "1..3"));
-    }
+    check_refused("products", bad, "1..3");
     for (int64_t p = 1; p <= 3; p++)
         desc->destroy(create(0, p));
 }
