@@ -1,9 +1,9 @@
 /* Op implementations of the cuda backend: the builtin ops of weft/graph.h on f32, f16 and bf16
  * activations, plus the fused user ops the fuse.* techniques emit ("fuse.linear_swiglu",
  * "fuse.qkv_rope", "fuse.rope_attention", "fuse.linear_add_rmsnorm", "fuse.norm_linear").
- * Linear layers and the LM head take one of two paths: with few rows (decode) a bandwidth-bound GEMV kernel of
- * kernels/core.cu, with more rows cuBLASLt with the chosen algorithm cached per shape; the
- * crossover (option gemv_max_tokens) was set by measurement
+ * Linear layers and the LM head take one of two paths: with few rows (decode) a
+ * bandwidth-bound GEMV kernel of kernels/core.cu, with more rows cuBLASLt with the chosen
+ * algorithm cached per shape; the crossover (option gemv_max_tokens) was set by measurement
  * (docs/perf/fuse.md). Everything else is a kernel of kernels/core.cu. Activations, weights
  * and the contiguous KV cache of a node share one 16-bit or 32-bit dtype per tensor role;
  * accepts() refuses other combinations at build time so an unsupported node is named before
@@ -1303,9 +1303,10 @@ static int32_t accepts_linear_add_rmsnorm(void *st, const weft_graph *g, const w
  * up rows (p.i[0] = 1: fuse.linear_swiglu; p.i[1] = 1 when in[3] holds both, in[4] none); out
  * the product (T,N), r = x + res and y = rmsnorm(r) * weight, rounded as ADD_RMSNORM and the
  * product store them; p.f[0] eps. At one row with the looped GEMV reading x from shared memory
- * (options gemv_loop and gemv_xsmem, 256-thread blocks, no gemv_stage) and rows of 1,024 to
- * 4,096 elements of one dtype it is one kernel (core.cu gemv_loop's NORM form), which leaves y
- * unwritten (nothing reads it); otherwise ADD_RMSNORM's kernel into y, then the product of y. */
+ * (options gemv_loop and gemv_xsmem, 256-thread blocks, no gemv_stage), rows of 1,024 to 4,096
+ * elements of one dtype and 16-byte aligned rows (the kernel moves them as 16-byte vectors) it
+ * is one kernel (core.cu gemv_loop's NORM form), which leaves y unwritten (nothing reads it);
+ * otherwise ADD_RMSNORM's kernel into y, then the product of y. */
 static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_node *n,
                                   weft_error *err) {
     cuda_backend *b = st;
@@ -1324,7 +1325,8 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
     unsigned xs = gemv_xs_bytes(b, sw, 1, D, dt);
     if (T == 1 && b->gemv_loop > 0 && xs && b->gemv_loop_warps <= 8 && b->gemv_stage <= 0 &&
         b->gemv_max_tokens >= 1 && norm_block(D) == 1024 && D <= 4096 && w->dtype == dt &&
-        nwt->dtype == dt && (!sw || bp % 16 == 0) && cuda_gemv_fits(dt, xp, wp, 1, D) &&
+        nwt->dtype == dt && (!sw || bp % 16 == 0) && (rp | ro | nwp) % 16 == 0 &&
+        cuda_gemv_fits(dt, xp, wp, 1, D) &&
         (sw || b->gemv_force || gemv_wins(1, N, D))) {
         const char *name = sw ? "weft_gemv_swiglu_nlp_xs_1" : "weft_gemv_nlp_xs_1";
         CUfunction f;
