@@ -738,6 +738,36 @@ extern "C" __global__ void weft_qkv_rope(const act *qs, int qstride, const act *
                   Hkv, hd, rot, layout, eps, blockIdx.x, blockIdx.y, blockDim.x);
 }
 
+// N (4, 8 or 16) bytes from global to shared memory without passing through registers
+// (cp.async, sm_80+), and the wait for every such copy of the thread; the block's barrier after
+// the wait makes them visible to the other threads. CG: the copy bypasses L1 (cp.async.cg,
+// 16 bytes only), for data read once (the staged GEMV's weights).
+template <int N, bool CG = false>
+__device__ __forceinline__ void cp_async(void *dst, const void *src) {
+    static_assert(!CG || N == 16, "cp.async.cg copies 16 bytes");
+#if __CUDA_ARCH__ >= 800
+    const unsigned long long d = (unsigned long long)dst, g = (unsigned long long)src;
+    if (CG)
+        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                     "cvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [s], [g], 16;\n\t}"
+                     ::"l"(d), "l"(g)
+                     : "memory");
+    else
+        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
+                     "cvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [s], [g], %2;\n\t}"
+                     ::"l"(d), "l"(g), "n"(N)
+                     : "memory");
+#else
+    for (int b = 0; b < N; b += 4)
+        *(unsigned *)((char *)dst + b) = *(const unsigned *)((const char *)src + b);
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 #if WEFT_TA == WEFT_TW
 // ---- GEMV: y (T,N) = x (T,K) w (N,K)^T for a few rows T (decode) --------------------------
 // Bandwidth-bound: every weight byte is read once, 16 bytes per lane per load, with the load
@@ -1007,36 +1037,6 @@ __device__ __forceinline__ void lp_group(const act *x, const wgt *w0, const wgt 
             else A::st((act *)y, n, v);
         }
     }
-}
-
-// N (4, 8 or 16) bytes from global to shared memory without passing through registers
-// (cp.async, sm_80+), and the wait for every such copy of the thread; the block's barrier after
-// the wait makes them visible to the other threads. CG: the copy bypasses L1 (cp.async.cg,
-// 16 bytes only), for data read once (the staged GEMV's weights).
-template <int N, bool CG = false>
-__device__ __forceinline__ void cp_async(void *dst, const void *src) {
-    static_assert(!CG || N == 16, "cp.async.cg copies 16 bytes");
-#if __CUDA_ARCH__ >= 800
-    const unsigned long long d = (unsigned long long)dst, g = (unsigned long long)src;
-    if (CG)
-        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
-                     "cvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [s], [g], 16;\n\t}"
-                     ::"l"(d), "l"(g)
-                     : "memory");
-    else
-        asm volatile("{\n\t.reg .u64 s, g;\n\tcvta.to.shared.u64 s, %0;\n\t"
-                     "cvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [s], [g], %2;\n\t}"
-                     ::"l"(d), "l"(g), "n"(N)
-                     : "memory");
-#else
-    for (int b = 0; b < N; b += 4)
-        *(unsigned *)((char *)dst + b) = *(const unsigned *)((const char *)src + b);
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
 }
 
 // fuse.norm_linear's residual join in a looped GEMV block of NT threads (gemv_loop's NORM): r =
