@@ -96,16 +96,6 @@ static int product(const weft_graph *g, const weft_node *l) {
     return 1;
 }
 
-/* The one node after index `from` reading tensor t, or -1 (t read twice, or by nobody). */
-static int32_t only_reader(const weft_graph *g, const weft_graph_service *gs, uint32_t t,
-                           uint32_t from) {
-    if (gs->tensor_uses(g, t) != 1) return -1;
-    for (uint32_t i = from + 1; i < g->n_nodes; i++)
-        for (uint32_t k = 0; k < g->nodes[i].n_in && k < WEFT_NODE_MAX_IN; k++)
-            if (g->nodes[i].in[k] == t) return (int32_t)i;
-    return -1;
-}
-
 /* Whether ADD_RMSNORM node a joins product l's output t with a residual of t's shape; *res
  * receives the residual (a's other summand). */
 static int joins(const weft_graph *g, const weft_node *l, const weft_node *a, uint32_t *res) {
@@ -166,7 +156,7 @@ static weft_status la_run(void *st, const weft_model_config *cfg, const weft_gra
         /* t is not an output of the fused node: it may not leave the graph, and the join must
          * be its only reader */
         if (g->tensors[t].kind == WEFT_TENSOR_OUTPUT) continue;
-        int32_t ai = only_reader(g, gs, t, i);
+        int32_t ai = weft_sdk_only_reader(g, gs, t, i);
         if (ai < 0 || !joins(g, l, &g->nodes[ai], &res)) continue;
         uint32_t bias = l->n_in == 3 ? l->in[2] : WEFT_TENSOR_NONE;
         if (written_between(g, i, (uint32_t)ai, l->in[0]) ||

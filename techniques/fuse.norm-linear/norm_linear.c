@@ -82,12 +82,6 @@ static int valid(const weft_graph *g, uint32_t t) {
     return t < g->n_tensors;
 }
 
-static int reads(const weft_node *n, uint32_t t) {
-    for (uint32_t k = 0; k < n->n_in && k < WEFT_NODE_MAX_IN; k++)
-        if (n->in[k] == t) return 1;
-    return 0;
-}
-
 static int writes(const weft_node *n, uint32_t t) {
     for (uint32_t o = 0; o < n->n_out && o < WEFT_NODE_MAX_OUT; o++)
         if (n->out[o] == t) return 1;
@@ -101,7 +95,9 @@ static int join(const weft_graph *g, const weft_node *a) {
     for (uint32_t k = 0; k < 3; k++)
         if (!valid(g, a->in[k])) return 0;
     uint32_t y = a->out[0], r = a->out[1];
-    if (!valid(g, y) || !valid(g, r) || y == r || reads(a, y) || reads(a, r)) return 0;
+    if (!valid(g, y) || !valid(g, r) || y == r || weft_sdk_node_reads(a, y) ||
+        weft_sdk_node_reads(a, r))
+        return 0;
     uint32_t dt = g->tensors[a->in[0]].dtype;
     return g->tensors[a->in[1]].dtype == dt && g->tensors[y].dtype == dt &&
            g->tensors[r].dtype == dt;
@@ -120,24 +116,15 @@ static int product(const nl_state *s, const weft_node *p, uint32_t y) {
     return 1;
 }
 
-/* The one node after index `from` reading tensor t, or -1 (t read twice, or by nobody). */
-static int32_t only_reader(const weft_graph *g, const weft_graph_service *gs, uint32_t t,
-                           uint32_t from) {
-    if (gs->tensor_uses(g, t) != 1) return -1;
-    for (uint32_t i = from + 1; i < g->n_nodes; i++)
-        if (reads(&g->nodes[i], t)) return (int32_t)i;
-    return -1;
-}
-
 /* Whether the product or a node strictly between indexes ai and pi reads r (made at pi now),
  * a node between writes one of the join's inputs (read at pi now), or the product writes over
  * x or res (which the fused kernel's blocks read while others store their rows). */
 static int moved_past(const weft_graph *g, uint32_t ai, uint32_t pi) {
     const weft_node *a = &g->nodes[ai], *p = &g->nodes[pi];
-    if (reads(p, a->out[1]) || writes(p, a->in[0]) || writes(p, a->in[1])) return 1;
+    if (weft_sdk_node_reads(p, a->out[1]) || writes(p, a->in[0]) || writes(p, a->in[1])) return 1;
     for (uint32_t i = ai + 1; i < pi; i++) {
         const weft_node *n = &g->nodes[i];
-        if (reads(n, a->out[1])) return 1;
+        if (weft_sdk_node_reads(n, a->out[1])) return 1;
         for (uint32_t k = 0; k < 3; k++)
             if (writes(n, a->in[k])) return 1;
     }
@@ -162,7 +149,7 @@ static weft_status nl_run(void *st, const weft_model_config *cfg, const weft_gra
         uint32_t y = a->out[0];
         /* y is written only by the unfused form of the node: nothing else may read it */
         if (g->tensors[y].kind == WEFT_TENSOR_OUTPUT) continue;
-        int32_t pi = only_reader(g, gs, y, i);
+        int32_t pi = weft_sdk_only_reader(g, gs, y, i);
         if (pi < 0 || !product(s, &g->nodes[pi], y) || moved_past(g, i, (uint32_t)pi)) continue;
         const weft_node *p = &g->nodes[pi];
         weft_node f;

@@ -71,16 +71,6 @@ static int valid(const weft_graph *g, uint32_t t) {
     return t < g->n_tensors;
 }
 
-/* The one node after index `from` reading tensor t, or -1. */
-static int32_t only_reader(const weft_graph *g, const weft_graph_service *gs, uint32_t t,
-                           uint32_t from) {
-    if (!valid(g, t) || gs->tensor_uses(g, t) != 1) return -1;
-    for (uint32_t i = from + 1; i < g->n_nodes; i++)
-        for (uint32_t k = 0; k < g->nodes[i].n_in && k < WEFT_NODE_MAX_IN; k++)
-            if (g->nodes[i].in[k] == t) return (int32_t)i;
-    return -1;
-}
-
 /* Whether attention node a reads exactly what fuse.qkv_rope node f makes, with the same
  * shape parameters, and can be run by the fused op. */
 static int matches(const weft_graph *g, const weft_graph_service *gs, uint32_t fi, uint32_t ai) {
@@ -93,7 +83,7 @@ static int matches(const weft_graph *g, const weft_graph_service *gs, uint32_t f
     if (a->in[0] != f->out[0] || a->in[1] != f->out[1] || (merged && a->in[2] != f->out[2]) ||
         a->in[3] != pos || !valid(g, a->in[2]) || !valid(g, a->in[4]))
         return 0;
-    if (merged && only_reader(g, gs, f->out[2], fi) != (int32_t)ai) return 0;
+    if (merged && weft_sdk_only_reader(g, gs, f->out[2], fi) != (int32_t)ai) return 0;
     if (a->p.i[5] != 0 || a->p.i[1] != f->p.i[0] || a->p.i[2] != f->p.i[5] ||
         a->p.i[3] != f->p.i[1] || a->p.i[0] < 0 || a->p.i[0] > INT32_MAX || a->p.i[4] < 0 ||
         a->p.i[4] > INT32_MAX)
@@ -113,8 +103,9 @@ static weft_status ra_run(void *st, const weft_model_config *cfg, const weft_gra
     for (uint32_t fi = 0; fi < g->n_nodes; fi++) {
         const weft_node *f = &g->nodes[fi];
         if (f->op != s->qkv_rope || f->n_out < 2) continue;
-        int32_t ai = only_reader(g, gs, f->out[0], fi);
-        if (ai < 0 || only_reader(g, gs, f->out[1], fi) != ai || !matches(g, gs, fi, (uint32_t)ai))
+        int32_t ai = weft_sdk_only_reader(g, gs, f->out[0], fi);
+        if (ai < 0 || weft_sdk_only_reader(g, gs, f->out[1], fi) != ai ||
+            !matches(g, gs, fi, (uint32_t)ai))
             continue;
         const weft_node *a = &g->nodes[ai];
         int merged = f->p.i[6] == 1, norm = f->p.i[7] == 1;

@@ -1348,7 +1348,6 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
 }
 
 static int32_t accepts_norm_linear(void *st, const weft_graph *g, const weft_node *n) {
-    (void)st;
     if (n->n_in != 5 || n->n_out != 3) return 0;
     const int sw = n->p.i[0] == 1, merged = sw && n->p.i[1] == 1;
     if (n->p.i[0] != 0 && !sw) return 0;
@@ -1374,12 +1373,11 @@ static int32_t accepts_norm_linear(void *st, const weft_graph *g, const weft_nod
         return w->shape[0] == N && (o->dtype == x->dtype || o->dtype == WEFT_DTYPE_F32) &&
                (n->in[4] == WEFT_TENSOR_NONE ||
                 (numel(&g->tensors[n->in[4]]) == N && g->tensors[n->in[4]].dtype == w->dtype));
-    /* fuse.linear_swiglu's: GEMV only (at most 8 rows), one dtype */
-    if (g->bucket.max_tokens > 8 || o->dtype != x->dtype || w->dtype != x->dtype) return 0;
-    if (merged) return w->shape[0] == 2 * N;
-    const weft_tensor *u = &g->tensors[n->in[4]];
-    return w->shape[0] == N && u->dtype == w->dtype && u->rank == 2 && u->shape[0] == N &&
-           u->shape[1] == D;
+    /* fuse.linear_swiglu's own rules, on the product as it stood (reading y) */
+    weft_node p = {.op = n->op, .n_in = merged ? 2 : 3, .n_out = 1};
+    p.in[0] = n->out[2], p.in[1] = n->in[3], p.in[2] = n->in[4], p.out[0] = n->out[0];
+    p.p.i[0] = merged;
+    return accepts_linear_swiglu(st, g, &p);
 }
 
 /* ---- registration --------------------------------------------------------------------- */
