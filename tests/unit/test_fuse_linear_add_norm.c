@@ -27,6 +27,8 @@
 #include "plugin/host.h"
 #include "weft/plugin.h"
 
+#include "pass_plugin.h"
+
 /* Shapes only: no tensor data is allocated. Every product's weight is at least 1 MiB of bf16, so
  * exec.l2-prefetch counts it as a product (test_l2_prefetch_order). */
 enum { NL = 2, PAIRS = 2 * NL, D = 1024, A = 512, F = 1024, V = 100 };
@@ -450,29 +452,13 @@ static void test_option_range(void **state) {
 static int setup(void **state) {
     (void)state;
     gs = weft_graph_service_get();
-    char path[1024];
-    const char *dir = getenv("WEFT_TEST_PLUGIN_DIR"); /* a bundle moved to another machine */
-    snprintf(path, sizeof(path), "%s/fuse.linear-add-norm/libweft-fuse-linear-add-norm.so",
-             dir && dir[0] ? dir : WEFT_BUILD_PLUGIN_DIR);
-    dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+    if (open_pass_plugin("fuse.linear-add-norm", "weft-fuse-linear-add-norm", &dl, &desc))
         return -1;
-    }
-    weft_plugin_entry_fn entry = (weft_plugin_entry_fn)dlsym(dl, WEFT_PLUGIN_ENTRY_NAME);
     void *sym = dlsym(dl, "fuse_linear_add_norm_fused");
     if (sym) memcpy(&fused_of, &sym, sizeof(fused_of));
-    uint32_t chosen = 0;
-    weft_error err = {.size = sizeof(err)};
-    if (!entry || !fused_of || entry(1, 1, &chosen, &desc, &err) || !desc->pass) return -1;
-    snprintf(path, sizeof(path), "%s/exec.l2-prefetch/libweft-exec-l2-prefetch.so",
-             dir && dir[0] ? dir : WEFT_BUILD_PLUGIN_DIR);
-    dl_prefetch = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    entry = dl_prefetch ? (weft_plugin_entry_fn)dlsym(dl_prefetch, WEFT_PLUGIN_ENTRY_NAME) : NULL;
-    if (!entry || entry(1, 1, &chosen, &prefetch, &err) || !prefetch->pass) {
-        fprintf(stderr, "%s: %s\n", path, dl_prefetch ? err.message : dlerror());
+    if (!fused_of ||
+        open_pass_plugin("exec.l2-prefetch", "weft-exec-l2-prefetch", &dl_prefetch, &prefetch))
         return -1;
-    }
     host = weft_host_new();
     if (!host ||
         weft_host_register_service(host, WEFT_SERVICE_GRAPH, weft_graph_service_get()) != 0)

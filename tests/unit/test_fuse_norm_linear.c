@@ -36,6 +36,8 @@
 #include "plugin/host.h"
 #include "weft/plugin.h"
 
+#include "pass_plugin.h"
+
 /* Shapes only: no tensor data is allocated. q|k|v is (D, D) (q 512, k and v 256 columns) and
  * the vocabulary D wide, so every LINEAR product may take y as its bias (y_weight). */
 enum { NL = 3, JOINS = 2 * NL, D = 1024, QW = 512, KVW = 256, F = 2048, V = D };
@@ -635,21 +637,11 @@ static void test_products_range(void **state) {
 static int setup(void **state) {
     (void)state;
     gs = weft_graph_service_get();
-    char path[1024];
-    const char *dir = getenv("WEFT_TEST_PLUGIN_DIR"); /* a bundle moved to another machine */
-    snprintf(path, sizeof(path), "%s/fuse.norm-linear/libweft-fuse-norm-linear.so",
-             dir && dir[0] ? dir : WEFT_BUILD_PLUGIN_DIR);
-    dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-        return -1;
-    }
-    weft_plugin_entry_fn entry = (weft_plugin_entry_fn)dlsym(dl, WEFT_PLUGIN_ENTRY_NAME);
+    if (open_pass_plugin("fuse.norm-linear", "weft-fuse-norm-linear", &dl, &desc)) return -1;
     void *sym = dlsym(dl, "fuse_norm_linear_fused");
     if (sym) memcpy(&fused_of, &sym, sizeof(fused_of));
-    uint32_t chosen = 0;
+    if (!fused_of) return -1;
     weft_error err = {.size = sizeof(err)};
-    if (!entry || !fused_of || entry(1, 1, &chosen, &desc, &err) || !desc->pass) return -1;
     host = weft_host_new();
     if (!host ||
         weft_host_register_service(host, WEFT_SERVICE_GRAPH, weft_graph_service_get()) != 0)

@@ -22,6 +22,8 @@
 #include "plugin/host.h"
 #include "weft/plugin.h"
 
+#include "pass_plugin.h"
+
 enum { T = 4, D = 64, HQ = 4, HKV = 2, HD = 16, LAYER = 3, WINDOW = 7 };
 
 static const weft_graph_service *gs;
@@ -257,19 +259,7 @@ static void test_refuses(void **state) {
 static int setup(void **state) {
     (void)state;
     gs = weft_graph_service_get();
-    char path[1024];
-    const char *dir = getenv("WEFT_TEST_PLUGIN_DIR"); /* a bundle moved to another machine */
-    snprintf(path, sizeof(path), "%s/fuse.rope-attention/libweft-fuse-rope-attention.so",
-             dir && dir[0] ? dir : WEFT_BUILD_PLUGIN_DIR);
-    dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-        return -1;
-    }
-    weft_plugin_entry_fn entry = (weft_plugin_entry_fn)dlsym(dl, WEFT_PLUGIN_ENTRY_NAME);
-    uint32_t chosen = 0;
-    weft_error err = {.size = sizeof(err)};
-    if (!entry || entry(1, 1, &chosen, &desc, &err) || !desc->pass) return -1;
+    if (open_pass_plugin("fuse.rope-attention", "weft-fuse-rope-attention", &dl, &desc)) return -1;
     host = weft_host_new();
     if (!host ||
         weft_host_register_service(host, WEFT_SERVICE_GRAPH, weft_graph_service_get()) != 0)
