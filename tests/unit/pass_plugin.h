@@ -1,13 +1,22 @@
-/* Opening a technique bundle built beside the tests, for the unit tests of graph passes
- * (test_fuse_linear_add_norm, test_fuse_norm_linear, test_fuse_rope_attention). */
+/* For the unit tests of graph passes (test_fuse_linear_add_norm, test_fuse_norm_linear,
+ * test_fuse_rope_attention): opening a technique bundle built beside the tests, and adding
+ * tensors and nodes to a hand-built graph (a failure fails the test). */
 #ifndef WEFT_TEST_PASS_PLUGIN_H
 #define WEFT_TEST_PASS_PLUGIN_H
 
-#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
+
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "graph/graph.h"
 #include "weft/plugin.h"
 
 /* <plugins>/<name>/lib<lib>.so, where <plugins> is WEFT_TEST_PLUGIN_DIR (a bundle moved to
@@ -32,6 +41,40 @@ static int open_pass_plugin(const char *name, const char *lib, void **dl,
         return -1;
     }
     return 0;
+}
+
+/* A tensor of kind `kind` named `name`: (rows, cols), or (rows) when cols is 0; a weight is
+ * added as one of the checkpoint's (its own name as the key). */
+static uint32_t pass_tensor(weft_graph *g, uint32_t kind, uint32_t dtype, int64_t rows,
+                            int64_t cols, const char *name) {
+    const weft_graph_service *gs = weft_graph_service_get();
+    int64_t dims[2] = {rows, cols};
+    weft_error err = {.size = sizeof(err)};
+    uint32_t id =
+        kind == WEFT_TENSOR_WEIGHT
+            ? gs->weight_add(g, name, name, dtype, cols ? 2 : 1, cols ? dims : &dims[0], &err)
+            : gs->tensor_add(g, kind, dtype, cols ? 2 : 1, dims, name, &err);
+    if (id == WEFT_TENSOR_NONE) fail_msg("tensor %s: %s", name, err.message);
+    return id;
+}
+
+/* A node appended to g: op in layer `layer`, named `name`, with parameters p (or none). */
+static void pass_node(weft_graph *g, uint32_t op, int32_t layer, const char *name,
+                      const uint32_t *in, uint32_t n_in, const uint32_t *out, uint32_t n_out,
+                      const weft_op_params *p) {
+    weft_node n;
+    memset(&n, 0, sizeof(n));
+    n.op = op;
+    n.layer = layer;
+    n.n_in = n_in;
+    n.n_out = n_out;
+    memcpy(n.in, in, n_in * sizeof(uint32_t));
+    memcpy(n.out, out, n_out * sizeof(uint32_t));
+    if (p) n.p = *p;
+    snprintf(n.name, sizeof(n.name), "%s", name);
+    weft_error err = {.size = sizeof(err)};
+    if (weft_graph_service_get()->node_add(g, &n, UINT32_MAX, &err) < 0)
+        fail_msg("node %s: %s", name, err.message);
 }
 
 #endif

@@ -70,34 +70,6 @@ typedef struct built {
     pair p[PAIRS];
 } built;
 
-static uint32_t tensor(weft_graph *g, uint32_t kind, uint32_t dtype, int64_t rows, int64_t cols,
-                       const char *name) {
-    int64_t dims[2] = {rows, cols};
-    weft_error err = {.size = sizeof(err)};
-    uint32_t id =
-        kind == WEFT_TENSOR_WEIGHT
-            ? gs->weight_add(g, name, name, dtype, cols ? 2 : 1, cols ? dims : &dims[0], &err)
-            : gs->tensor_add(g, kind, dtype, cols ? 2 : 1, dims, name, &err);
-    if (id == WEFT_TENSOR_NONE) fail_msg("tensor %s: %s", name, err.message);
-    return id;
-}
-
-static void node(weft_graph *g, uint32_t op, int32_t layer, const char *name, const uint32_t *in,
-                 uint32_t n_in, const uint32_t *out, uint32_t n_out, const weft_op_params *p) {
-    weft_node n;
-    memset(&n, 0, sizeof(n));
-    n.op = op;
-    n.layer = layer;
-    n.n_in = n_in;
-    n.n_out = n_out;
-    memcpy(n.in, in, n_in * sizeof(uint32_t));
-    memcpy(n.out, out, n_out * sizeof(uint32_t));
-    if (p) n.p = *p;
-    snprintf(n.name, sizeof(n.name), "%s", name);
-    weft_error err = {.size = sizeof(err)};
-    if (gs->node_add(g, &n, UINT32_MAX, &err) < 0) fail_msg("node %s: %s", name, err.message);
-}
-
 /* Product `name` (K -> D) reading x, then its join with the residual *res: *h becomes the
  * normalised row, *res the new residual stream. */
 static void product_and_join(weft_graph *g, const form *s, uint32_t k, pair *p, const char *name,
@@ -110,27 +82,27 @@ static void product_and_join(weft_graph *g, const form *s, uint32_t k, pair *p, 
     p->layer = layer, p->join_layer = join_layer;
     p->x = x;
     p->res = *res;
-    p->w = tensor(g, WEFT_TENSOR_WEIGHT, bf, D, K, name);
+    p->w = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, D, K, name);
     p->bias = WEFT_TENSOR_NONE;
     snprintf(nm, sizeof(nm), "%s.y", name);
-    p->t = tensor(g, s->output & bit ? WEFT_TENSOR_OUTPUT : WEFT_TENSOR_ACTIVATION,
-                  s->f32_t & bit ? WEFT_DTYPE_F32 : bf, T, D, nm);
+    p->t = pass_tensor(g, s->output & bit ? WEFT_TENSOR_OUTPUT : WEFT_TENSOR_ACTIVATION,
+                       s->f32_t & bit ? WEFT_DTYPE_F32 : bf, T, D, nm);
     uint32_t in[3] = {x, p->w, WEFT_TENSOR_NONE};
     if (s->bias & bit) {
         snprintf(nm, sizeof(nm), "%s.bias", name);
-        in[2] = p->bias = tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, nm);
+        in[2] = p->bias = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, nm);
     }
     p->bias_slot = (s->bias | s->none_bias) & bit ? 1 : 0;
-    node(g, WEFT_OP_LINEAR, layer, name, in, p->bias_slot ? 3 : 2, &p->t, 1, NULL);
+    pass_node(g, WEFT_OP_LINEAR, layer, name, in, p->bias_slot ? 3 : 2, &p->t, 1, NULL);
     if (s->inplace_x & bit) {
         snprintf(nm, sizeof(nm), "%s.x_scale", name);
         weft_op_params sp = {.f = {0.5f}};
-        node(g, WEFT_OP_SCALE, layer, nm, &x, 1, &x, 1, &sp);
+        pass_node(g, WEFT_OP_SCALE, layer, nm, &x, 1, &x, 1, &sp);
     }
     snprintf(nm, sizeof(nm), "layers.%d.norm%u", join_layer, k);
-    p->nw = tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, nm);
+    p->nw = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, nm);
     snprintf(nm, sizeof(nm), "layers.%d.norm%u.y", join_layer, k);
-    p->y = tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, D, nm);
+    p->y = pass_tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, D, nm);
     p->eps = 1e-6f * (float)(k + 1); /* each pair its own, to see which join it came from */
     weft_op_params np;
     memset(&np, 0, sizeof(np));
@@ -138,31 +110,31 @@ static void product_and_join(weft_graph *g, const form *s, uint32_t k, pair *p, 
     snprintf(nm, sizeof(nm), "layers.%d.add%u", join_layer, k);
     if (s->norm_only & bit) { /* no residual: the stream passes unchanged */
         uint32_t nin[2] = {p->t, p->nw};
-        node(g, WEFT_OP_RMSNORM, join_layer, nm, nin, 2, &p->y, 1, &np);
+        pass_node(g, WEFT_OP_RMSNORM, join_layer, nm, nin, 2, &p->y, 1, &np);
         p->r = *res;
     } else {
         char rn[96];
         snprintf(rn, sizeof(rn), "%s.r", nm);
-        p->r = tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, D, rn);
+        p->r = pass_tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, D, rn);
         if (s->add_norm & bit) {
             uint32_t ain[2] = {*res, p->t};
-            node(g, WEFT_OP_ADD, join_layer, nm, ain, 2, &p->r, 1, NULL);
+            pass_node(g, WEFT_OP_ADD, join_layer, nm, ain, 2, &p->r, 1, NULL);
             uint32_t nin[2] = {p->r, p->nw};
             snprintf(rn, sizeof(rn), "%s.norm", nm);
-            node(g, WEFT_OP_RMSNORM, join_layer, rn, nin, 2, &p->y, 1, &np);
+            pass_node(g, WEFT_OP_RMSNORM, join_layer, rn, nin, 2, &p->y, 1, &np);
         } else {
             uint32_t jin[3] = {p->t, *res, p->nw};
             if (s->res_first & bit) jin[0] = *res, jin[1] = p->t;
             uint32_t jout[2] = {p->y, p->r};
-            node(g, WEFT_OP_ADD_RMSNORM, join_layer, nm, jin, 3, jout, 2, &np);
+            pass_node(g, WEFT_OP_ADD_RMSNORM, join_layer, nm, jin, 3, jout, 2, &np);
         }
     }
     if (s->second_read & bit) {
         snprintf(nm, sizeof(nm), "%s.copy", name);
         uint32_t z =
-            tensor(g, WEFT_TENSOR_ACTIVATION, s->f32_t & bit ? WEFT_DTYPE_F32 : bf, T, D, nm);
+            pass_tensor(g, WEFT_TENSOR_ACTIVATION, s->f32_t & bit ? WEFT_DTYPE_F32 : bf, T, D, nm);
         weft_op_params sp = {.f = {2.f}};
-        node(g, WEFT_OP_SCALE, layer, nm, &p->t, 1, &z, 1, &sp);
+        pass_node(g, WEFT_OP_SCALE, layer, nm, &p->t, 1, &z, 1, &sp);
     }
     *res = p->r;
     *h = p->y;
@@ -178,26 +150,26 @@ static built build(const form *s) {
     b.g = weft_graph_new(&bk);
     assert_non_null(b.g);
     weft_graph *g = b.g;
-    uint32_t tok = tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.tokens");
-    uint32_t table = tensor(g, WEFT_TENSOR_WEIGHT, bf, V, D, "embed");
-    uint32_t x = tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, D, "x");
+    uint32_t tok = pass_tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.tokens");
+    uint32_t table = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, V, D, "embed");
+    uint32_t x = pass_tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, D, "x");
     uint32_t ein[2] = {tok, table};
-    node(g, WEFT_OP_EMBED, -1, "embed", ein, 2, &x, 1, NULL);
-    uint32_t nw0 = tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, "layers.0.attn_norm");
-    uint32_t h = tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, D, "layers.0.attn_norm.y");
+    pass_node(g, WEFT_OP_EMBED, -1, "embed", ein, 2, &x, 1, NULL);
+    uint32_t nw0 = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, "layers.0.attn_norm");
+    uint32_t h = pass_tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, D, "layers.0.attn_norm.y");
     weft_op_params np = {.f = {1e-6f}};
     uint32_t nin[2] = {x, nw0};
-    node(g, WEFT_OP_RMSNORM, 0, "layers.0.attn_norm", nin, 2, &h, 1, &np);
+    pass_node(g, WEFT_OP_RMSNORM, 0, "layers.0.attn_norm", nin, 2, &h, 1, &np);
     for (int32_t l = 0; l < NL; l++) {
         char nm[96];
         /* stand-in for q|k|v + attention: a product whose reader is another product */
         char an[96];
         snprintf(nm, sizeof(nm), "layers.%d.attn.qkv", l);
         snprintf(an, sizeof(an), "layers.%d.attn.y", l);
-        uint32_t wa = tensor(g, WEFT_TENSOR_WEIGHT, bf, A, D, nm);
-        uint32_t att = tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, A, an);
+        uint32_t wa = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, A, D, nm);
+        uint32_t att = pass_tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, A, an);
         uint32_t ain[2] = {h, wa};
-        node(g, WEFT_OP_LINEAR, l, nm, ain, 2, &att, 1, NULL);
+        pass_node(g, WEFT_OP_LINEAR, l, nm, ain, 2, &att, 1, NULL);
         /* layer 1's o projection has a name longer than the fused name's 39 characters */
         if (l == 1)
             snprintf(nm, sizeof(nm), "layers.%d.self_attention.output_projection", l);
@@ -207,24 +179,24 @@ static built build(const form *s) {
         uint32_t gu[2];
         for (int i = 0; i < 2; i++) {
             snprintf(nm, sizeof(nm), "layers.%d.mlp.%s", l, i ? "up" : "gate");
-            uint32_t w = tensor(g, WEFT_TENSOR_WEIGHT, bf, F, D, nm);
+            uint32_t w = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, F, D, nm);
             snprintf(an, sizeof(an), "%s.y", nm);
-            gu[i] = tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, F, an);
+            gu[i] = pass_tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, F, an);
             uint32_t in[2] = {h, w};
-            node(g, WEFT_OP_LINEAR, l, nm, in, 2, &gu[i], 1, NULL);
+            pass_node(g, WEFT_OP_LINEAR, l, nm, in, 2, &gu[i], 1, NULL);
         }
         snprintf(nm, sizeof(nm), "layers.%d.mlp.swiglu", l);
-        uint32_t sw = tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, F, nm);
-        node(g, WEFT_OP_SWIGLU, l, nm, gu, 2, &sw, 1, NULL);
+        uint32_t sw = pass_tensor(g, WEFT_TENSOR_ACTIVATION, bf, T, F, nm);
+        pass_node(g, WEFT_OP_SWIGLU, l, nm, gu, 2, &sw, 1, NULL);
         snprintf(nm, sizeof(nm), "layers.%d.mlp.down", l);
         /* the down projection's join normalises for the next layer: its node carries layer
          * l + 1 here, so the test sees which of the two layers the fused node takes */
         product_and_join(g, s, 2 * (uint32_t)l + 1, &b.p[2 * l + 1], nm, l, l + 1, F, sw, &x, &h);
     }
-    uint32_t head = tensor(g, WEFT_TENSOR_WEIGHT, bf, V, D, "lm_head");
-    uint32_t logits = tensor(g, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, 1, V, "out.logits");
+    uint32_t head = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, V, D, "lm_head");
+    uint32_t logits = pass_tensor(g, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, 1, V, "out.logits");
     uint32_t hin[2] = {h, head};
-    node(g, WEFT_OP_LM_HEAD, -1, "lm_head", hin, 2, &logits, 1, NULL);
+    pass_node(g, WEFT_OP_LM_HEAD, -1, "lm_head", hin, 2, &logits, 1, NULL);
     weft_error err = {.size = sizeof(err)};
     if (weft_graph_validate(g, &err)) fail_msg("built graph: %s", err.message);
     return b;

@@ -98,45 +98,17 @@ typedef struct built {
 
 static uint32_t swiglu_op, fused_op;
 
-static uint32_t tensor(weft_graph *g, uint32_t kind, uint32_t dtype, int64_t rows, int64_t cols,
-                       const char *name) {
-    int64_t dims[2] = {rows, cols};
-    weft_error err = {.size = sizeof(err)};
-    uint32_t id =
-        kind == WEFT_TENSOR_WEIGHT
-            ? gs->weight_add(g, name, name, dtype, cols ? 2 : 1, cols ? dims : &dims[0], &err)
-            : gs->tensor_add(g, kind, dtype, cols ? 2 : 1, dims, name, &err);
-    if (id == WEFT_TENSOR_NONE) fail_msg("tensor %s: %s", name, err.message);
-    return id;
-}
-
 /* An activation (T, cols) of bf16 named "<base><suffix>". */
 static uint32_t act(weft_graph *g, int64_t cols, const char *base, const char *suffix) {
     char nm[WEFT_NAME_MAX];
     snprintf(nm, sizeof(nm), "%s%s", base, suffix);
-    return tensor(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_BF16, g->bucket.max_tokens, cols, nm);
-}
-
-static void node(weft_graph *g, uint32_t op, int32_t layer, const char *name, const uint32_t *in,
-                 uint32_t n_in, const uint32_t *out, uint32_t n_out, const weft_op_params *p) {
-    weft_node n;
-    memset(&n, 0, sizeof(n));
-    n.op = op;
-    n.layer = layer;
-    n.n_in = n_in;
-    n.n_out = n_out;
-    memcpy(n.in, in, n_in * sizeof(uint32_t));
-    memcpy(n.out, out, n_out * sizeof(uint32_t));
-    if (p) n.p = *p;
-    snprintf(n.name, sizeof(n.name), "%s", name);
-    weft_error err = {.size = sizeof(err)};
-    if (gs->node_add(g, &n, UINT32_MAX, &err) < 0) fail_msg("node %s: %s", name, err.message);
+    return pass_tensor(g, WEFT_TENSOR_ACTIVATION, WEFT_DTYPE_BF16, g->bucket.max_tokens, cols, nm);
 }
 
 /* y = t * f (SCALE), in place when y == t */
 static void scale(weft_graph *g, int32_t layer, const char *name, uint32_t t, uint32_t y) {
     weft_op_params sp = {.f = {0.5f}};
-    node(g, WEFT_OP_SCALE, layer, name, &t, 1, &y, 1, &sp);
+    pass_node(g, WEFT_OP_SCALE, layer, name, &t, 1, &y, 1, &sp);
 }
 
 /* Join k (named `name`, in layer `layer`): y, r = add_rmsnorm(*stream, t, w_norm), with the
@@ -149,37 +121,39 @@ static uint32_t join_node(weft_graph *g, const form *s, int k, pair *p, int32_t 
     memset(p, 0, sizeof(*p));
     p->x = *stream;
     p->res = t;
-    p->nw = tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, name);
+    p->nw = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, name);
     snprintf(nm, sizeof(nm), "%s.y", name);
-    p->y = tensor(g, s->output & bit ? WEFT_TENSOR_OUTPUT : WEFT_TENSOR_ACTIVATION, bf, T, D, nm);
+    p->y =
+        pass_tensor(g, s->output & bit ? WEFT_TENSOR_OUTPUT : WEFT_TENSOR_ACTIVATION, bf, T, D, nm);
     snprintf(nm, sizeof(nm), "%s.r", name);
     if (s->r_over_x & bit)
         p->r = p->x;
     else if (s->r_over_res & bit)
         p->r = p->res;
     else
-        p->r = tensor(g, WEFT_TENSOR_ACTIVATION, s->f32_r & bit ? WEFT_DTYPE_F32 : bf, T, D, nm);
+        p->r =
+            pass_tensor(g, WEFT_TENSOR_ACTIVATION, s->f32_r & bit ? WEFT_DTYPE_F32 : bf, T, D, nm);
     p->eps = 1e-6f * (float)(k + 1); /* each join its own, to see which one a node came from */
     weft_op_params np = {.f = {p->eps}};
     uint32_t in[3] = {p->x, p->res, p->nw}, out[2] = {p->y, p->r};
-    node(g, WEFT_OP_ADD_RMSNORM, layer, name, in, 3, out, 2, &np);
+    pass_node(g, WEFT_OP_ADD_RMSNORM, layer, name, in, 3, out, 2, &np);
     if (s->r_read & bit) scale(g, layer, "r_reader", p->r, act(g, D, name, ".r_scaled"));
     if (s->between & bit) {
         uint32_t bin[2] = {p->x, p->res}, z = act(g, D, name, ".sum");
-        node(g, WEFT_OP_ADD, layer, "between", bin, 2, &z, 1, NULL);
+        pass_node(g, WEFT_OP_ADD, layer, "between", bin, 2, &z, 1, NULL);
     }
     if (s->inplace_x & bit) scale(g, layer, "x_in_place", p->x, p->x);
     if (s->inplace_res & bit) scale(g, layer, "res_in_place", p->res, p->res);
     uint32_t h = p->y;
     if (s->norm_reader & bit) {
         snprintf(nm, sizeof(nm), "%s.extra", name);
-        uint32_t nin[2] = {p->y, tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, nm)};
+        uint32_t nin[2] = {p->y, pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, nm)};
         h = act(g, D, name, ".renormed");
-        node(g, WEFT_OP_RMSNORM, layer, "extra_norm", nin, 2, &h, 1, &np);
+        pass_node(g, WEFT_OP_RMSNORM, layer, "extra_norm", nin, 2, &h, 1, &np);
     } else if (s->add_reader & bit) {
         uint32_t ain[2] = {p->y, p->res};
         h = act(g, D, name, ".plus");
-        node(g, WEFT_OP_ADD, layer, "extra_add", ain, 2, &h, 1, NULL);
+        pass_node(g, WEFT_OP_ADD, layer, "extra_add", ain, 2, &h, 1, NULL);
     }
     *stream = p->r;
     return h;
@@ -205,10 +179,10 @@ static uint32_t product(weft_graph *g, const form *s, int k, pair *p, int kind, 
                  layer);
         op = swiglu_op;
         int merged = !(s->split_gu >> layer & 1) && !(s->y_weight & bit);
-        in[1] = tensor(g, WEFT_TENSOR_WEIGHT, bf, merged ? 2 * F : F, D, nm);
+        in[1] = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, merged ? 2 * F : F, D, nm);
         if (!merged) {
             snprintf(wn, sizeof(wn), "%s.up", nm);
-            in[2] = s->y_weight & bit ? y : tensor(g, WEFT_TENSOR_WEIGHT, bf, F, D, wn);
+            in[2] = s->y_weight & bit ? y : pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, F, D, wn);
             n_in = 3;
         }
         pp.i[0] = merged;
@@ -219,19 +193,20 @@ static uint32_t product(weft_graph *g, const form *s, int k, pair *p, int kind, 
             snprintf(nm, sizeof(nm), "layers.%d.attn.qkv", layer);
         else
             snprintf(nm, sizeof(nm), "lm_head");
-        in[1] = tensor(g, WEFT_TENSOR_WEIGHT, bf, N, D, nm);
+        in[1] = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, N, D, nm);
         if (s->bias & bit) {
             snprintf(wn, sizeof(wn), "%s.bias", nm);
-            in[2] = tensor(g, WEFT_TENSOR_WEIGHT, bf, N, 0, wn);
+            in[2] = pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, N, 0, wn);
         } else if (s->y_weight & bit) {
             in[2] = y;
         }
         n_in = (s->bias | s->none_bias | s->y_weight) & bit ? 3 : 2;
         if (kind == P_HEAD && s->lm_head_op) op = WEFT_OP_LM_HEAD;
-        out = kind == P_QKV ? act(g, N, nm, ".y")
-                            : tensor(g, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, T, V, "out.logits");
+        out = kind == P_QKV
+                  ? act(g, N, nm, ".y")
+                  : pass_tensor(g, WEFT_TENSOR_OUTPUT, WEFT_DTYPE_F32, T, V, "out.logits");
     }
-    node(g, op, layer, nm, in, n_in, &out, 1, &pp);
+    pass_node(g, op, layer, nm, in, n_in, &out, 1, &pp);
     if (s->second_read & bit) scale(g, layer, "second_reader", y, act(g, D, nm, ".y_scaled"));
     if (k >= 0) {
         p->w = in[1];
@@ -263,16 +238,16 @@ static built build(const form *s) {
     b.g = weft_graph_new(&bk);
     assert_non_null(b.g);
     weft_graph *g = b.g;
-    uint32_t tok = tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.tokens");
-    uint32_t pos = tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.positions");
-    uint32_t ein[2] = {tok, tensor(g, WEFT_TENSOR_WEIGHT, bf, V, D, "embed")};
+    uint32_t tok = pass_tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.tokens");
+    uint32_t pos = pass_tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.positions");
+    uint32_t ein[2] = {tok, pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, V, D, "embed")};
     uint32_t stream = act(g, D, "x", "");
-    node(g, WEFT_OP_EMBED, -1, "embed", ein, 2, &stream, 1, NULL);
+    pass_node(g, WEFT_OP_EMBED, -1, "embed", ein, 2, &stream, 1, NULL);
     /* no residual yet: layer 0's attention norm stays a plain RMSNORM, and its product too */
-    uint32_t nin[2] = {stream, tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, "layers.0.attn_norm")};
+    uint32_t nin[2] = {stream, pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, D, 0, "layers.0.attn_norm")};
     uint32_t h = act(g, D, "layers.0.attn_norm", ".y");
     weft_op_params np = {.f = {1e-6f}};
-    node(g, WEFT_OP_RMSNORM, 0, "layers.0.attn_norm", nin, 2, &h, 1, &np);
+    pass_node(g, WEFT_OP_RMSNORM, 0, "layers.0.attn_norm", nin, 2, &h, 1, &np);
     for (int32_t l = 0; l < NL; l++) {
         char nm[WEFT_NAME_MAX];
         int k = 2 * l; /* this layer's first join */
@@ -281,21 +256,21 @@ static built build(const form *s) {
         snprintf(nm, sizeof(nm), "layers.%d.attn", l);
         uint32_t qkvs[3] = {act(g, QW, nm, ".q"), act(g, KVW, nm, ".k"), act(g, KVW, nm, ".v")};
         weft_op_params sp = {.i = {QW, KVW, KVW}};
-        node(g, WEFT_OP_SPLIT, l, nm, &qkv, 1, qkvs, 3, &sp);
+        pass_node(g, WEFT_OP_SPLIT, l, nm, &qkv, 1, qkvs, 3, &sp);
         uint32_t ain[4] = {qkvs[0], qkvs[1], qkvs[2], pos}, att = act(g, QW, nm, ".y");
         weft_op_params ap = {.i = {l, 8, 4, 64}};
-        node(g, WEFT_OP_ATTENTION, l, nm, ain, 4, &att, 1, &ap);
+        pass_node(g, WEFT_OP_ATTENTION, l, nm, ain, 4, &att, 1, &ap);
         snprintf(nm, sizeof(nm), "layers.%d.attn.o", l);
-        uint32_t oin[2] = {att, tensor(g, WEFT_TENSOR_WEIGHT, bf, D, QW, nm)};
+        uint32_t oin[2] = {att, pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, D, QW, nm)};
         uint32_t o = act(g, D, nm, ".y");
-        node(g, WEFT_OP_LINEAR, l, nm, oin, 2, &o, 1, NULL);
+        pass_node(g, WEFT_OP_LINEAR, l, nm, oin, 2, &o, 1, NULL);
         snprintf(nm, sizeof(nm), "layers.%d.ffn_norm", l);
         h = join_node(g, s, k, &b.p[k], l, nm, &stream, o);
         uint32_t gu = product(g, s, k, &b.p[k], P_GATE_UP, l, h);
         snprintf(nm, sizeof(nm), "layers.%d.mlp.down", l);
-        uint32_t din[2] = {gu, tensor(g, WEFT_TENSOR_WEIGHT, bf, D, F, nm)};
+        uint32_t din[2] = {gu, pass_tensor(g, WEFT_TENSOR_WEIGHT, bf, D, F, nm)};
         uint32_t down = act(g, D, nm, ".y");
-        node(g, WEFT_OP_LINEAR, l, nm, din, 2, &down, 1, NULL);
+        pass_node(g, WEFT_OP_LINEAR, l, nm, din, 2, &down, 1, NULL);
         /* the next layer's attention norm, or the final norm */
         if (l + 1 < NL)
             snprintf(nm, sizeof(nm), "layers.%d.attn_norm", l + 1);

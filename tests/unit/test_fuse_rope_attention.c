@@ -41,34 +41,6 @@ typedef struct built {
     uint32_t x, qkv, q, k, v, pos, slots, qn, kn, qo, ko, vo, o, y;
 } built;
 
-static uint32_t tensor(weft_graph *g, uint32_t kind, uint32_t dtype, int64_t rows, int64_t cols,
-                       const char *name) {
-    int64_t dims[2] = {rows, cols};
-    weft_error err = {.size = sizeof(err)};
-    uint32_t id =
-        kind == WEFT_TENSOR_WEIGHT
-            ? gs->weight_add(g, name, name, dtype, cols ? 2 : 1, cols ? dims : &dims[0], &err)
-            : gs->tensor_add(g, kind, dtype, cols ? 2 : 1, dims, name, &err);
-    if (id == WEFT_TENSOR_NONE) fail_msg("tensor %s: %s", name, err.message);
-    return id;
-}
-
-static void node(weft_graph *g, uint32_t op, const char *name, const uint32_t *in, uint32_t n_in,
-                 const uint32_t *out, uint32_t n_out, const weft_op_params *p) {
-    weft_node n;
-    memset(&n, 0, sizeof(n));
-    n.op = op;
-    n.layer = LAYER;
-    n.n_in = n_in;
-    n.n_out = n_out;
-    memcpy(n.in, in, n_in * sizeof(uint32_t));
-    memcpy(n.out, out, n_out * sizeof(uint32_t));
-    if (p) n.p = *p;
-    snprintf(n.name, sizeof(n.name), "%s", name);
-    weft_error err = {.size = sizeof(err)};
-    if (gs->node_add(g, &n, UINT32_MAX, &err) < 0) fail_msg("node %s: %s", name, err.message);
-}
-
 /* embed -> x; q|k|v projection(s); fuse.qkv_rope; attention; o projection (-> y) */
 static built build(const form *s) {
     built b;
@@ -78,36 +50,36 @@ static built build(const form *s) {
     assert_non_null(b.g);
     weft_graph *g = b.g;
     const uint32_t dt = WEFT_DTYPE_BF16, C = (HQ + 2 * HKV) * HD;
-    uint32_t tok = tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.tokens");
-    b.pos = tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.positions");
-    b.slots = tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.kv_slots");
-    uint32_t table = tensor(g, WEFT_TENSOR_WEIGHT, dt, 100, D, "embed");
-    b.x = tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, D, "x");
+    uint32_t tok = pass_tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.tokens");
+    b.pos = pass_tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.positions");
+    b.slots = pass_tensor(g, WEFT_TENSOR_INPUT, WEFT_DTYPE_I32, T, 0, "in.kv_slots");
+    uint32_t table = pass_tensor(g, WEFT_TENSOR_WEIGHT, dt, 100, D, "embed");
+    b.x = pass_tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, D, "x");
     uint32_t in2[2] = {tok, table};
-    node(g, WEFT_OP_EMBED, "embed", in2, 2, &b.x, 1, NULL);
+    pass_node(g, WEFT_OP_EMBED, LAYER, "embed", in2, 2, &b.x, 1, NULL);
     if (s->merged) {
-        uint32_t w = tensor(g, WEFT_TENSOR_WEIGHT, dt, C, D, "layers.3.attn.qkv");
-        b.qkv = tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, C, "layers.3.qkv");
+        uint32_t w = pass_tensor(g, WEFT_TENSOR_WEIGHT, dt, C, D, "layers.3.attn.qkv");
+        b.qkv = pass_tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, C, "layers.3.qkv");
         uint32_t in[2] = {b.x, w};
-        node(g, WEFT_OP_LINEAR, "layers.3.attn.qkv", in, 2, &b.qkv, 1, NULL);
+        pass_node(g, WEFT_OP_LINEAR, LAYER, "layers.3.attn.qkv", in, 2, &b.qkv, 1, NULL);
     } else {
         const char *nm[3] = {"layers.3.attn.q", "layers.3.attn.k", "layers.3.attn.v"};
         uint32_t *dst[3] = {&b.q, &b.k, &b.v};
         for (int i = 0; i < 3; i++) {
             int64_t rows = i == 0 ? HQ * HD : HKV * HD;
-            uint32_t w = tensor(g, WEFT_TENSOR_WEIGHT, dt, rows, D, nm[i]);
+            uint32_t w = pass_tensor(g, WEFT_TENSOR_WEIGHT, dt, rows, D, nm[i]);
             char an[64];
             snprintf(an, sizeof(an), "%s.out", nm[i]);
-            *dst[i] = tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, rows, an);
+            *dst[i] = pass_tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, rows, an);
             uint32_t in[2] = {b.x, w};
-            node(g, WEFT_OP_LINEAR, nm[i], in, 2, dst[i], 1, NULL);
+            pass_node(g, WEFT_OP_LINEAR, LAYER, nm[i], in, 2, dst[i], 1, NULL);
         }
     }
-    b.qn = tensor(g, WEFT_TENSOR_WEIGHT, dt, HD, 0, "layers.3.attn.q_norm");
-    b.kn = tensor(g, WEFT_TENSOR_WEIGHT, dt, HD, 0, "layers.3.attn.k_norm");
-    b.qo = tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HQ * HD, "layers.3.q_rot");
-    b.ko = tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HKV * HD, "layers.3.k_rot");
-    if (s->merged) b.vo = tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HKV * HD, "layers.3.v");
+    b.qn = pass_tensor(g, WEFT_TENSOR_WEIGHT, dt, HD, 0, "layers.3.attn.q_norm");
+    b.kn = pass_tensor(g, WEFT_TENSOR_WEIGHT, dt, HD, 0, "layers.3.attn.k_norm");
+    b.qo = pass_tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HQ * HD, "layers.3.q_rot");
+    b.ko = pass_tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HKV * HD, "layers.3.k_rot");
+    if (s->merged) b.vo = pass_tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HKV * HD, "layers.3.v");
     weft_op_params rp;
     memset(&rp, 0, sizeof(rp));
     rp.i[0] = HQ, rp.i[1] = HD, rp.i[2] = 0, rp.i[3] = 0, rp.i[4] = 1, rp.i[5] = HKV;
@@ -126,23 +98,23 @@ static built build(const form *s) {
     uint32_t out[3] = {b.qo, b.ko, b.vo};
     weft_error err = {.size = sizeof(err)};
     uint32_t qr = gs->op_register("fuse.qkv_rope", &err);
-    node(g, qr, "layers.3.attn.qkv_rope", in, n_in, out, s->merged ? 3 : 2, &rp);
-    b.o = tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HQ * HD, "layers.3.attn_out");
+    pass_node(g, qr, LAYER, "layers.3.attn.qkv_rope", in, n_in, out, s->merged ? 3 : 2, &rp);
+    b.o = pass_tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HQ * HD, "layers.3.attn_out");
     weft_op_params ap;
     memset(&ap, 0, sizeof(ap));
     ap.i[0] = LAYER, ap.i[1] = HQ, ap.i[2] = HKV + s->hkv_off, ap.i[3] = HD, ap.i[4] = WINDOW;
     ap.i[5] = s->mask, ap.f[0] = 0.125f;
     uint32_t ain[5] = {b.qo, b.ko, s->merged ? b.vo : b.v, b.pos, b.slots};
-    node(g, WEFT_OP_ATTENTION, "layers.3.attn", ain, s->slots ? 5 : 4, &b.o, 1, &ap);
+    pass_node(g, WEFT_OP_ATTENTION, LAYER, "layers.3.attn", ain, s->slots ? 5 : 4, &b.o, 1, &ap);
     if (s->extra_reader) {
-        uint32_t z = tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HQ * HD, "layers.3.q_copy");
+        uint32_t z = pass_tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, HQ * HD, "layers.3.q_copy");
         weft_op_params sp = {.f = {2.f}};
-        node(g, WEFT_OP_SCALE, "layers.3.q_copy", &b.qo, 1, &z, 1, &sp);
+        pass_node(g, WEFT_OP_SCALE, LAYER, "layers.3.q_copy", &b.qo, 1, &z, 1, &sp);
     }
-    uint32_t wo = tensor(g, WEFT_TENSOR_WEIGHT, dt, D, HQ * HD, "layers.3.attn.o");
-    b.y = tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, D, "layers.3.o_out");
+    uint32_t wo = pass_tensor(g, WEFT_TENSOR_WEIGHT, dt, D, HQ * HD, "layers.3.attn.o");
+    b.y = pass_tensor(g, WEFT_TENSOR_ACTIVATION, dt, T, D, "layers.3.o_out");
     uint32_t oin[2] = {b.o, wo};
-    node(g, WEFT_OP_LINEAR, "layers.3.attn.o", oin, 2, &b.y, 1, NULL);
+    pass_node(g, WEFT_OP_LINEAR, LAYER, "layers.3.attn.o", oin, 2, &b.y, 1, NULL);
     assert_int_equal(weft_graph_validate(g, &err), WEFT_OK);
     return b;
 }
