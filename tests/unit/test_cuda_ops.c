@@ -36,9 +36,9 @@ static const weft_backend_vtable *be;
  * in shared memory), prefill_tc off (prefill attention on CUDA cores) and attn_mc4_from 512
  * (the fused attention's four-block cluster forms past 512 positions), and [4] [0]'s options
  * plus gemv_loop 2 (the looped form reading x through L1), [5] and [6] [1]'s options with
- * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps), each with its op
- * table. All retain the device's primary context, so tensors of one are valid in another's ops. */
-enum { N_INST = 7 };
+ * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps), [7] [1]'s options
+ * with gemv_x_async (the looped forms copy x by cp.async), each with its op table. All retain the device's primary context, so tensors of one are valid in another's ops. */
+enum { N_INST = 8 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
 static size_t inst_n[N_INST];
@@ -1220,8 +1220,8 @@ static void test_pdl_chain(void **state) {
 }
 
 /* the same chain with the GEMVs reading x from shared memory (instances 1 and 2; 1 looped over
- * rows), staging their weights in it (instance 3), looped over rows (instance 4) and looped in
- * wider blocks (instances 5 and 6) */
+ * rows), staging their weights in it (instance 3), looped over rows (instance 4), looped in
+ * wider blocks (instances 5 and 6) and copying x by cp.async (instance 7) */
 static void test_pdl_chain_xsmem(void **state) {
     if (!all_insts()) skip();
     for (int k = 1; k < N_INST; k++) {
@@ -1605,10 +1605,14 @@ static int setup(void **state) {
         if (k == 4) /* [0]'s options plus gemv_loop */
             kopt[4] = (weft_option){.key = "gemv_loop", .type = WEFT_OPTION_INT, .i = 2};
         size_t nk = k == 1 ? 9 : k == 4 ? 5 : 7;
-        if (k >= 5) { /* [1] with wider looped blocks */
+        if (k == 5 || k == 6) { /* [1] with wider looped blocks */
             nk = 10;
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
                                     .i = k == 5 ? 24 : 32};
+        }
+        if (k == 7) { /* [1] with x copied by cp.async */
+            nk = 10;
+            kopt[9] = (weft_option){.key = "gemv_x_async", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {

@@ -146,9 +146,23 @@ with_options() {
   local o
   o=$(echo "${2:--}" | sed 's/^ *//; s/ *$//')
   if [ "$o" = - ]; then cat "$1"; return; fi
-  o=$(printf '%s' "$o" | sed 's/[\/&|]/\\&/g') # a path's slashes (and & \ |) kept literal
-  sed -E "s|^backend: cuda$|backend: {name: cuda, options: $o}|; t
-    s|^backend: \{name: cuda, options: \{(.*)\}\}$|backend: {name: cuda, options: {\1, ${o#\{}}|" "$1"
+  # a key the manifest's backend options already have takes the map's value (a manifest may not
+  # name a key twice); the options are flat "key: scalar" pairs
+  python3 - "$1" "$o" <<'PY'
+import re, sys
+text, o = open(sys.argv[1]).read(), sys.argv[2].strip()
+pairs = [p.strip() for p in o.strip("{}").split(",") if p.strip()]
+keys = {p.split(":")[0].strip() for p in pairs}
+def merged(m):
+    kept = [p.strip() for p in m.group(1).split(",") if p.strip()]
+    kept = [p for p in kept if p.split(":")[0].strip() not in keys]
+    return "backend: {name: cuda, options: {" + ", ".join(kept + pairs) + "}}"
+out, n = re.subn(r"^backend: \{name: cuda, options: \{(.*)\}\}$", merged, text, flags=re.M)
+if not n:
+    out = re.sub(r"^backend: cuda$", lambda m: "backend: {name: cuda, options: {" +
+                 ", ".join(pairs) + "}}", text, flags=re.M)
+sys.stdout.write(out)
+PY
 }
 # candidate manifest $2 without the technique $1 (a name in its flow list), written to $3
 drop_technique() { # (a plain name or a {name: ..., options: {...}} entry)

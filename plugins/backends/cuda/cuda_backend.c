@@ -386,6 +386,7 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->pdl_early = opt_int(host, opts, "pdl_early", 1) != 0;
     b->trace = opt_int(host, opts, "trace", 0) != 0;
     b->prefill_tc = opt_int(host, opts, "prefill_tc", 1) != 0;
+    b->gemv_x_async = opt_int(host, opts, "gemv_x_async", 0) != 0;
     const int_opt ranged[] = {
         {"gemv_max_tokens", CUDA_GEMV_MAX_TOKENS, 0, 8, "", &b->gemv_max_tokens},
         {"smem_carveout", -1, -1, 100, " (percent)", &b->smem_carveout},

@@ -86,6 +86,9 @@ typedef struct cuda_backend {
      * 24, 32: core.cu weft_gemv_lp_xs_1, weft_gemv_lp_xs_w<warps>_1), so x is copied once for
      * that many warps' rows */
     int gemv_loop_warps;
+    /* option gemv_x_async: the looped 8-warp GEMVs with x in shared memory copy it there by
+     * cp.async (core.cu gemv_x_async) */
+    int gemv_x_async;
     /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */

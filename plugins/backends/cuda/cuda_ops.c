@@ -311,12 +311,13 @@ static unsigned gemv_st_bytes(const cuda_backend *b, int nw, int T, int N, int K
 }
 
 /* the looped kernel's name (stem "weft_gemv_lp" or "weft_gemv_swiglu_lp"; x in shared memory
- * when xs) into name; returns its threads a block: 256, or option gemv_loop_warps' warps for the
- * x-in-shared-memory forms (core.cu WEFT_GEMV_LPW) */
+ * when xs, copied there by cp.async with option gemv_x_async at 8 warps) into name; returns its
+ * threads a block: 256, or option gemv_loop_warps' warps for the x-in-shared-memory forms
+ * (core.cu WEFT_GEMV_LPW) */
 static unsigned lp_name(const cuda_backend *b, char *name, size_t cap, const char *stem,
                         unsigned xs) {
     int w = xs && b->gemv_loop_warps > 8 ? b->gemv_loop_warps : 8;
-    if (w == 8) snprintf(name, cap, "%s%s_1", stem, xs ? "_xs" : "");
+    if (w == 8) snprintf(name, cap, "%s%s_1", stem, !xs ? "" : b->gemv_x_async ? "_xa" : "_xs");
     else snprintf(name, cap, "%s_xs_w%d_1", stem, w);
     return (unsigned)w * 32;
 }

@@ -860,6 +860,24 @@ __device__ __forceinline__ const act *gemv_x_shared(const act *x, int n) {
     return (const act *)gemv_xs;
 }
 
+// The same copy by cp.async (option gemv_x_async, the looped kernels' _xa forms): every 16-byte
+// copy of the thread issued at once, then one wait, so x crosses from L2 in one round trip
+// instead of one per NT * 16 bytes (six at Qwen3-8B's down projection, K = 12,288) and no thread
+// holds it in registers. The copies allocate in L1 (.ca), as the loop's loads do, so the other
+// blocks on the SM find x there: the forms that bypass L1 (cp.async.cg, and one bulk copy by the
+// copy engine) measured 5-17% slower end to end (docs/perf/batch1.md). Same values: same bits.
+template <int NT = GEMV_THREADS>
+__device__ __forceinline__ const act *gemv_x_async(const act *x, int n) {
+    extern __shared__ __align__(16) unsigned char gemv_xs[];
+    const int n16 = n / (16 / (int)sizeof(act));
+    #pragma unroll 1
+    for (int i = threadIdx.x; i < n16; i += NT)
+        cp_async<16, false>(gemv_xs + (long)i * 16, (const uint4 *)x + i);
+    cp_async_wait_all();
+    bsync(NT);
+    return (const act *)gemv_xs;
+}
+
 // The dot products of output row n (NW weight rows) for every x row, reduced over the warp and
 // the S splits; valid in lanes of the row's first warp (s == 0). Returns n < N. Lane `lane` of
 // split s owns the 16-byte vectors s*32+lane, then every S*32-th. Its first batch of weight
@@ -1123,7 +1141,7 @@ __device__ __forceinline__ const act *gemv_x_addnorm(const act *x, const act *re
 // NT: the block's threads (option gemv_loop_warps; 256 otherwise), a group NT / 32 / S rows.
 // NORM (fuse.norm_linear): x is the residual join's first summand, res its second, wn the
 // norm's weights and r the join's sum (gemv_x_addnorm); the products read the normalised row.
-template <int NW, bool XS, int NT = GEMV_THREADS, bool NORM = false>
+template <int NW, bool XS, int NT = GEMV_THREADS, bool NORM = false, bool XA = false>
 __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt *w1,
                                           const wgt *bias, void *y, int out_f32, int N, int K,
                                           int S, int per, const act *res = nullptr,
@@ -1141,7 +1159,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
     } else {
         pdl_enter();
-        if (XS) x = gemv_x_shared<NT>(x, K);
+        if (XS) x = XA ? gemv_x_async<NT>(x, K) : gemv_x_shared<NT>(x, K);
     }
     // the trip count is the block's, so every warp reaches each barrier
     #pragma unroll 1
@@ -1152,21 +1170,22 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     }
 }
 
-#define WEFT_GEMV_LP(SUF, XS)                                                                      \
+#define WEFT_GEMV_LP(SUF, XS, XA)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_lp##SUF##_1(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32,   \
                               int N, int K, int S, int per) {                                      \
         ABLATE(4);                                                                                 \
-        gemv_loop<1, XS>(x, w, nullptr, bias, y, out_f32, N, K, S, per);                           \
+        gemv_loop<1, XS, GEMV_THREADS, false, XA>(x, w, nullptr, bias, y, out_f32, N, K, S, per);  \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_swiglu_lp##SUF##_1(const act *x, const wgt *wg, const wgt *wu, act *y, int F,    \
                                      int K, int S, int per) {                                      \
         ABLATE(4);                                                                                 \
-        gemv_loop<2, XS>(x, wg, wu, nullptr, y, 0, F, K, S, per);                                  \
+        gemv_loop<2, XS, GEMV_THREADS, false, XA>(x, wg, wu, nullptr, y, 0, F, K, S, per);         \
     }
-WEFT_GEMV_LP(, false)
-WEFT_GEMV_LP(_xs, true)
+WEFT_GEMV_LP(, false, false)
+WEFT_GEMV_LP(_xs, true, false)
+WEFT_GEMV_LP(_xa, true, true)
 // fuse.norm_linear at one row (cuda_ops.c op_norm_linear): the residual join, then the looped
 // product with x in shared memory
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
