@@ -848,32 +848,23 @@ __device__ __forceinline__ float act_ld_early(const act *p, long i) {
 
 // x's n values copied into the block's dynamic shared memory (the _xs kernels, option
 // gemv_xsmem) by the block's NT threads, 16 bytes a thread at a time; returns the copy, readable
-// by the whole block.
-template <int NT = GEMV_THREADS>
+// by the whole block. A loop of loads and stores: one L2 round trip per NT * 16 bytes. ASYNC
+// (option gemv_x_async, the looped kernels' _xa forms): by cp.async instead, every copy of the
+// thread issued at once, then one wait, so x crosses from L2 in one round trip (six fewer at
+// Qwen3-8B's down projection, K = 12,288) and no thread holds it in registers. The copies
+// allocate in L1 (.ca), as the loop's loads do, so the other blocks on the SM find x there: the
+// forms that bypass L1 (cp.async.cg, and one bulk copy by the copy engine) measured 5-17% slower
+// end to end (docs/perf/batch1.md). The same values either way: the same bits.
+template <int NT = GEMV_THREADS, bool ASYNC = false>
 __device__ __forceinline__ const act *gemv_x_shared(const act *x, int n) {
     extern __shared__ __align__(16) unsigned char gemv_xs[];
     const int n16 = n / (16 / (int)sizeof(act));
     #pragma unroll 1
-    for (int i = threadIdx.x; i < n16; i += NT)
-        ((uint4 *)gemv_xs)[i] = ((const uint4 *)x)[i];
-    bsync(NT);
-    return (const act *)gemv_xs;
-}
-
-// The same copy by cp.async (option gemv_x_async, the looped kernels' _xa forms): every 16-byte
-// copy of the thread issued at once, then one wait, so x crosses from L2 in one round trip
-// instead of one per NT * 16 bytes (six at Qwen3-8B's down projection, K = 12,288) and no thread
-// holds it in registers. The copies allocate in L1 (.ca), as the loop's loads do, so the other
-// blocks on the SM find x there: the forms that bypass L1 (cp.async.cg, and one bulk copy by the
-// copy engine) measured 5-17% slower end to end (docs/perf/batch1.md). Same values: same bits.
-template <int NT = GEMV_THREADS>
-__device__ __forceinline__ const act *gemv_x_async(const act *x, int n) {
-    extern __shared__ __align__(16) unsigned char gemv_xs[];
-    const int n16 = n / (16 / (int)sizeof(act));
-    #pragma unroll 1
-    for (int i = threadIdx.x; i < n16; i += NT)
-        cp_async<16, false>(gemv_xs + (long)i * 16, (const uint4 *)x + i);
-    cp_async_wait_all();
+    for (int i = threadIdx.x; i < n16; i += NT) {
+        if constexpr (ASYNC) cp_async<16, false>(gemv_xs + (long)i * 16, (const uint4 *)x + i);
+        else ((uint4 *)gemv_xs)[i] = ((const uint4 *)x)[i];
+    }
+    if constexpr (ASYNC) cp_async_wait_all();
     bsync(NT);
     return (const act *)gemv_xs;
 }
@@ -1159,7 +1150,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
     } else {
         pdl_enter();
-        if (XS) x = XA ? gemv_x_async<NT>(x, K) : gemv_x_shared<NT>(x, K);
+        if (XS) x = gemv_x_shared<NT, XA>(x, K);
     }
     // the trip count is the block's, so every warp reaches each barrier
     #pragma unroll 1
