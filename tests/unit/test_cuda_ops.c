@@ -37,7 +37,8 @@ static const weft_backend_vtable *be;
  * (the fused attention's four-block cluster forms past 512 positions), and [4] [0]'s options
  * plus gemv_loop 2 (the looped form reading x through L1), [5] and [6] [1]'s options with
  * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps), [7] [1]'s options
- * with gemv_x_async (the looped forms copy x by cp.async), each with its op table. All retain the device's primary context, so tensors of one are valid in another's ops. */
+ * with gemv_x_async (the looped forms copy x by cp.async), each with its op table. All retain
+ * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];

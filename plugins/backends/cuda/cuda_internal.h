@@ -87,7 +87,8 @@ typedef struct cuda_backend {
      * that many warps' rows */
     int gemv_loop_warps;
     /* option gemv_x_async: the looped 8-warp GEMVs with x in shared memory copy it there by
-     * cp.async (core.cu gemv_x_async) */
+     * cp.async (core.cu gemv_x_shared's ASYNC form, kernels weft_gemv_lp_xa_1 and
+     * weft_gemv_swiglu_lp_xa_1) */
     int gemv_x_async;
     /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
