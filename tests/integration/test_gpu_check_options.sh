@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# tools/scripts/gpu-check.sh's with_options, which writes the variants of a kernel A/B (a
+# manifest with a map of backend options merged in): a key the manifest already sets takes the
+# map's value instead of appearing twice (which the manifest parser refuses), new keys are
+# appended, a plain `backend: cuda` gets the map, and '-' copies the manifest unchanged. Where
+# the build has the cuda plugin, each result is frozen with `weft candidate freeze` (no GPU
+# needed) and the lock holds the merged values.
+set -euo pipefail
+build=${1:?usage: test_gpu_check_options.sh BUILD_DIR}
+weft="$build/bin/weft"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# the function alone, as the script defines it
+sed -n '/^with_options() {/,/^}/p' tools/scripts/gpu-check.sh > "$tmp/fn.sh"
+grep -q '^with_options() {' "$tmp/fn.sh" || { echo "with_options not found in gpu-check.sh"; exit 1; }
+# shellcheck source=/dev/null
+source "$tmp/fn.sh"
+
+nl=manifests/fast-cuda-async-loop-nl.yaml
+grep -q "^backend: {name: cuda, options: {.*attn_cp: 3" "$nl" ||
+    { echo "$nl no longer sets attn_cp: 3 (this test's premise)"; exit 1; }
+with_options "$nl" "{attn_cp: 0, gemv_loop: 4, trace: true}" > "$tmp/merged.yaml"
+line=$(grep "^backend:" "$tmp/merged.yaml")
+[ "$(grep -o "attn_cp:" <<< "$line" | wc -l)" = 1 ] || { echo "attn_cp twice: $line"; exit 1; }
+[ "$(grep -o "gemv_loop:" <<< "$line" | wc -l)" = 1 ] || { echo "gemv_loop twice: $line"; exit 1; }
+grep -q "attn_cp: 0" <<< "$line" || { echo "attn_cp not replaced: $line"; exit 1; }
+grep -q "gemv_loop: 4" <<< "$line" || { echo "gemv_loop not replaced: $line"; exit 1; }
+grep -q "gemv_xsmem: 3" <<< "$line" || { echo "an untouched key was lost: $line"; exit 1; }
+grep -q "trace: true" <<< "$line" || { echo "a new key was not added: $line"; exit 1; }
+# nothing but the backend line changes
+diff <(grep -v "^backend:" "$nl") <(grep -v "^backend:" "$tmp/merged.yaml")
+
+with_options manifests/baseline-cuda.yaml "{trace: true}" > "$tmp/plain.yaml"
+grep -qx "backend: {name: cuda, options: {trace: true}}" "$tmp/plain.yaml" ||
+    { grep "^backend" "$tmp/plain.yaml"; exit 1; }
+
+with_options "$nl" - > "$tmp/same.yaml"
+cmp "$nl" "$tmp/same.yaml"
+with_options "$nl" " - " > "$tmp/same2.yaml"
+cmp "$nl" "$tmp/same2.yaml"
+
+if [ -f "$build/lib/weft/plugins/cuda/manifest.yaml" ]; then
+    export WEFT_PLUGIN_PATH="$build/lib/weft/plugins"
+    "$weft" candidate freeze "$tmp/merged.yaml" -o "$tmp/merged.lock" > "$tmp/freeze.out" 2>&1 ||
+        { cat "$tmp/freeze.out"; exit 1; }
+    grep -q '"attn_cp": 0' "$tmp/merged.lock" || { echo "lock lacks attn_cp 0"; exit 1; }
+    grep -q '"gemv_loop": 4' "$tmp/merged.lock" || { echo "lock lacks gemv_loop 4"; exit 1; }
+    "$weft" candidate freeze "$tmp/plain.yaml" -o "$tmp/plain.lock" > "$tmp/freeze.out" 2>&1 ||
+        { cat "$tmp/freeze.out"; exit 1; }
+    # the failure this replaced: a key twice is refused by name
+    sed 's/options: {/options: {attn_cp: 1, /' "$nl" > "$tmp/twice.yaml"
+    if "$weft" candidate freeze "$tmp/twice.yaml" -o "$tmp/twice.lock" > "$tmp/twice.out" 2>&1; then
+        echo "a manifest naming attn_cp twice was accepted"; exit 1
+    fi
+    grep -q "attn_cp: expected each key once" "$tmp/twice.out" || { cat "$tmp/twice.out"; exit 1; }
+else
+    echo "no cuda plugin in $build: the freeze checks are skipped"
+fi
+echo "with_options: ok"
