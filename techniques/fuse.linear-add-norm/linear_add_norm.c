@@ -123,8 +123,7 @@ static int joins(const weft_graph *g, const weft_node *l, const weft_node *a, ui
 static int written_between(const weft_graph *g, uint32_t from, uint32_t to, uint32_t t) {
     if (t == WEFT_TENSOR_NONE) return 0;
     for (uint32_t i = from + 1; i < to; i++)
-        for (uint32_t o = 0; o < g->nodes[i].n_out && o < WEFT_NODE_MAX_OUT; o++)
-            if (g->nodes[i].out[o] == t) return 1;
+        if (weft_sdk_node_writes(&g->nodes[i], t)) return 1;
     return 0;
 }
 

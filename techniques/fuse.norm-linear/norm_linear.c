@@ -82,12 +82,6 @@ static int valid(const weft_graph *g, uint32_t t) {
     return t < g->n_tensors;
 }
 
-static int writes(const weft_node *n, uint32_t t) {
-    for (uint32_t o = 0; o < n->n_out && o < WEFT_NODE_MAX_OUT; o++)
-        if (n->out[o] == t) return 1;
-    return 0;
-}
-
 /* A residual join this pass can take: x, res and the norm weight in, y and r out, all valid,
  * y and r new tensors (not written in place over an input), x, res, y and r of one dtype. */
 static int join(const weft_graph *g, const weft_node *a) {
@@ -121,12 +115,14 @@ static int product(const nl_state *s, const weft_node *p, uint32_t y) {
  * x or res (which the fused kernel's blocks read while others store their rows). */
 static int moved_past(const weft_graph *g, uint32_t ai, uint32_t pi) {
     const weft_node *a = &g->nodes[ai], *p = &g->nodes[pi];
-    if (weft_sdk_node_reads(p, a->out[1]) || writes(p, a->in[0]) || writes(p, a->in[1])) return 1;
+    if (weft_sdk_node_reads(p, a->out[1]) || weft_sdk_node_writes(p, a->in[0]) ||
+        weft_sdk_node_writes(p, a->in[1]))
+        return 1;
     for (uint32_t i = ai + 1; i < pi; i++) {
         const weft_node *n = &g->nodes[i];
         if (weft_sdk_node_reads(n, a->out[1])) return 1;
         for (uint32_t k = 0; k < 3; k++)
-            if (writes(n, a->in[k])) return 1;
+            if (weft_sdk_node_writes(n, a->in[k])) return 1;
     }
     return 0;
 }

@@ -72,8 +72,7 @@ static int valid(const weft_graph *g, uint32_t t) {
 /* Index of the node that produces tensor t, or -1. */
 static int32_t producer(const weft_graph *g, uint32_t t) {
     for (uint32_t i = 0; i < g->n_nodes; i++)
-        for (uint32_t o = 0; o < g->nodes[i].n_out && o < WEFT_NODE_MAX_OUT; o++)
-            if (g->nodes[i].out[o] == t) return (int32_t)i;
+        if (weft_sdk_node_writes(&g->nodes[i], t)) return (int32_t)i;
     return -1;
 }
 
