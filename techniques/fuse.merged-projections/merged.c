@@ -223,10 +223,7 @@ static weft_status mp_run(void *st, const weft_model_config *cfg, const weft_gra
          * node that writes that input (none in a step graph, but stay safe) */
         for (uint32_t j = i + 1; j < g->n_nodes && n < MAX_PARTS; j++) {
             const weft_node *b = &g->nodes[j];
-            int writes = 0;
-            for (uint32_t o = 0; o < b->n_out && o < WEFT_NODE_MAX_OUT; o++)
-                writes |= b->out[o] == a->in[0];
-            if (writes) break;
+            if (weft_sdk_node_writes(b, a->in[0])) break;
             if (!mergeable(g, b) || b->in[0] != a->in[0] || has_bias(b) != has_bias(a)) continue;
             const weft_tensor *wb = &g->tensors[b->in[1]];
             if (wb->dtype != wa->dtype || wb->shape[1] != wa->shape[1] ||
