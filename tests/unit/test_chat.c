@@ -306,6 +306,28 @@ static void test_limits(void **state) {
     assert_non_null(strstr(err.message, "work"));
     weft_chat_template_free(t);
 
+    /* comparisons charge the nested elements they visit: lists that share their elements
+     * make one `==` (or sort, max, `in`) visit 10^9 values; they must stop at the budget */
+    const char *shared =
+        "{% set a = [[[1] * 1000] * 1000] * 1000 %}{% set b = [[[1] * 1000] * 1000] * 1000 %}"
+        "{{ a == b }}";
+    assert_int_equal(render_src(shared, NULL, NULL, &out, &err), WEFT_ERR_INVALID);
+    assert_non_null(strstr(err.message, "work"));
+    const char *shared_sort = "{% set a = [[[1] * 1000] * 1000] * 1000 %}"
+                              "{% set b = [[[1] * 1000] * 1000] * 1000 %}{{ [a, b]|max }}";
+    assert_int_equal(render_src(shared_sort, NULL, NULL, &out, &err), WEFT_ERR_INVALID);
+    assert_non_null(strstr(err.message, "work"));
+    /* searches that almost match everywhere are linear (a quadratic one takes minutes here),
+     * and the default limits let them finish: results checked against Python */
+    const char *search = "{% set s = 'a' * 4000000 %}{% set t = 'a' * 2000000 ~ 'b' %}"
+                         "{{ t in s }} {{ s.rfind(t) }} {{ s.count(t) }} "
+                         "{{ s.strip('b' * 4000000 ~ 'a')|length }}"
+                         " {{ (s ~ t).rfind(t) }} {{ (t ~ s).rsplit(t)|length }}";
+    assert_int_equal(render_src(search, NULL, NULL, &out, &err), WEFT_OK);
+    assert_string_equal(out, "False -1 0 0 4000000 2");
+    free(out);
+    out = NULL;
+
     /* deep nesting is refused, not a stack overflow */
     char deep[4096];
     size_t k = 0;

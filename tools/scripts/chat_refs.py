@@ -541,6 +541,9 @@ FEATURES = [
     ("str_case_unicode", "{{ s.upper() }} {{ s.lower() }} {{ s|upper }} {{ s|title }}", {"s": "émile ÇA straße ΑΒΓ δεζ Привет"}),
     ("str_replace", "{{ 'aaa'.replace('a', 'b') }} {{ 'aaa'.replace('a', 'b', 2) }} {{ 'abc'.replace('', '-') }}", {}),
     ("str_find", "{{ 'hello'.find('l') }} {{ 'hello'.rfind('l') }} {{ 'hello'.find('z') }} {{ 'hello'.count('l') }} {{ 'héllo'.find('l') }} {{ 'hello'.index('e') }}", {}),
+    ("str_search_long", "{{ h.find(nd) }} {{ h.rfind(nd) }} {{ h.count(nd) }} {{ h.rfind(nd, 0, 100) }} {{ h.rfind(nd, 90) }} {{ h.rindex(nd) }} {{ h.rsplit(nd) }} {{ h.rsplit(nd, 1) }} {{ h.split(nd) }} {{ (nd ~ 'q') in h }} {{ h.rfind('ba' * 9) }} {{ h.find('ba' * 9, 5) }} {{ h.rfind('ba' * 9, 3, 40) }} {{ h.rfind(h) }} {{ h.rfind(h ~ 'a') }}", {"h": "ab" * 40 + "X" + "ab" * 40 + "X" + "ab" * 10, "nd": "ab" * 20 + "X"}),
+    ("str_strip_set", "[{{ s.strip('\u00e9a-\u00df') }}] [{{ s.lstrip('a\u00e9') }}] [{{ s.rstrip('\u00dfz-') }}] [{{ s|trim('\u00e9a\u00dfz-') }}] [{{ s.strip('') }}]", {"s": "\u00e9a\u00e9-mid-\u00dfz-\u00df"}),
+    ("repeat_empty", "[{{ '' * 10**15 }}] {{ [] * 10**15 }} [{{ 10**15 * '' }}] {{ 'ab' * 3 }} {{ [1] * 0 }} [{{ 'x' * 0 * 3333333333333333 }}]", {}),
     ("str_join", "{{ ', '.join(['a', 'b']) }} {{ '-'.join('xyz') }}", {}),
     ("str_misc", "{{ 'a\\nb\\r\\nc'.splitlines() }} {{ 'abc'.removeprefix('a') }} {{ 'abc'.removesuffix('c') }} {{ 'x'.center(5, '*') }} {{ '42'.zfill(5) }} {{ '12'.isdigit() }} {{ 'ab'.isalpha() }} {{ '  '.isspace() }}", {}),
     # filters

@@ -3,6 +3,8 @@
 # fuzz target for a bounded time over its corpus, and valgrind on the loader and parsers.
 #   tools/scripts/test.sh            everything
 #   WEFT_FUZZ_SECONDS=N              seconds per fuzz target (default 20)
+#   WEFT_FUZZ_SEED=N                 libFuzzer seed (default 1, so CI replays the same inputs;
+#                                    0 = a fresh seed each run, for exploratory fuzzing)
 #   WEFT_TEST_SKIP="asan fuzz valgrind" skips stages (for quick local runs)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,14 +43,28 @@ if [[ $skip != *" fuzz "* ]]; then
   CC=clang cmake -S . -B build-fuzz -DWEFT_FUZZ=ON -DWEFT_BUILD_TESTS=OFF -DWEFT_CUDA=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build-fuzz -j"$jobs"
+  # -timeout: one input running longer than 60 s is a failure (libFuzzer's default of 1,200 s
+  # once let a hang cost CI 20 minutes). On a failure, the end of the log and the input that
+  # caused it (base64) are printed, since a CI clone's files are gone once it ends.
   for f in build-fuzz/fuzz/fuzz_*; do
     [ -x "$f" ] || continue
     name=$(basename "$f"); corpus=tests/fuzz/corpus/${name#fuzz_}
     mkdir -p "$corpus"
     work=$(mktemp -d)
     echo "fuzzing $name"
-    "$f" -max_total_time="${WEFT_FUZZ_SECONDS:-20}" -max_len=65536 -rss_limit_mb=2048 \
-      -print_final_stats=0 "$work" "$corpus" 2>&1 | tail -n 3
+    mkdir "$work/new"
+    if ! "$f" -max_total_time="${WEFT_FUZZ_SECONDS:-20}" -seed="${WEFT_FUZZ_SEED:-1}" \
+        -timeout=60 -max_len=65536 -rss_limit_mb=2048 -print_final_stats=0 \
+        -artifact_prefix="$work/" "$work/new" "$corpus" > "$work/out" 2>&1; then
+      tail -n 60 "$work/out"
+      for a in "$work"/crash-* "$work"/timeout-* "$work"/oom-* "$work"/leak-*; do
+        [ -f "$a" ] || continue
+        echo "reproducer $(basename "$a") (base64; decode and run: $f FILE):"
+        base64 "$a" | head -c 20000; echo
+      done
+      exit 1
+    fi
+    tail -n 3 "$work/out"
     rm -rf "$work"
   done
 fi

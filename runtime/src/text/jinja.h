@@ -200,6 +200,13 @@ jv *jd_gets(const jdict *d, const char *key, size_t len);
 const char *jv_typename(jv v);
 int jv_truthy(jv v);
 int jv_eq(jv a, jv b);
+/* The comparisons and hashing here walk nested values, and a template can build lists that
+ * share their elements so that one comparison visits billions of them. While a meter is set
+ * for the calling thread (jrender sets its work counter), every value they visit adds 1 to
+ * *counter, and 1 per 64 bytes of a string compared; once *counter passes max they stop early
+ * with an arbitrary result, and the evaluator fails the expression for doing too much work.
+ * NULL unsets it. */
+void jv_meter_set(uint64_t *counter, uint64_t max);
 int jv_hashable(jv v);
 /* -1, 0, 1, or 2 when Python would raise TypeError for '<' between them. */
 int jv_cmp(jv a, jv b);

@@ -519,10 +519,13 @@ static double py_fmod(double x, double y) {
 
 static int repeat(jctx *c, const jnode *n, jv seq, int64_t times, jv *out) {
     if (times < 0) times = 0;
+    /* an empty operand repeats to an empty result at once: '' * 10**15 must not loop */
+    if ((seq.t == JV_STR ? seq.u.s->len : seq.u.l->len) == 0) times = 0;
     if (seq.t == JV_STR) {
         const jstr *s = seq.u.s;
         if (s->len && (uint64_t)times > c->in->lim.max_memory / s->len)
             return jx_fail(c, n, WEFT_ERR_NOMEM, "string repetition result is too large");
+        if (jx_work(c, n, 1, s->len * (size_t)times)) return -1;
         jbuf b = jx_newbuf(c);
         for (int64_t i = 0; i < times && !b.failed; i++)
             jb_put(&b, s->s, s->len);
@@ -531,6 +534,7 @@ static int repeat(jctx *c, const jnode *n, jv seq, int64_t times, jv *out) {
     const jlist *l = seq.u.l;
     if (l->len && (uint64_t)times > c->in->lim.max_memory / (l->len * sizeof(jv)))
         return jx_fail(c, n, WEFT_ERR_NOMEM, "list repetition result is too large");
+    if (jx_work(c, n, l->len * (size_t)times + 1, 0)) return -1;
     jlist *r = jl_new(c->a, l->len * (size_t)times, l->kind);
     if (!r) return jx_nomem(c, n);
     for (int64_t i = 0; i < times; i++) {
@@ -926,6 +930,8 @@ int jx_eval(jctx *c, const jnode *n, jv *out) {
     int r = eval_inner(c, n, out);
     c->depth--;
     if (r == 0 && c->a->exhausted) return jx_nomem(c, n);
+    /* the meter jrender sets may have stopped a comparison early: its result is not usable */
+    if (r == 0 && c->work > c->in->lim.max_iterations * 64) return jx_work(c, n, 0, 0);
     return r;
 }
 
@@ -1233,5 +1239,8 @@ int jrender(jarena *a, const jrender_in *in, jbuf *out, weft_error *err) {
     if (!root) return jx_nomem(&c, NULL);
     root->vars = in->vars;
     c.sc = root;
-    return exec_node(&c, in->root);
+    jv_meter_set(&c.work, in->lim.max_iterations * 64);
+    int r = exec_node(&c, in->root);
+    jv_meter_set(NULL, 0);
+    return r;
 }

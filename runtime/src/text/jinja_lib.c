@@ -3,6 +3,7 @@
  * strftime_now). Each follows the Python or Jinja2 function it stands for, including what it
  * does with an Undefined argument, since real templates depend on those corners. Case mapping
  * covers ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic (no Unicode database here). */
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -73,23 +74,50 @@ static int want_str(jctx *c, const jnode *n, const char *what, jv v, const jstr 
 }
 
 /* ---- string helpers ------------------------------------------------------------------- */
+/* Both searches take time linear in hl + nl, whatever the strings: a template can make a long
+ * haystack and a long needle that almost matches everywhere, and a quadratic search there runs
+ * for minutes inside one charged operation. glibc's memmem is linear (two-way); the reverse
+ * search is Knuth-Morris-Pratt over the reversed strings. */
 size_t js_find(const char *hay, size_t hl, const char *needle, size_t nl, size_t from) {
-    if (nl == 0) return from <= hl ? from : (size_t)-1;
-    if (nl > hl) return (size_t)-1;
-    for (size_t i = from; i + nl <= hl; i++) {
-        const char *p = memchr(hay + i, needle[0], hl - nl + 1 - i);
-        if (!p) return (size_t)-1;
-        i = (size_t)(p - hay);
-        if (memcmp(p, needle, nl) == 0) return i;
-    }
-    return (size_t)-1;
+    if (from > hl) return (size_t)-1;
+    if (nl == 0) return from;
+    if (nl > hl - from) return (size_t)-1;
+    const char *p = memmem(hay + from, hl - from, needle, nl);
+    return p ? (size_t)(p - hay) : (size_t)-1;
 }
 
+/* last i in [lo, hl - nl] where needle occurs in hay, or (size_t)-1 */
 static size_t js_rfind(const char *hay, size_t hl, const char *needle, size_t nl, size_t lo) {
-    if (nl > hl || hl - nl < lo) return (size_t)-1;
-    for (size_t i = hl - nl + 1; i-- > lo;)
-        if (memcmp(hay + i, needle, nl) == 0) return i;
-    return (size_t)-1;
+    if (lo > hl || nl > hl - lo) return (size_t)-1;
+    if (nl == 0) return hl;
+    size_t *fail = nl > 16 ? malloc(nl * sizeof *fail) : NULL;
+    if (!fail) { /* short needles: at most 16 compares a position (also the fallback) */
+        for (size_t i = hl - nl + 1; i-- > lo;)
+            if (hay[i] == needle[0] && memcmp(hay + i, needle, nl) == 0) return i;
+        return (size_t)-1;
+    }
+#define RN(j) needle[nl - 1 - (j)]
+    fail[0] = 0;
+    for (size_t q = 1, k = 0; q < nl; q++) {
+        while (k && RN(q) != RN(k))
+            k = fail[k - 1];
+        if (RN(q) == RN(k)) k++;
+        fail[q] = k;
+    }
+    size_t k = 0, r = (size_t)-1;
+    for (size_t j = 0; j < hl - lo; j++) { /* hay read backwards from its end down to lo */
+        char ch = hay[hl - 1 - j];
+        while (k && ch != RN(k))
+            k = fail[k - 1];
+        if (ch == RN(k)) k++;
+        if (k == nl) {
+            r = hl - 1 - j;
+            break;
+        }
+    }
+#undef RN
+    free(fail);
+    return r;
 }
 
 static uint32_t cp_upper(uint32_t c) {
@@ -167,10 +195,22 @@ static int is_jtitle_sep(uint32_t cp) {
 }
 
 static int change_case(jctx *c, const jnode *n, const jstr *s, int mode, jv *out) {
+    if (jx_work(c, n, 1, s->len)) return -1; /* also reached per item from sort/unique keys */
     jbuf b = jx_newbuf(c);
     size_t i = 0;
     int first = 1, prev_cased = 0, prev_sep = 1;
     while (i < s->len) {
+        if ((mode == CASE_UPPER || mode == CASE_LOWER) && (unsigned char)s->s[i] < 0x80) {
+            char run[256]; /* a run of ASCII, mapped here and appended at once */
+            size_t k = 0;
+            for (; k < sizeof run && i < s->len && (unsigned char)s->s[i] < 0x80; i++, k++) {
+                char ch = s->s[i];
+                run[k] = mode == CASE_UPPER ? (ch >= 'a' && ch <= 'z' ? ch - 32 : ch)
+                                            : (ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+            }
+            jb_put(&b, run, k);
+            continue;
+        }
         uint32_t cp = ju_next(s->s, s->len, &i);
         switch (mode) {
         case CASE_UPPER:
@@ -218,13 +258,52 @@ static int change_case(jctx *c, const jnode *n, const jstr *s, int mode, jv *out
     return jx_buf_to_val(c, n, &b, out);
 }
 
+/* the code points of strip's chars argument: a bitmap for ASCII, a sorted array for the rest,
+ * so that stripping costs O(len log chars) rather than O(len * chars) */
+typedef struct {
+    uint64_t ascii[2];
+    uint32_t *wide;
+    size_t nwide;
+} cp_set;
+
+static int cmp_u32(const void *x, const void *y) {
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int cp_set_init(cp_set *set, const jstr *chars) {
+    memset(set, 0, sizeof *set);
+    for (size_t i = 0; i < chars->len;) {
+        uint32_t cp = ju_next(chars->s, chars->len, &i);
+        if (cp < 128) {
+            set->ascii[cp >> 6] |= (uint64_t)1 << (cp & 63);
+            continue;
+        }
+        /* each code point takes at least one byte, whatever ju_next makes of bad UTF-8 */
+        if (!set->wide && !(set->wide = malloc(chars->len * sizeof *set->wide))) return -1;
+        set->wide[set->nwide++] = cp;
+    }
+    if (set->nwide > 1) qsort(set->wide, set->nwide, sizeof *set->wide, cmp_u32);
+    return 0;
+}
+
+static int cp_set_has(const cp_set *set, uint32_t cp) {
+    if (cp < 128) return (int)((set->ascii[cp >> 6] >> (cp & 63)) & 1);
+    return set->nwide && bsearch(&cp, set->wide, set->nwide, sizeof cp, cmp_u32) != NULL;
+}
+
 /* strip: which 1=left 2=right 3=both; chars NULL means whitespace */
 static int do_strip(jctx *c, const jnode *n, const jstr *s, const jstr *chars, int which, jv *out) {
     size_t a = 0, e = s->len;
-#define IN_SET(cp)                                                                                 \
-    (chars ? js_find(chars->s, chars->len, tmp, ju_encode(cp, tmp), 0) != (size_t)-1               \
-           : ju_isspace(cp))
-    char tmp[4];
+    cp_set set;
+    if (chars) {
+        if (jx_work(c, n, 1, chars->len)) return -1;
+        if (cp_set_init(&set, chars)) {
+            free(set.wide);
+            return jx_nomem(c, n);
+        }
+    }
+#define IN_SET(cp) (chars ? cp_set_has(&set, cp) : ju_isspace(cp))
     if (which & 1) {
         while (a < e) {
             size_t j = a;
@@ -245,6 +324,7 @@ static int do_strip(jctx *c, const jnode *n, const jstr *s, const jstr *chars, i
         }
     }
 #undef IN_SET
+    if (chars) free(set.wide);
     return jx_mkstr(c, n, s->s + a, e - a, out);
 }
 

@@ -288,8 +288,25 @@ static uint64_t mix(uint64_t h) {
     return h;
 }
 
+/* ---- the work meter (jinja.h, jv_meter_set) ------------------------------------------------ */
+static _Thread_local uint64_t *meter_used;
+static _Thread_local uint64_t meter_max;
+
+void jv_meter_set(uint64_t *counter, uint64_t max) {
+    meter_used = counter;
+    meter_max = max;
+}
+
+/* adds one unit for the value visited plus one per 64 string bytes; nonzero once over budget */
+static int meter_charge(size_t bytes) {
+    if (!meter_used) return 0;
+    *meter_used += 1 + bytes / 64;
+    return *meter_used > meter_max;
+}
+
 /* Equal values hash equal, including 1 == 1.0 == True as in Python. */
 static uint64_t jv_hash(jv v) {
+    if (meter_charge(v.t == JV_STR ? v.u.s->len : 0)) return 0;
     switch (v.t) {
     case JV_NONE:
         return 0x9e3779b97f4a7c15ULL;
@@ -507,6 +524,7 @@ static int seq_like(jv v) {
 }
 
 int jv_eq(jv a, jv b) {
+    if (meter_charge(a.t == JV_STR && b.t == JV_STR ? a.u.s->len : 0)) return 0;
     if (jv_is_number(a) && jv_is_number(b)) return num_eq(a, b);
     if (a.t != b.t) return 0;
     switch (a.t) {
@@ -540,6 +558,7 @@ int jv_eq(jv a, jv b) {
 
 int jv_hashable(jv v) {
     if (v.t == JV_DICT) return 0;
+    if (meter_charge(0)) return 1;
     if (v.t == JV_LIST) {
         if (v.u.l->kind == JL_ITER || v.u.l->kind == JL_RANGE) return 1;
         if (v.u.l->kind != JL_TUPLE) return 0;
@@ -550,6 +569,7 @@ int jv_hashable(jv v) {
 }
 
 int jv_cmp(jv a, jv b) {
+    if (meter_charge(a.t == JV_STR && b.t == JV_STR ? a.u.s->len : 0)) return 0;
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) return a.u.i < b.u.i ? -1 : a.u.i > b.u.i;
         double x = jv_num(a), y = jv_num(b);
