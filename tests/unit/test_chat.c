@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -275,7 +276,7 @@ static void test_limits(void **state) {
     char *out = NULL;
     weft_chat_template *t = NULL;
     const char *big =
-        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+        "{% for i in range(1000) %}{% for j in range(1000) %}x{% endfor %}{% endfor %}";
     assert_int_equal(weft_chat_template_parse(big, strlen(big), "loops", &t, &err), WEFT_OK);
     weft_chat_limits lim = {0, 0, 5000};
     weft_chat_template_set_limits(t, &lim);
@@ -345,6 +346,46 @@ static void test_limits(void **state) {
     assert_non_null(strstr(err.message, "deep"));
 }
 
+/* tests/data/chat/hostile: templates built to spend as much CPU as the limits allow (the worst
+ * inputs found for each bound; weft-chat-bench times them at the default limits). Each must end
+ * in a limit's error, here under smaller limits (100,000 iterations, 64 MiB) so the suite stays
+ * quick; a bound that stops holding shows as a render that never ends (the ctest timeout). */
+static void test_hostile(void **state) {
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tests/data/chat/hostile", WEFT_SOURCE_DIR);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int seen = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 7 || strcmp(e->d_name + len - 6, ".jinja")) continue;
+        char path[800];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        char src[4096];
+        size_t n = fread(src, 1, sizeof src - 1, f);
+        fclose(f);
+        src[n] = '\0';
+        weft_chat_template *t = NULL;
+        weft_error err = {sizeof err, 0, "", ""};
+        assert_int_equal(weft_chat_template_parse(src, n, e->d_name, &t, &err), WEFT_OK);
+        weft_chat_limits lim = {0, 64u << 20, 100000};
+        weft_chat_template_set_limits(t, &lim);
+        char *out = NULL;
+        weft_status st = weft_chat_render(t, "[]", 0, NULL, &out, &err);
+        printf("  %s: %s\n", e->d_name, err.message);
+        if (st != WEFT_ERR_INVALID && st != WEFT_ERR_NOMEM)
+            fail_msg("%s rendered (status %d) instead of stopping at a limit", e->d_name, st);
+        assert_null(out);
+        weft_chat_template_free(t);
+        seen++;
+    }
+    closedir(d);
+    assert_true(seen >= 9);
+}
+
 static void test_load(void **state) {
     (void)state;
     weft_error err = {sizeof err, 0, "", ""};
@@ -390,7 +431,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_features),        cmocka_unit_test(test_generated),
         cmocka_unit_test(test_model_templates), cmocka_unit_test(test_error_positions),
-        cmocka_unit_test(test_limits),          cmocka_unit_test(test_load),
+        cmocka_unit_test(test_limits), cmocka_unit_test(test_hostile),          cmocka_unit_test(test_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

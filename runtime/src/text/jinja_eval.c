@@ -194,9 +194,15 @@ int jx_count_iter(jctx *c, const jnode *n) {
     return 0;
 }
 
+uint64_t jx_work_max(const jlimits *lim) {
+    return lim->max_iterations > UINT64_MAX / JX_WORK_PER_ITERATION
+               ? UINT64_MAX
+               : lim->max_iterations * JX_WORK_PER_ITERATION;
+}
+
 int jx_work(jctx *c, const jnode *n, size_t elements, size_t bytes) {
     c->work += elements + bytes / 64;
-    uint64_t max = c->in->lim.max_iterations * 64;
+    uint64_t max = jx_work_max(&c->in->lim);
     if (c->work > max)
         return jx_fail(c, n, WEFT_ERR_INVALID,
                        "template does more work than allowed (%llu element visits)",
@@ -931,7 +937,7 @@ int jx_eval(jctx *c, const jnode *n, jv *out) {
     c->depth--;
     if (r == 0 && c->a->exhausted) return jx_nomem(c, n);
     /* the meter jrender sets may have stopped a comparison early: its result is not usable */
-    if (r == 0 && c->work > c->in->lim.max_iterations * 64) return jx_work(c, n, 0, 0);
+    if (r == 0 && c->work > jx_work_max(&c->in->lim)) return jx_work(c, n, 0, 0);
     return r;
 }
 
@@ -1239,7 +1245,7 @@ int jrender(jarena *a, const jrender_in *in, jbuf *out, weft_error *err) {
     if (!root) return jx_nomem(&c, NULL);
     root->vars = in->vars;
     c.sc = root;
-    jv_meter_set(&c.work, in->lim.max_iterations * 64);
+    jv_meter_set(&c.work, jx_work_max(&in->lim));
     int r = exec_node(&c, in->root);
     jv_meter_set(NULL, 0);
     return r;

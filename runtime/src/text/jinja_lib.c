@@ -465,6 +465,16 @@ static int do_splitlines(jctx *c, const jnode *n, const jstr *s, int keepends, j
     return 0;
 }
 
+/* do_replace's result: one unit of work a replacement made (each costs a search and two
+ * appends, far more than the 64 bytes a unit stands for elsewhere), then b as the value */
+static int replaced(jctx *c, const jnode *n, jbuf *b, int64_t done, jv *out) {
+    if (jx_work(c, n, (size_t)done, 0)) {
+        jb_free(b);
+        return -1;
+    }
+    return jx_buf_to_val(c, n, b, out);
+}
+
 static int do_replace(jctx *c, const jnode *n, const jstr *s, const jstr *old, const jstr *rep,
                       int64_t count, jv *out) {
     if (count < 0) count = INT64_MAX;
@@ -484,7 +494,7 @@ static int do_replace(jctx *c, const jnode *n, const jstr *s, const jstr *old, c
             i = j;
             if (b.failed) break;
         }
-        return jx_buf_to_val(c, n, &b, out);
+        return replaced(c, n, &b, done, out);
     }
     size_t i = 0;
     int64_t done = 0;
@@ -498,7 +508,7 @@ static int do_replace(jctx *c, const jnode *n, const jstr *s, const jstr *old, c
         if (b.failed) break;
     }
     jb_put(&b, s->s + i, s->len - i);
-    return jx_buf_to_val(c, n, &b, out);
+    return replaced(c, n, &b, done, out);
 }
 
 /* Python's optional [start, end] arguments of find/count/startswith as byte offsets. */

@@ -71,7 +71,12 @@ jv jx_func(jctx *c, int kind, int id, const char *name, jv self);
 int jx_iterate(jctx *c, const jnode *n, jv v, jlist **out);
 int jx_count_iter(jctx *c, const jnode *n);
 /* Charges O(n) work (list elements, or string bytes / 64) against the work budget, which is
- * 64 units per allowed iteration; bounds CPU for templates that scan big values in loops. */
+ * JX_WORK_PER_ITERATION units per allowed iteration (jx_work_max); bounds CPU for templates that
+ * scan big values in loops. 8: at the default 1,000,000 iterations, 8M units, which the worst
+ * templates found spend in 1.5-3 s of a 2026 x86 core (docs/CHAT_TEMPLATES.md), while a render
+ * of a 1 MB conversation charges about 20,000. */
+#define JX_WORK_PER_ITERATION 8u
+uint64_t jx_work_max(const jlimits *lim);
 int jx_work(jctx *c, const jnode *n, size_t elements, size_t bytes);
 /* work units of a value: elements of a list or dict, bytes of a string */
 int jx_work_of(jctx *c, const jnode *n, jv v);
