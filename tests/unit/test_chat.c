@@ -362,12 +362,9 @@ static void test_hostile(void **state) {
         if (len < 7 || strcmp(e->d_name + len - 6, ".jinja")) continue;
         char path[800];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "rb");
-        assert_non_null(f);
-        char src[4096];
-        size_t n = fread(src, 1, sizeof src - 1, f);
-        fclose(f);
-        src[n] = '\0';
+        size_t n = 0;
+        char *src = slurp(path, &n);
+        assert_non_null(src);
         weft_chat_template *t = NULL;
         weft_error err = {sizeof err, 0, "", ""};
         assert_int_equal(weft_chat_template_parse(src, n, e->d_name, &t, &err), WEFT_OK);
@@ -380,6 +377,7 @@ static void test_hostile(void **state) {
             fail_msg("%s rendered (status %d) instead of stopping at a limit", e->d_name, st);
         assert_null(out);
         weft_chat_template_free(t);
+        free(src);
         seen++;
     }
     closedir(d);

@@ -204,9 +204,8 @@ static int change_case(jctx *c, const jnode *n, const jstr *s, int mode, jv *out
             char run[256]; /* a run of ASCII, mapped here and appended at once */
             size_t k = 0;
             for (; k < sizeof run && i < s->len && (unsigned char)s->s[i] < 0x80; i++, k++) {
-                char ch = s->s[i];
-                run[k] = mode == CASE_UPPER ? (ch >= 'a' && ch <= 'z' ? ch - 32 : ch)
-                                            : (ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+                uint32_t ch = (unsigned char)s->s[i];
+                run[k] = (char)(mode == CASE_UPPER ? cp_upper(ch) : cp_lower(ch));
             }
             jb_put(&b, run, k);
             continue;
