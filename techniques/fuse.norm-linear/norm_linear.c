@@ -31,8 +31,9 @@
 typedef struct nl_state {
     const weft_host_services *host;
     uint32_t op, swiglu; /* the fused op's id; fuse.linear_swiglu's */
-    int64_t max_tokens, products;
+    int64_t max_tokens, products, down;
     uint32_t fused; /* joins rewritten over the instance's life (tests read it) */
+    uint32_t downs; /* of those, with the down projection taken in (option down) */
 } nl_state;
 
 static weft_status nl_ops(nl_state *s, const weft_graph_service *gs, weft_error *err) {
@@ -53,14 +54,17 @@ static weft_status nl_create(const weft_host_services *host, const weft_options 
      * (tests, another runtime) gets the same refusal here */
     s->max_tokens = weft_sdk_option_int(opts, "max_tokens", 1);
     s->products = weft_sdk_option_int(opts, "products", 2);
+    s->down = weft_sdk_option_int(opts, "down", 0);
     const char *bad = s->max_tokens < 1 || s->max_tokens > 8 ? "max_tokens"
                       : s->products < 1 || s->products > 3   ? "products"
+                      : s->down < 0 || s->down > 1           ? "down"
                                                              : NULL;
     if (bad) {
-        int64_t v = bad[0] == 'm' ? s->max_tokens : s->products;
+        int64_t v = bad[0] == 'm' ? s->max_tokens : bad[0] == 'p' ? s->products : s->down;
         host->free(s);
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "option %s: expected %s, found %lld",
-                              bad, bad[0] == 'm' ? "1..8" : "1..3", (long long)v);
+                              bad, bad[0] == 'm' ? "1..8" : bad[0] == 'p' ? "1..3" : "0..1",
+                              (long long)v);
     }
     const weft_graph_service *gs =
         host->get_service ? host->get_service(host, WEFT_SERVICE_GRAPH, 1) : NULL;
@@ -127,6 +131,28 @@ static int moved_past(const weft_graph *g, uint32_t ai, uint32_t pi) {
     return 0;
 }
 
+/* Option down: whether node di (right after the fused product pi, a fuse.linear_swiglu) is a
+ * down projection the node can take in as well: a LINEAR (h, w), no bias, h = the product's
+ * output read by it alone and not a graph output, its output a new tensor that is none of the
+ * join's tensors (the 6-input form writes it after every block's gate|up, README.md). */
+static int down_of(const weft_graph *g, const weft_graph_service *gs, const weft_node *a,
+                   uint32_t pi, uint32_t di) {
+    const weft_node *p = &g->nodes[pi], *d = &g->nodes[di];
+    uint32_t h = p->out[0];
+    if (!valid(g, h) || g->tensors[h].kind == WEFT_TENSOR_OUTPUT ||
+        weft_sdk_only_reader(g, gs, h, pi) != (int32_t)di)
+        return 0;
+    if (d->op != WEFT_OP_LINEAR || d->n_in != 2 || d->n_out != 1 || d->in[0] != h ||
+        d->in[1] == h || !valid(g, d->in[1]) || !valid(g, d->out[0]) ||
+        weft_sdk_node_writes(a, d->in[1]))
+        return 0;
+    const weft_tensor *wd = &g->tensors[d->in[1]], *x = &g->tensors[a->in[0]];
+    if (wd->rank != 2 || x->rank < 1 || wd->shape[0] != x->shape[x->rank - 1]) return 0;
+    uint32_t o = d->out[0];
+    return o != h && !weft_sdk_node_reads(a, o) && !weft_sdk_node_writes(a, o) &&
+           !weft_sdk_node_reads(p, o) && g->tensors[o].dtype == g->tensors[h].dtype;
+}
+
 static weft_status nl_run(void *st, const weft_model_config *cfg, const weft_graph_service *gs,
                           weft_graph *g, weft_error *err) {
     nl_state *s = st;
@@ -167,15 +193,31 @@ static weft_status nl_run(void *st, const weft_model_config *cfg, const weft_gra
         f.p.i[1] = p->op == s->swiglu ? p->p.i[0] : 0; /* fuse.linear_swiglu's merged flag */
         /* "layers.3.mlp.gate_up" -> "norm+layers.3.mlp.gate_up" */
         snprintf(f.name, sizeof(f.name), "norm+%.42s", p->name);
+        /* option down: the down projection right after gate|up goes in too (the 6-input form:
+         * in[5] its weight, out[0] its product, out[3] the gate|up activation h) */
+        int with_down = s->down && p->op == s->swiglu && (uint32_t)pi + 1 < g->n_nodes &&
+                        down_of(g, gs, a, (uint32_t)pi, (uint32_t)pi + 1);
+        if (with_down) {
+            const weft_node *d = &g->nodes[pi + 1];
+            f.n_in = 6;
+            f.in[5] = d->in[1];
+            f.n_out = 4;
+            f.out[0] = d->out[0];
+            f.out[3] = p->out[0];
+            f.p.i[2] = 1;
+            snprintf(f.name, sizeof(f.name), "mlp+%.43s", p->name);
+        }
         /* the fused node takes the product's place: the join's inputs hold there what they held
          * at the join (moved_past), and nothing before it reads r; then the product (now at
          * pi + 1) and the join go */
         if (gs->node_add(g, &f, (uint32_t)pi, err) < 0 ||
+            (with_down && gs->node_remove(g, (uint32_t)pi + 2, err) < 0) ||
             gs->node_remove(g, (uint32_t)pi + 1, err) < 0 || gs->node_remove(g, i, err) < 0)
             return err && err->code ? err->code
                                     : weft_sdk_error(err, WEFT_ERR_INTERNAL, NAME,
                                                      "run: could not rewrite node %u", i);
         fused++;
+        s->downs += (uint32_t)with_down;
         i--; /* the node after the join moved into i */
     }
     s->fused += fused;
@@ -208,4 +250,9 @@ WEFT_SDK_ENTRY(nl_desc, 1, 1)
 /* For tests: how many joins the instance fused. */
 WEFT_EXPORT uint32_t fuse_norm_linear_fused(const void *st) {
     return st ? ((const nl_state *)st)->fused : 0;
+}
+
+/* For tests: how many of those took their down projection in (option down). */
+WEFT_EXPORT uint32_t fuse_norm_linear_downs(const void *st) {
+    return st ? ((const nl_state *)st)->downs : 0;
 }

@@ -118,11 +118,13 @@ static void single_on(const char *model) {
      * (gemv_loop); fast-cuda-async-loop: those two without the carveout;
      * fast-cuda-async-xs: the gate|up GEMV's x in shared memory; the -ln forms:
      * fuse.linear-add-norm's products normalising in their last block; the -nl forms:
-     * fuse.norm-linear's looped products normalising their row in every block */
+     * fuse.norm-linear's looped products normalising their row in every block; -loop-mlp:
+     * its option down (on stories260K's 64-wide rows the node's unfused form) */
     static const char *const cands[] = {
         "fast-cuda-async",         "fast-cuda-async-smem",       "fast-cuda-async-smem-loop",
         "fast-cuda-async-loop",    "fast-cuda-async-xs",         "fast-cuda-async-ln",
-        "fast-cuda-async-smem-ln", "fast-cuda-async-loop-nl", "fast-cuda-async-smem-loop-nl"};
+        "fast-cuda-async-smem-ln", "fast-cuda-async-loop-nl", "fast-cuda-async-smem-loop-nl",
+        "fast-cuda-async-loop-mlp"};
     for (size_t c = 0; c < sizeof(cands) / sizeof(cands[0]); c++) {
         e = open_candidate(cands[c], model);
         assert_non_null(e);

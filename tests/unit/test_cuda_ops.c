@@ -1143,6 +1143,88 @@ static void test_norm_linear(void **state) {
     check_norm_linear(WEFT_DTYPE_BF16, 3, 1024, 2048, 1, 0);
 }
 
+/* fuse.norm_linear's down form (6 inputs) against add_rmsnorm, fuse.linear_swiglu and the down
+ * LINEAR, bit for bit (the down product, r and h), on every instance: on the looped ones at
+ * T = 1 and rows of 1,024..4,096 one kernel with a grid barrier between gate|up and down (run
+ * three times, so the barrier's count and generation are reused), elsewhere the 5-input form
+ * and a LINEAR. merged: the gate|up rows in one weight. */
+static void check_mlp(int T, int F, int D, int merged) {
+    uint32_t dt = WEFT_DTYPE_BF16;
+    tens x = {dt, T, D}, res = {dt, T, D}, nw = {dt, 1, D}, w = {dt, merged ? 2 * F : F, D};
+    tens u = {dt, F, D}, wd = {dt, D, F}, y0 = {dt, T, D}, r0 = {dt, T, D}, h0 = {dt, T, F};
+    tens o0 = {dt, T, D}, o1 = {dt, T, D}, r1 = {dt, T, D}, y1 = {dt, T, D}, h1 = {dt, T, F};
+    weft_node a = {.op = WEFT_OP_ADD_RMSNORM, .n_in = 3, .n_out = 2};
+    a.in[0] = add_tensor(&x, 1), a.in[1] = add_tensor(&res, 1), a.in[2] = add_tensor(&nw, 1);
+    a.out[0] = add_tensor(&y0, 0), a.out[1] = add_tensor(&r0, 0), a.p.f[0] = 1e-6f;
+    uint32_t iw = add_tensor(&w, 1), iu = merged ? WEFT_TENSOR_NONE : add_tensor(&u, 1);
+    weft_node pr = {.op = op_lsw, .n_in = merged ? 2 : 3, .n_out = 1};
+    pr.in[0] = a.out[0], pr.in[1] = iw, pr.in[2] = iu, pr.out[0] = add_tensor(&h0, 0);
+    pr.p.i[0] = merged;
+    weft_node d = {.op = WEFT_OP_LINEAR, .n_in = 2, .n_out = 1};
+    d.in[0] = pr.out[0], d.in[1] = add_tensor(&wd, 1), d.out[0] = add_tensor(&o0, 0);
+    weft_node f = {.op = op_nl, .n_in = 6, .n_out = 4};
+    for (int i = 0; i < 3; i++) f.in[i] = a.in[i];
+    f.in[3] = iw, f.in[4] = iu, f.in[5] = d.in[1], f.p.f[0] = 1e-6f, f.p.i[0] = 1;
+    f.p.i[1] = merged, f.p.i[2] = 1;
+    f.out[0] = add_tensor(&o1, 0), f.out[1] = add_tensor(&r1, 0), f.out[2] = add_tensor(&y1, 0);
+    f.out[3] = add_tensor(&h1, 0);
+    size_t nd = (size_t)T * D, nf = (size_t)T * F;
+    float *want_o = malloc(nd * 4), *want_r = malloc(nd * 4), *want_h = malloc(nf * 4);
+    float *got = malloc(nf * 4 + nd * 4);
+    char what[160];
+    for (int k = 0; k < N_INST; k++) {
+        use_inst(k);
+        poison(&y0), poison(&r0), poison(&h0), poison(&o0);
+        run_node(&a, (uint32_t)T, NULL, NULL);
+        run_node(&pr, (uint32_t)T, NULL, NULL);
+        run_node(&d, (uint32_t)T, NULL, NULL);
+        fetch(&o0, want_o), fetch(&r0, want_r), fetch(&h0, want_h);
+        for (int round = 0; round < 3; round++) {
+            poison(&o1), poison(&r1), poison(&h1);
+            run_node(&f, (uint32_t)T, NULL, NULL);
+            snprintf(what, sizeof(what), "mlp T=%d F=%d D=%d merged=%d instance %d run %d: down",
+                     T, F, D, merged, k, round + 1);
+            fetch(&o1, got);
+            expect_same(what, got, want_o, nd);
+            memcpy(strrchr(what, ':') + 2, "r", 2);
+            fetch(&r1, got);
+            expect_same(what, got, want_r, nd);
+            memcpy(strrchr(what, ':') + 2, "h", 2);
+            fetch(&h1, got);
+            expect_same(what, got, want_h, nf);
+        }
+    }
+    use_inst(0);
+    /* a sane down product, not only an agreeing one: h wd^T within rounding, from the h made */
+    double *ref = malloc(nd * 8);
+    for (int t = 0; t < T; t++)
+        for (int o = 0; o < D; o++) {
+            double sum = 0;
+            for (int j = 0; j < F; j++) sum += (double)want_h[(size_t)t * F + j] * wd.h[(size_t)o * F + j];
+            ref[(size_t)t * D + o] = sum;
+        }
+    double err = relerr(want_o, ref, nd);
+    printf("mlp down: rel err %.2e\n", err);
+    assert_true(err < tol(dt) * 2);
+    free(want_o), free(want_r), free(want_h), free(got), free(ref);
+    tens all[] = {x, res, nw, y0, r0, w, wd, h0, o0, o1, r1, y1, h1};
+    free_tensors(all, 13);
+    if (!merged) be->free(bst, &u.d), free(u.h);
+}
+
+static void test_mlp(void **state) {
+    (void)state;
+    if (!reg_find(op_nl)) fail_msg("the backend registered no fuse.norm_linear");
+    if (!all_insts()) skip();
+    /* the MLPs of Qwen3-0.6B (merged), Llama-3.2-1B (apart) and Qwen3-8B, a Qwen2-style row of
+     * 896 (a 256-thread norm: the fallback) and three rows (the fallback) */
+    check_mlp(1, 3072, 1024, 1);
+    check_mlp(1, 8192, 2048, 0);
+    check_mlp(1, 12288, 4096, 1);
+    check_mlp(1, 4864, 896, 1);
+    check_mlp(3, 3072, 1024, 0);
+}
+
 /* Programmatic dependent launch (backend option pdl, on by default on sm_90+): a chain of
  * dependent nodes launched back to back, so each kernel's blocks start while the previous one
  * drains, must give the same bits as the same chain with the stream drained after every node
@@ -1709,6 +1791,7 @@ GPU_TEST(test_qkv_rope)
 GPU_TEST(test_add_rmsnorm)
 GPU_TEST(test_linear_add_rmsnorm)
 GPU_TEST(test_norm_linear)
+GPU_TEST(test_mlp)
 GPU_TEST(test_head_gemv)
 GPU_TEST(test_pdl_chain)
 GPU_TEST(test_rope_attention)
@@ -1730,7 +1813,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_gemv_xsmem),   cmocka_unit_test(gpu_test_pdl_chain_xsmem),
         cmocka_unit_test(gpu_test_option_ranges),
         cmocka_unit_test(gpu_test_linear_add_rmsnorm),
-        cmocka_unit_test(gpu_test_norm_linear),
+        cmocka_unit_test(gpu_test_norm_linear), cmocka_unit_test(gpu_test_mlp),
         cmocka_unit_test(gpu_test_copy_pinned),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

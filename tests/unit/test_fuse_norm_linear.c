@@ -53,7 +53,7 @@ static const weft_graph_service *gs;
 static const weft_plugin_descriptor *desc;
 static weft_host *host;
 static void *dl;
-static uint32_t (*fused_of)(const void *st);
+static uint32_t (*fused_of)(const void *st), (*downs_of)(const void *st);
 
 /* What to build. Each variation applies to the joins whose bit is set in its mask: join 2l is
  * layer l's after the o projection (product: gate|up), 2l + 1 its join after the down
@@ -295,20 +295,26 @@ static built build(const form *s) {
     return b;
 }
 
-/* A pass instance (max_tokens or products 0: that option left out, the manifest default). */
-static void *create(int64_t max_tokens, int64_t products) {
+/* A pass instance (max_tokens, products or down 0: that option left out, the manifest
+ * default; down's default is 0 anyway). */
+static void *create_down(int64_t max_tokens, int64_t products, int64_t down) {
     void *st = NULL;
     weft_error err = {.size = sizeof(err)};
-    weft_option opt[2];
+    weft_option opt[3];
     uint32_t n = 0;
     if (max_tokens)
         opt[n++] = (weft_option){.key = "max_tokens", .type = WEFT_OPTION_INT, .i = max_tokens};
     if (products)
         opt[n++] = (weft_option){.key = "products", .type = WEFT_OPTION_INT, .i = products};
+    if (down) opt[n++] = (weft_option){.key = "down", .type = WEFT_OPTION_INT, .i = down};
     weft_options opts = {n, n ? opt : NULL};
     if (desc->create(weft_host_services_of(host), &opts, &st, &err))
         fail_msg("create %s: %s", desc->name, err.message);
     return st;
+}
+
+static void *create(int64_t max_tokens, int64_t products) {
+    return create_down(max_tokens, products, 0);
 }
 
 /* Runs instance st's pass once; returns the joins it fused (its counter's growth). */
@@ -609,13 +615,175 @@ static void test_products_range(void **state) {
         desc->destroy(create(0, p));
 }
 
+/* The down projection reading gate|up's h, node di of graph g: its weight and output. */
+typedef struct down_proj {
+    uint32_t w, out;
+    char name[48];
+} down_proj;
+
+static down_proj down_of(const weft_graph *g, uint32_t h) {
+    down_proj d = {0, 0, ""};
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == WEFT_OP_LINEAR && g->nodes[i].in[0] == h) {
+            d.w = g->nodes[i].in[1], d.out = g->nodes[i].out[0];
+            snprintf(d.name, sizeof(d.name), "%s", g->nodes[i].name);
+        }
+    assert_true(d.out != 0);
+    return d;
+}
+
+/* Option down 1 on graph b (built as s, mutated by the caller) with products `products`: the
+ * gate|up joins in `took` take their down projection in (the 6-input form of the README: in[5]
+ * the down weight, out[0] the down product, out[3] h, p.i[2] 1, "mlp+" and the product's name),
+ * the other fused joins are the 5-input form. */
+static void check_down(built *b, int64_t products, uint32_t took, const char *what) {
+    down_proj d[JOINS];
+    for (int k = 0; k < JOINS; k++)
+        if (b->p[k].swiglu) d[k] = down_of(b->g, b->p[k].out);
+    uint32_t nodes = b->g->n_nodes, want = products == BOTH ? ALL : GATE_UP;
+    int linears = count_op(b->g, WEFT_OP_LINEAR);
+    void *st = create_down(0, products, 1);
+    printf("down (%s):\n", what);
+    assert_int_equal(run_with(st, b->g), popcount(want));
+    assert_int_equal(downs_of(st), popcount(took));
+    desc->destroy(st);
+    assert_int_equal(b->g->n_nodes, nodes - (uint32_t)popcount(want) - (uint32_t)popcount(took));
+    assert_int_equal(count_op(b->g, WEFT_OP_LINEAR),
+                     linears - popcount(want & QKV) - popcount(took));
+    for (int k = 0; k < JOINS; k++) {
+        if (!(want >> k & 1)) continue;
+        if (!(took >> k & 1)) {
+            /* a q|k|v product's neighbour before it was the down projection: now the node
+             * that took it in */
+            pair q = b->p[k];
+            if (k > 0 && (took >> (k - 1) & 1) && !strcmp(q.prev, d[k - 1].name))
+                snprintf(q.prev, sizeof(q.prev), "mlp+%.43s", b->p[k - 1].name);
+            check_pair(b->g, &q);
+            continue;
+        }
+        const pair *p = &b->p[k];
+        int32_t at = find(b->g, fused_op, d[k].out);
+        if (at < 0) fail_msg("no fused node writes %s", d[k].name);
+        const weft_node *n = &b->g->nodes[at];
+        assert_int_equal(n->n_in, 6);
+        assert_int_equal(n->in[0], p->x);
+        assert_int_equal(n->in[1], p->res);
+        assert_int_equal(n->in[2], p->nw);
+        assert_int_equal(n->in[3], p->w);
+        assert_int_equal(n->in[4], p->b);
+        assert_int_equal(n->in[5], d[k].w);
+        assert_int_equal(n->n_out, 4);
+        assert_int_equal(n->out[1], p->r);
+        assert_int_equal(n->out[2], p->y);
+        assert_int_equal(n->out[3], p->out);
+        assert_true(n->p.f[0] == p->eps);
+        assert_int_equal(n->p.i[0], 1);
+        assert_int_equal(n->p.i[1], p->merged);
+        assert_int_equal(n->p.i[2], 1);
+        assert_int_equal(n->layer, p->layer);
+        char want_name[48];
+        snprintf(want_name, sizeof(want_name), "mlp+%.43s", p->name);
+        assert_string_equal(n->name, want_name);
+        /* the join, gate|up and down are gone; h and y are the node's and nobody reads them */
+        assert_int_equal(find(b->g, WEFT_OP_ADD_RMSNORM, p->y), -1);
+        assert_int_equal(find(b->g, swiglu_op, p->out), -1);
+        assert_int_equal(find(b->g, WEFT_OP_LINEAR, d[k].out), -1);
+        assert_int_equal(writers(b->g, p->out), 1);
+        assert_int_equal(writers(b->g, d[k].out), 1);
+        assert_int_equal(gs->tensor_uses(b->g, p->out), 0);
+        assert_int_equal(gs->tensor_uses(b->g, p->y), 0);
+        printf("  %s + %s -> %s\n", p->name, d[k].name, n->name);
+    }
+}
+
+static void test_down(void **state) {
+    (void)state;
+    form s = {.split_gu = 0x2};
+    built b = build(&s);
+    check_down(&b, 0, GATE_UP, "every gate|up join, merged and apart");
+    /* a second run changes nothing */
+    char first[33], second[33];
+    assert_int_equal(weft_graph_hash(b.g, first), WEFT_OK);
+    void *st = create_down(0, BOTH, 1);
+    assert_int_equal(run_with(st, b.g), popcount(QKV));
+    desc->destroy(st);
+    st = create_down(0, BOTH, 1);
+    assert_int_equal(run_with(st, b.g), 0);
+    assert_int_equal(downs_of(st), 0);
+    desc->destroy(st);
+    assert_int_equal(weft_graph_hash(b.g, second), WEFT_OK);
+    assert_string_not_equal(first, second); /* the q|k|v joins went in the first of the two */
+    weft_graph_free(b.g);
+    b = build(&s);
+    check_down(&b, BOTH, GATE_UP, "products 3: q|k|v joins in the 5-input form");
+    weft_graph_free(b.g);
+    /* down 0 (the default): the 5-input form, the down projections stay */
+    check_fused(&s, 0, 0, GATE_UP, "down left out");
+}
+
+/* The gate|up node stays the 5-input form, its down projection a LINEAR, when the down
+ * projection has a bias, h is a graph output or has a second reader, or the down weight is
+ * not (D, F); each case in one layer only (join 2), the other two layers still taking
+ * theirs in. */
+static void test_down_refuses(void **state) {
+    (void)state;
+    const char *why[] = {"down with a bias", "h a graph output", "h read twice",
+                         "down weight of the wrong width"};
+    for (int c = 0; c < 4; c++) {
+        form s = {.split_gu = 0x2};
+        built b = build(&s);
+        weft_graph *g = b.g;
+        uint32_t h = b.p[2].out;
+        int32_t di = -1;
+        for (uint32_t i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].op == WEFT_OP_LINEAR && g->nodes[i].in[0] == h) di = (int32_t)i;
+        assert_true(di > 0);
+        weft_node *d = &g->nodes[di];
+        if (c == 0) {
+            d->in[2] = pass_tensor(g, WEFT_TENSOR_WEIGHT, WEFT_DTYPE_BF16, D, 0, "down.bias");
+            d->n_in = 3;
+        } else if (c == 1) {
+            g->tensors[h].kind = WEFT_TENSOR_OUTPUT;
+        } else if (c == 2) {
+            scale(g, 1, "h_reader", h, act(g, F, "h", ".scaled"));
+        } else {
+            d->in[1] = pass_tensor(g, WEFT_TENSOR_WEIGHT, WEFT_DTYPE_BF16, D / 2, F, "down.half");
+        }
+        weft_error err = {.size = sizeof(err)};
+        if (c != 3 && weft_graph_validate(g, &err)) fail_msg("%s: %s", why[c], err.message);
+        if (c == 3) {
+            /* the validator may refuse this graph; a host that does not validate still gets
+             * that layer's down projection left alone */
+            uint32_t o = d->out[0];
+            void *st = create_down(0, 0, 1);
+            assert_int_equal(desc->pass->run(st, NULL, gs, g, &err), WEFT_OK);
+            assert_int_equal(downs_of(st), 2);
+            desc->destroy(st);
+            assert_true(find(g, WEFT_OP_LINEAR, o) >= 0);
+        } else {
+            check_down(&b, 0, GATE_UP & ~0x4u, why[c]);
+        }
+        weft_graph_free(g);
+    }
+}
+
+static void test_down_range(void **state) {
+    (void)state;
+    const int64_t bad[3] = {-1, 2, 7};
+    check_refused("down", bad, "0..1");
+    desc->destroy(create_down(0, 0, 0));
+    desc->destroy(create_down(0, 0, 1));
+}
+
 static int setup(void **state) {
     (void)state;
     gs = weft_graph_service_get();
     if (open_pass_plugin("fuse.norm-linear", "weft-fuse-norm-linear", &dl, &desc)) return -1;
     void *sym = dlsym(dl, "fuse_norm_linear_fused");
     if (sym) memcpy(&fused_of, &sym, sizeof(fused_of));
-    if (!fused_of) return -1;
+    sym = dlsym(dl, "fuse_norm_linear_downs");
+    if (sym) memcpy(&downs_of, &sym, sizeof(downs_of));
+    if (!fused_of || !downs_of) return -1;
     weft_error err = {.size = sizeof(err)};
     host = weft_host_new();
     if (!host ||
@@ -640,7 +808,8 @@ int main(void) {
         cmocka_unit_test(test_refuses),        cmocka_unit_test(test_refuses_one),
         cmocka_unit_test(test_twice),          cmocka_unit_test(test_option_range),
         cmocka_unit_test(test_products),       cmocka_unit_test(test_products_in_turn),
-        cmocka_unit_test(test_products_range),
+        cmocka_unit_test(test_products_range), cmocka_unit_test(test_down),
+        cmocka_unit_test(test_down_refuses),   cmocka_unit_test(test_down_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

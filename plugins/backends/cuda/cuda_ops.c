@@ -90,6 +90,8 @@ typedef struct cuda_ops_state {
     CUdeviceptr ra_count; /* weft_rope_attention's arrival counter per KV head, 0 between steps */
     uint32_t ra_count_n;
     CUdeviceptr ln_count; /* weft_gemv_norm_*'s arrival counter, 0 between launches */
+    CUdeviceptr mlp_bar;  /* weft_gemv_mlp_nlp_*'s grid barrier: a count (0 between launches)
+                           * and a generation */
 } cuda_ops_state;
 
 /* Split-KV decode attention (kernels/core.cu weft_attention_split): used for steps of at most
@@ -1307,28 +1309,94 @@ static int32_t accepts_linear_add_rmsnorm(void *st, const weft_graph *g, const w
  * (options gemv_loop and gemv_xsmem, 256-thread blocks, no gemv_stage), rows of 1,024 to 4,096
  * elements of one dtype and 16-byte aligned rows (the kernel moves them as 16-byte vectors) it
  * is one kernel (core.cu gemv_loop's NORM form), which leaves y unwritten (nothing reads it);
- * otherwise ADD_RMSNORM's kernel into y, then the product of y. */
+ * otherwise ADD_RMSNORM's kernel into y, then the product of y.
+ * The down form (p.i[2] = 1, a fuse.linear_swiglu only): in[5] the down weight (D,F), out[0]
+ * the down product (T,D), out[3] h, the gate|up activation (T,F). Where the one-row kernel
+ * applies and the down product fits the looped GEMV too, the whole is one kernel (core.cu
+ * gemv_mlp); otherwise the 5-input form into h, then the down LINEAR of h. */
+static int nl_one_row(const cuda_backend *b, const weft_tensor *w, const weft_tensor *nwt,
+                      uint32_t dt, int sw, int N, int D, CUdeviceptr xp, CUdeviceptr wp,
+                      CUdeviceptr bp, CUdeviceptr rp, CUdeviceptr ro, CUdeviceptr nwp) {
+    return b->gemv_loop > 0 && gemv_xs_bytes(b, sw, 1, D, dt) && b->gemv_loop_warps <= 8 &&
+           b->gemv_stage <= 0 && b->gemv_max_tokens >= 1 && norm_block(D) == 1024 && D <= 4096 &&
+           w->dtype == dt && nwt->dtype == dt && (!sw || bp % 16 == 0) &&
+           (rp | ro | nwp) % 16 == 0 && cuda_gemv_fits(dt, xp, wp, 1, D) &&
+           (sw || b->gemv_force || gemv_wins(1, N, D));
+}
+
+static weft_status mlp_barrier(cuda_backend *b, CUdeviceptr *out, weft_error *err) {
+    cuda_ops_state *o = ops_of(b);
+    if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
+    if (!o->mlp_bar) { /* first step: setup, not per step */
+        TRY(cuda_arena_alloc(b, 2 * sizeof(uint32_t), &o->mlp_bar, err));
+        CK(cuMemsetD32Async(o->mlp_bar, 0, 2, b->stream), "zeroing the MLP kernel's barrier");
+    }
+    *out = o->mlp_bar;
+    return WEFT_OK;
+}
+
+/* the down form as one kernel (op_norm_linear): gate|up's looped grid and down's, both sized
+ * for the one kernel, the larger launched */
+static weft_status mlp_launch(cuda_backend *b, uint32_t dt, CUdeviceptr xp, CUdeviceptr rp,
+                              CUdeviceptr nwp, CUdeviceptr ro, float eps, CUdeviceptr wp,
+                              CUdeviceptr bp, CUdeviceptr hp, int F, int D, CUdeviceptr wdp,
+                              CUdeviceptr op, weft_error *err) {
+    const char *name = b->gemv_x_async ? "weft_gemv_mlp_nlp_xa_1" : "weft_gemv_mlp_nlp_xs_1";
+    CUfunction f;
+    TRY(kern(b, dt, dt, name, &f, err));
+    unsigned xs = (unsigned)((2 * D > F ? 2 * D : F) * (int)elem_size(dt)), g1, g2;
+    int S = cuda_gemv_split(D), Sd = cuda_gemv_split(F), per, perd;
+    TRY(gemv_lp_grid(b, f, 256, xs, F, S, &g1, &per, err));
+    TRY(gemv_lp_grid(b, f, 256, xs, D, Sd, &g2, &perd, err));
+    CUdeviceptr bar;
+    TRY(mlp_barrier(b, &bar, err));
+    void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &hp, &F, &D,
+                    &S,  &per, &wdp, &op, &Sd, &perd, &bar};
+    return gemv_launch(b, f, name, g1 > g2 ? g1 : g2, xs, args, err);
+}
+
 static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_node *n,
                                   weft_error *err) {
     cuda_backend *b = st;
+    const int down = n->n_in == 6 && n->p.i[2] == 1;
     const weft_tensor *x = tin(c, n, 0), *nwt = tin(c, n, 2), *w = tin(c, n, 3),
-                      *o = &c->graph->tensors[n->out[0]];
+                      *o = &c->graph->tensors[n->out[down ? 3 : 0]];
     const int sw = n->p.i[0] == 1;
     int T = (int)c->n_tokens, D = (int)cols_of(x), N = (int)cols_of(o);
     if (T == 0) return WEFT_OK;
     CUdeviceptr xp = din(c, n, 0), rp = din(c, n, 1), nwp = din(c, n, 2), wp = din(c, n, 3),
-                bp = din(c, n, 4), op = dout(c, n, 0), ro = dout(c, n, 1), yp = dout(c, n, 2);
+                bp = din(c, n, 4), op = dout(c, n, down ? 3 : 0), ro = dout(c, n, 1),
+                yp = dout(c, n, 2);
     if (sw && n->p.i[1] == 1) bp = wp + (CUdeviceptr)N * D * elem_size(w->dtype); /* w_up */
     float eps = n->p.f[0];
     uint32_t dt = x->dtype;
     int out_f32 = o->dtype != dt;
     CK(cuCtxSetCurrent(b->ctx), "making the context current");
-    unsigned xs = gemv_xs_bytes(b, sw, 1, D, dt);
-    if (T == 1 && b->gemv_loop > 0 && xs && b->gemv_loop_warps <= 8 && b->gemv_stage <= 0 &&
-        b->gemv_max_tokens >= 1 && norm_block(D) == 1024 && D <= 4096 && w->dtype == dt &&
-        nwt->dtype == dt && (!sw || bp % 16 == 0) && (rp | ro | nwp) % 16 == 0 &&
-        cuda_gemv_fits(dt, xp, wp, 1, D) &&
-        (sw || b->gemv_force || gemv_wins(1, N, D))) {
+    int one = T == 1 && nl_one_row(b, w, nwt, dt, sw, N, D, xp, wp, bp, rp, ro, nwp);
+    if (down) { /* N is F here: h's width, the down product's K */
+        const weft_tensor *wd = tin(c, n, 5);
+        CUdeviceptr wdp = din(c, n, 5), dp = dout(c, n, 0);
+        if (one && wd->dtype == dt && c->graph->tensors[n->out[0]].dtype == dt &&
+            gemv_xs_bytes(b, 0, 1, N, dt) && cuda_gemv_fits(dt, op, wdp, 1, N) &&
+            (b->gemv_force || gemv_wins(1, D, N)))
+            return mlp_launch(b, dt, xp, rp, nwp, ro, eps, wp, bp, op, N, D, wdp, dp, err);
+        if (one) {
+            /* the 5-input kernel into h, then the down product */
+            weft_node five = *n;
+            five.n_in = 5;
+            five.n_out = 3;
+            five.out[0] = n->out[3];
+            five.p.i[2] = 0;
+            TRY(op_norm_linear(st, c, &five, err));
+        } else {
+            TRY(add_rmsnorm_launch(b, dt, nwt->dtype, xp, rp, nwp, yp, ro, T, D, eps, err));
+            TRY(swiglu_gemv(b, n->name, dt, w->dtype, yp, wp, bp, op, T, N, D, err));
+        }
+        return cuda_linear(b, op, dt, wdp, wd->dtype, 0, dp, c->graph->tensors[n->out[0]].dtype,
+                           T, D, N, err);
+    }
+    if (one) {
+        unsigned xs = gemv_xs_bytes(b, sw, 1, D, dt);
         const char *name = sw ? "weft_gemv_swiglu_nlp_xs_1" : "weft_gemv_nlp_xs_1";
         CUfunction f;
         TRY(kern(b, dt, dt, name, &f, err));
@@ -1349,7 +1417,24 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
 }
 
 static int32_t accepts_norm_linear(void *st, const weft_graph *g, const weft_node *n) {
-    if (n->n_in != 5 || n->n_out != 3) return 0;
+    if (n->n_in == 6 && n->n_out == 4 && n->p.i[2] == 1 && n->p.i[0] == 1) {
+        /* the down form: the 5-input form into h (out[3]), then the down LINEAR (in[5], no
+         * bias) of h into out[0], of x's width and dtype */
+        if (n->in[5] >= g->n_tensors || n->out[3] >= g->n_tensors || n->out[0] >= g->n_tensors ||
+            n->in[0] >= g->n_tensors)
+            return 0;
+        weft_node five = *n;
+        five.n_in = 5;
+        five.n_out = 3;
+        five.out[0] = n->out[3];
+        five.p.i[2] = 0;
+        const weft_tensor *x = &g->tensors[n->in[0]], *h = &g->tensors[n->out[3]],
+                          *wd = &g->tensors[n->in[5]], *o = &g->tensors[n->out[0]];
+        return accepts_norm_linear(st, g, &five) && h->dtype == x->dtype && wd->rank == 2 &&
+               wd->shape[0] == cols_of(x) && wd->shape[1] == cols_of(h) &&
+               is_float(wd->dtype) && o->dtype == x->dtype && cols_of(o) == cols_of(x);
+    }
+    if (n->n_in != 5 || n->n_out != 3 || n->p.i[2] != 0) return 0;
     const int sw = n->p.i[0] == 1, merged = sw && n->p.i[1] == 1;
     if (n->p.i[0] != 0 && !sw) return 0;
     /* in[4] (the bias, or the up rows unless merged) may be absent */

@@ -1129,6 +1129,32 @@ __device__ __forceinline__ const act *gemv_x_addnorm(const act *x, const act *re
     return xs;
 }
 
+// a looped block's rows: its first row n0 (its warp's) and its number of groups ng, possibly
+// none (a block past the grid the product needs: the MLP kernel's grid is the larger of two)
+template <int NT>
+__device__ __forceinline__ void lp_span(int N, int S, int per, int &n0, int &ng) {
+    const int warp = threadIdx.x >> 5, rb = NT / 32 / S;
+    const int g0 = blockIdx.x * per, left = (N + rb - 1) / rb - g0;
+    ng = per < left ? per : left; // this block's groups (the grid's last may have fewer)
+    n0 = g0 * rb + warp / S;
+}
+
+// a looped block's ng groups from row n0, the first batch of row n0's weights already in wv
+template <int NW, int NT>
+__device__ __forceinline__ void lp_groups(const act *x, const wgt *w0, const wgt *w1,
+                                          const wgt *bias, void *y, int out_f32, int N, int K,
+                                          int S, int n0, int ng, uint4 (*wv)[NW]) {
+    __shared__ float red[2][NT / 32][NW];
+    const int rb = NT / 32 / S;
+    // the trip count is the block's, so every warp reaches each barrier
+    #pragma unroll 1
+    for (int i = 0; i < ng; i++) {
+        const int n = n0 + i * rb;
+        lp_group<NW, NT>(x, w0, w1, bias, y, out_f32, N, K, S, i, n, i + 1 < ng ? n + rb : -1,
+                         wv, red);
+    }
+}
+
 // NT: the block's threads (option gemv_loop_warps; 256 otherwise), a group NT / 32 / S rows.
 // NORM (fuse.norm_linear): x is the residual join's first summand, res its second, wn the
 // norm's weights and r the join's sum (gemv_x_addnorm); the products read the normalised row.
@@ -1138,12 +1164,10 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
                                           int S, int per, const act *res = nullptr,
                                           const wgt *wn = nullptr, act *r = nullptr,
                                           float eps = 0.f) {
-    __shared__ float red[2][NT / 32][NW];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S, rb = NT / 32 / S;
+    const int lane = threadIdx.x & 31, s = (threadIdx.x >> 5) % S;
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
-    const int g0 = blockIdx.x * per, left = (N + rb - 1) / rb - g0;
-    const int ng = per < left ? per : left; // this block's groups (the grid's last may have fewer)
-    const int n0 = g0 * rb + warp / S;
+    int n0, ng;
+    lp_span<NT>(N, S, per, n0, ng);
     uint4 wv[4][NW];
     lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
     if constexpr (NORM) {
@@ -1152,13 +1176,56 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
         pdl_enter();
         if (XS) x = gemv_x_shared<NT, XA>(x, K);
     }
-    // the trip count is the block's, so every warp reaches each barrier
-    #pragma unroll 1
-    for (int i = 0; i < ng; i++) {
-        const int n = n0 + i * rb;
-        lp_group<NW, NT>(x, w0, w1, bias, y, out_f32, N, K, S, i, n, i + 1 < ng ? n + rb : -1,
-                         wv, red);
+    lp_groups<NW, NT>(x, w0, w1, bias, y, out_f32, N, K, S, n0, ng, wv);
+}
+
+// Every block of the grid arrives, then leaves once all have: bar[0] counts arrivals, bar[1]
+// is the generation. The last to arrive zeroes the count and advances the generation, so the
+// pair needs no reset between launches. The grid must be resident at once (its callers size it
+// so). Writes before the barrier are visible to every block's reads after it: thread 0 fences
+// before it arrives and after it leaves (an acquire at GPU scope, which also drops stale L1
+// lines), and the block barriers order the other threads behind it.
+__device__ __forceinline__ void grid_barrier(unsigned *bar) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned *gen = bar + 1;
+        const unsigned g = *gen;
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == g) __nanosleep(32);
+        }
+        __threadfence();
     }
+    __syncthreads();
+}
+
+// fuse.norm_linear's down form (cuda_ops.c op_norm_linear, 6 inputs) at one row: gemv_loop's
+// NORM gate|up + SwiGLU into h (F values; S, per its split and groups a block), a grid
+// barrier, then the looped down product y = h wd^T (D rows of F; Sd, perd) reading h from
+// shared memory. Each block issues its first batch of down weights before the barrier (no
+// kernel writes them), so they stream while the slowest gate|up blocks finish. The grid is
+// the larger of the two products' looped grids, both sized for the same kernel, so resident
+// at once. Each row's arithmetic is the two kernels' own: the same bits.
+template <bool XA>
+__device__ __forceinline__ void gemv_mlp(const act *x, const act *res, const wgt *wn, act *r,
+                                         float eps, const wgt *wg, const wgt *wu, act *h, int F,
+                                         int D, int S, int per, const wgt *wd, act *y, int Sd,
+                                         int perd, unsigned *bar) {
+    gemv_loop<2, true, GEMV_THREADS, true>(x, wg, wu, nullptr, h, 0, F, D, S, per, res, wn, r,
+                                           eps);
+    const int lane = threadIdx.x & 31, s = (threadIdx.x >> 5) % Sd;
+    const int nv = F / GEMV_VEC, stride = Sd * 32, v0 = s * 32 + lane;
+    int n0, ng;
+    lp_span<GEMV_THREADS>(D, Sd, perd, n0, ng);
+    uint4 wv[4][1];
+    lp_first<1>(wd, nullptr, n0, D, F, v0, stride, nv, wv);
+    grid_barrier(bar);
+    const act *hs = gemv_x_shared<GEMV_THREADS, XA>(h, F);
+    lp_groups<1, GEMV_THREADS>(hs, wd, nullptr, nullptr, y, 0, D, F, Sd, n0, ng, wv);
 }
 
 #define WEFT_GEMV_LP(SUF, XS, XA)                                                                  \
@@ -1194,6 +1261,17 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_loop<2, true, GEMV_THREADS, true>(x, wg, wu, nullptr, y, 0, F, K, S, per, res, wn, r,
                                            eps);
 }
+#define WEFT_GEMV_MLP(SUF, XA)                                                                     \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        weft_gemv_mlp_nlp##SUF##_1(const act *x, const act *res, const wgt *wn, act *r, float eps, \
+                                   const wgt *wg, const wgt *wu, act *h, int F, int D, int S,      \
+                                   int per, const wgt *wd, act *y, int Sd, int perd,               \
+                                   unsigned *bar) {                                                \
+        ABLATE(4);                                                                                 \
+        gemv_mlp<XA>(x, res, wn, r, eps, wg, wu, h, F, D, S, per, wd, y, Sd, perd, bar);           \
+    }
+WEFT_GEMV_MLP(_xs, false)
+WEFT_GEMV_MLP(_xa, true)
 // the x-in-shared-memory forms with wider blocks (option gemv_loop_warps): x is copied once for
 // 16, 24 or 32 warps' rows instead of 8
 #define WEFT_GEMV_LPW(WARPS)                                                                       \
