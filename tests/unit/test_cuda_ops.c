@@ -1622,7 +1622,7 @@ static void test_option_ranges(void **state) {
         int64_t v;
     } bad[] = {{"gemv_max_tokens", 9}, {"smem_carveout", 101}, {"smem_carveout", -2},
                {"gemv_xsmem", 4},      {"attn_cp", 4},         {"attn_cp", -1},
-               {"ablate", 8},          {"gemv_stage", 201},    {"gemv_stage", -1},
+               {"ablate", 16},          {"gemv_stage", 201},    {"gemv_stage", -1},
                {"gemv_loop", 17},      {"gemv_loop", -1},      {"gemv_loop_warps", 7},
                {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

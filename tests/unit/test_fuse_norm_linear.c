@@ -18,7 +18,12 @@
  * read by a fuse.linear_swiglu (gate|up) are fused and those read by a LINEAR (q|k|v, the LM
  * head) stay an ADD_RMSNORM and a LINEAR; 1 fuses exactly the LINEAR-read joins, 3 all; a run
  * with 2 then one with 1 gives the graph of one run with 3. max_tokens outside 1..8 and
- * products outside 1..3 are refused at create, the message naming the option and its range. The
+ * products outside 1..3 are refused at create, the message naming the option and its range.
+ * Option down 1: each gate|up node takes in the down projection after it (the 6-input form:
+ * inputs as above plus the down weight, outputs the down product, r, y and h; p.i[2] 1; "mlp+"
+ * names), the q|k|v joins (products 3) keep the 5-input form, a second run changes nothing;
+ * a down projection with a bias, an h that is a graph output or read twice, or a down weight
+ * of the wrong width stays a LINEAR beside a 5-input node; down outside 0..1 is refused. The
  * bit-identity of the op itself is the cuda backend's to check (tests/unit/test_cuda_ops.c). */
 #include <setjmp.h>
 #include <stdarg.h>

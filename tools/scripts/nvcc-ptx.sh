@@ -37,9 +37,9 @@ for set in "${sets[@]}"; do
     case "$f" in
       trace) trace=_trace; defs+=(-DWEFT_TRACE) ;;
       pdle) pdle=_pdle; defs+=(-DWEFT_PDL_EARLY) ;;
-      ablate[1-7]) abl=_$f; defs+=(-DWEFT_ABLATE="${f#ablate}") ;;
+      ablate[1-9] | ablate1[0-5]) abl=_$f; defs+=(-DWEFT_ABLATE="${f#ablate}") ;;
       "") ;;
-      *) echo "nvcc-ptx.sh: set '$set': unknown flag '$f' (trace, pdle, ablate1-7)" >&2; exit 2 ;;
+      *) echo "nvcc-ptx.sh: set '$set': unknown flag '$f' (trace, pdle, ablate1-15)" >&2; exit 2 ;;
     esac
   done
   name=$out/core_ta${ta}_tw${tw}$trace$pdle$abl.ptx

@@ -401,7 +401,7 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
         {"attn_mc4_from", 0, 0, 1 << 24, " (positions of a KV-length bucket; 0: never)",
          &b->attn_mc4_from},
-        {"ablate", 0, 0, 7, " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs)",
+        {"ablate", 0, 0, 15, " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs, 8: the MLP kernel's grid barrier)",
          &b->ablate},
     };
     weft_status e = read_int_opts(host, opts, ranged, sizeof(ranged) / sizeof(ranged[0]), err);
