@@ -65,10 +65,6 @@ static void la_destroy(void *st) {
     if (s) s->host->free(s);
 }
 
-static int valid(const weft_graph *g, uint32_t t) {
-    return t < g->n_tensors;
-}
-
 static int same_shape(const weft_tensor *a, const weft_tensor *b) {
     if (a->dtype != b->dtype || a->rank != b->rank) return 0;
     for (uint32_t d = 0; d < a->rank && d < WEFT_MAX_DIMS; d++)
@@ -87,11 +83,13 @@ static int64_t elements(const weft_tensor *t) {
  * that fit each other, and a bias of N entries or none. */
 static int product(const weft_graph *g, const weft_node *l) {
     if (l->op != WEFT_OP_LINEAR || l->n_out != 1 || (l->n_in != 2 && l->n_in != 3)) return 0;
-    if (!valid(g, l->in[0]) || !valid(g, l->in[1]) || !valid(g, l->out[0])) return 0;
+    if (!weft_sdk_tensor_valid(g, l->in[0]) || !weft_sdk_tensor_valid(g, l->in[1]) ||
+        !weft_sdk_tensor_valid(g, l->out[0]))
+        return 0;
     const weft_tensor *x = &g->tensors[l->in[0]], *w = &g->tensors[l->in[1]];
     if (w->rank != 2 || x->rank < 1 || x->shape[x->rank - 1] != w->shape[1]) return 0;
     if (l->n_in == 3 && l->in[2] != WEFT_TENSOR_NONE &&
-        (!valid(g, l->in[2]) || elements(&g->tensors[l->in[2]]) != w->shape[0]))
+        (!weft_sdk_tensor_valid(g, l->in[2]) || elements(&g->tensors[l->in[2]]) != w->shape[0]))
         return 0;
     return 1;
 }
@@ -107,8 +105,8 @@ static int joins(const weft_graph *g, const weft_node *l, const weft_node *a, ui
         *res = a->in[0];
     else
         return 0;
-    if (!valid(g, *res) || *res == t || !valid(g, a->in[2]) || !valid(g, a->out[0]) ||
-        !valid(g, a->out[1]))
+    if (!weft_sdk_tensor_valid(g, *res) || *res == t || !weft_sdk_tensor_valid(g, a->in[2]) ||
+        !weft_sdk_tensor_valid(g, a->out[0]) || !weft_sdk_tensor_valid(g, a->out[1]))
         return 0;
     const weft_tensor *tt = &g->tensors[t];
     int64_t n = g->tensors[l->in[1]].shape[0];

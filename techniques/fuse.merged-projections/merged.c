@@ -61,20 +61,18 @@ static void mp_destroy(void *st) {
     s->host->free(s);
 }
 
-static int valid(const weft_graph *g, uint32_t t) {
-    return t < g->n_tensors;
-}
-
 /* A LINEAR node whose weight (and bias, if any) are dense checkpoint tensors. */
 static int mergeable(const weft_graph *g, const weft_node *n) {
     if (n->op != WEFT_OP_LINEAR || n->n_out != 1 || n->n_in < 2 || n->n_in > 3) return 0;
-    if (!valid(g, n->in[0]) || !valid(g, n->in[1]) || !valid(g, n->out[0])) return 0;
+    if (!weft_sdk_tensor_valid(g, n->in[0]) || !weft_sdk_tensor_valid(g, n->in[1]) ||
+        !weft_sdk_tensor_valid(g, n->out[0]))
+        return 0;
     const weft_tensor *w = &g->tensors[n->in[1]];
     if (w->kind != WEFT_TENSOR_WEIGHT || w->rank != 2 || !w->source[0] || w->deriver[0] ||
         w->layout[0] || w->reserved[0] || g->tensors[n->out[0]].kind == WEFT_TENSOR_OUTPUT)
         return 0;
     if (n->n_in == 3 && n->in[2] != WEFT_TENSOR_NONE) {
-        if (!valid(g, n->in[2])) return 0;
+        if (!weft_sdk_tensor_valid(g, n->in[2])) return 0;
         const weft_tensor *b = &g->tensors[n->in[2]];
         if (b->kind != WEFT_TENSOR_WEIGHT || !b->source[0] || b->deriver[0] || b->layout[0] ||
             b->dtype != w->dtype)

@@ -63,7 +63,10 @@ static weft_status nl_create(const weft_host_services *host, const weft_options 
         int64_t v = bad[0] == 'm' ? s->max_tokens : bad[0] == 'p' ? s->products : s->down;
         host->free(s);
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "option %s: expected %s, found %lld",
-                              bad, bad[0] == 'm' ? "1..8" : bad[0] == 'p' ? "1..3" : "0..1",
+                              bad,
+                              bad[0] == 'm'   ? "1..8"
+                              : bad[0] == 'p' ? "1..3"
+                                              : "0..1",
                               (long long)v);
     }
     const weft_graph_service *gs =
@@ -82,19 +85,15 @@ static void nl_destroy(void *st) {
     if (s) s->host->free(s);
 }
 
-static int valid(const weft_graph *g, uint32_t t) {
-    return t < g->n_tensors;
-}
-
 /* A residual join this pass can take: x, res and the norm weight in, y and r out, all valid,
  * y and r new tensors (not written in place over an input), x, res, y and r of one dtype. */
 static int join(const weft_graph *g, const weft_node *a) {
     if (a->op != WEFT_OP_ADD_RMSNORM || a->n_in != 3 || a->n_out != 2) return 0;
     for (uint32_t k = 0; k < 3; k++)
-        if (!valid(g, a->in[k])) return 0;
+        if (!weft_sdk_tensor_valid(g, a->in[k])) return 0;
     uint32_t y = a->out[0], r = a->out[1];
-    if (!valid(g, y) || !valid(g, r) || y == r || weft_sdk_node_reads(a, y) ||
-        weft_sdk_node_reads(a, r))
+    if (!weft_sdk_tensor_valid(g, y) || !weft_sdk_tensor_valid(g, r) || y == r ||
+        weft_sdk_node_reads(a, y) || weft_sdk_node_reads(a, r))
         return 0;
     uint32_t dt = g->tensors[a->in[0]].dtype;
     return g->tensors[a->in[1]].dtype == dt && g->tensors[y].dtype == dt &&
@@ -139,12 +138,12 @@ static int down_of(const weft_graph *g, const weft_graph_service *gs, const weft
                    uint32_t pi, uint32_t di) {
     const weft_node *p = &g->nodes[pi], *d = &g->nodes[di];
     uint32_t h = p->out[0];
-    if (!valid(g, h) || g->tensors[h].kind == WEFT_TENSOR_OUTPUT ||
+    if (!weft_sdk_tensor_valid(g, h) || g->tensors[h].kind == WEFT_TENSOR_OUTPUT ||
         weft_sdk_only_reader(g, gs, h, pi) != (int32_t)di)
         return 0;
     if (d->op != WEFT_OP_LINEAR || d->n_in != 2 || d->n_out != 1 || d->in[0] != h ||
-        d->in[1] == h || !valid(g, d->in[1]) || !valid(g, d->out[0]) ||
-        weft_sdk_node_writes(a, d->in[1]))
+        d->in[1] == h || !weft_sdk_tensor_valid(g, d->in[1]) ||
+        !weft_sdk_tensor_valid(g, d->out[0]) || weft_sdk_node_writes(a, d->in[1]))
         return 0;
     const weft_tensor *wd = &g->tensors[d->in[1]], *x = &g->tensors[a->in[0]];
     if (wd->rank != 2 || x->rank < 1 || wd->shape[0] != x->shape[x->rank - 1]) return 0;

@@ -48,10 +48,6 @@ static void qr_destroy(void *st) {
     if (s) s->host->free(s);
 }
 
-static int valid(const weft_graph *g, uint32_t t) {
-    return t < g->n_tensors;
-}
-
 static int32_t producer(const weft_graph *g, uint32_t t) {
     for (uint32_t i = 0; i < g->n_nodes; i++)
         if (weft_sdk_node_writes(&g->nodes[i], t)) return (int32_t)i;
@@ -67,12 +63,12 @@ typedef struct side {
 
 static int match_side(const weft_graph *g, const weft_graph_service *gs, uint32_t t, uint32_t pos,
                       side *sd) {
-    if (!valid(g, t) || gs->tensor_uses(g, t) != 1) return 0;
+    if (!weft_sdk_tensor_valid(g, t) || gs->tensor_uses(g, t) != 1) return 0;
     int32_t r = producer(g, t);
     if (r < 0) return 0;
     const weft_node *rn = &g->nodes[r];
     if (rn->op != WEFT_OP_ROPE || rn->n_in != 2 || rn->n_out != 1 || rn->in[1] != pos ||
-        !valid(g, rn->in[0]))
+        !weft_sdk_tensor_valid(g, rn->in[0]))
         return 0;
     sd->rope = r;
     sd->norm = -1;
@@ -83,7 +79,8 @@ static int match_side(const weft_graph *g, const weft_graph_service *gs, uint32_
     if (nidx >= 0 && gs->tensor_uses(g, rn->in[0]) == 1) {
         const weft_node *nn = &g->nodes[nidx];
         if (nn->op == WEFT_OP_RMSNORM && nn->n_in == 2 && nn->n_out == 1 &&
-            nn->p.i[0] == rn->p.i[1] && valid(g, nn->in[0]) && valid(g, nn->in[1])) {
+            nn->p.i[0] == rn->p.i[1] && weft_sdk_tensor_valid(g, nn->in[0]) &&
+            weft_sdk_tensor_valid(g, nn->in[1])) {
             sd->norm = nidx;
             sd->src = nn->in[0];
             sd->norm_w = nn->in[1];
@@ -113,7 +110,8 @@ static weft_status qr_run(void *st, const weft_model_config *cfg, const weft_gra
         if (at->op != WEFT_OP_ATTENTION || at->n_in < 4) continue;
         uint32_t qt = at->in[0], kt = at->in[1], vt = at->in[2], pos = at->in[3];
         side q, k;
-        if (!valid(g, pos) || !match_side(g, gs, qt, pos, &q) || !match_side(g, gs, kt, pos, &k))
+        if (!weft_sdk_tensor_valid(g, pos) || !match_side(g, gs, qt, pos, &q) ||
+            !match_side(g, gs, kt, pos, &k))
             continue;
         if ((q.norm < 0) != (k.norm < 0) || (q.norm >= 0 && q.eps != k.eps)) continue;
         const weft_node *rq = &g->nodes[q.rope], *rk = &g->nodes[k.rope];
@@ -138,13 +136,14 @@ static weft_status qr_run(void *st, const weft_model_config *cfg, const weft_gra
         /* merged form: q, k, v are the three outputs of one split */
         int32_t sp = producer(g, q.src);
         int merged = 0;
-        if (sp >= 0 && valid(g, vt) && producer(g, k.src) == sp && producer(g, vt) == sp) {
+        if (sp >= 0 && weft_sdk_tensor_valid(g, vt) && producer(g, k.src) == sp &&
+            producer(g, vt) == sp) {
             const weft_node *spn = &g->nodes[sp];
             merged = spn->op == WEFT_OP_SPLIT && spn->n_out == 3 && spn->out[0] == q.src &&
                      spn->out[1] == k.src && spn->out[2] == vt && spn->p.i[0] == Hq * hd &&
                      spn->p.i[1] == Hkv * hd && spn->p.i[2] == Hkv * hd &&
                      gs->tensor_uses(g, q.src) == 1 && gs->tensor_uses(g, k.src) == 1 &&
-                     gs->tensor_uses(g, vt) == 1 && valid(g, spn->in[0]);
+                     gs->tensor_uses(g, vt) == 1 && weft_sdk_tensor_valid(g, spn->in[0]);
         }
         uint32_t n_in = 0;
         if (merged) {

@@ -67,10 +67,6 @@ static void ra_destroy(void *st) {
     if (s) s->host->free(s);
 }
 
-static int valid(const weft_graph *g, uint32_t t) {
-    return t < g->n_tensors;
-}
-
 /* Whether attention node a reads exactly what fuse.qkv_rope node f makes, with the same
  * shape parameters, and can be run by the fused op. */
 static int matches(const weft_graph *g, const weft_graph_service *gs, uint32_t fi, uint32_t ai) {
@@ -81,7 +77,8 @@ static int matches(const weft_graph *g, const weft_graph_service *gs, uint32_t f
     if (a->op != WEFT_OP_ATTENTION || a->n_in < 5 || a->n_out != 1) return 0;
     uint32_t pos = f->in[merged ? 1 : 2];
     if (a->in[0] != f->out[0] || a->in[1] != f->out[1] || (merged && a->in[2] != f->out[2]) ||
-        a->in[3] != pos || !valid(g, a->in[2]) || !valid(g, a->in[4]))
+        a->in[3] != pos || !weft_sdk_tensor_valid(g, a->in[2]) ||
+        !weft_sdk_tensor_valid(g, a->in[4]))
         return 0;
     if (merged && weft_sdk_only_reader(g, gs, f->out[2], fi) != (int32_t)ai) return 0;
     if (a->p.i[5] != 0 || a->p.i[1] != f->p.i[0] || a->p.i[2] != f->p.i[5] ||

@@ -65,10 +65,6 @@ static void sw_destroy(void *st) {
 }
 
 /* ---- the pass ---------------------------------------------------------------------------- */
-static int valid(const weft_graph *g, uint32_t t) {
-    return t < g->n_tensors;
-}
-
 /* Index of the node that produces tensor t, or -1. */
 static int32_t producer(const weft_graph *g, uint32_t t) {
     for (uint32_t i = 0; i < g->n_nodes; i++)
@@ -81,8 +77,9 @@ static int plain_linear(const weft_graph *g, int32_t i) {
     if (i < 0) return 0;
     const weft_node *n = &g->nodes[i];
     return n->op == WEFT_OP_LINEAR && n->n_out == 1 &&
-           (n->n_in == 2 || (n->n_in == 3 && n->in[2] == WEFT_TENSOR_NONE)) && valid(g, n->in[0]) &&
-           valid(g, n->in[1]) && g->tensors[n->in[1]].rank == 2;
+           (n->n_in == 2 || (n->n_in == 3 && n->in[2] == WEFT_TENSOR_NONE)) &&
+           weft_sdk_tensor_valid(g, n->in[0]) && weft_sdk_tensor_valid(g, n->in[1]) &&
+           g->tensors[n->in[1]].rank == 2;
 }
 
 /* Inserts f before node `at`, then removes the nodes listed in idx (indices before the
@@ -117,7 +114,8 @@ static weft_status sw_run(void *st, const weft_model_config *cfg, const weft_gra
         const weft_node *sw = &g->nodes[i];
         if (sw->op != WEFT_OP_SWIGLU || sw->n_in != 2 || sw->n_out != 1) continue;
         uint32_t gt = sw->in[0], ut = sw->in[1], y = sw->out[0];
-        if (!valid(g, gt) || !valid(g, ut) || !valid(g, y) || gs->tensor_uses(g, gt) != 1 ||
+        if (!weft_sdk_tensor_valid(g, gt) || !weft_sdk_tensor_valid(g, ut) ||
+            !weft_sdk_tensor_valid(g, y) || gs->tensor_uses(g, gt) != 1 ||
             gs->tensor_uses(g, ut) != 1)
             continue;
         int32_t pg = producer(g, gt), pu = producer(g, ut);
@@ -131,7 +129,7 @@ static weft_status sw_run(void *st, const weft_model_config *cfg, const weft_gra
         if (pg >= 0 && pg == pu) { /* merged: split(linear(x, w_gate|up)) */
             const weft_node *sp = &g->nodes[pg];
             if (sp->op != WEFT_OP_SPLIT || sp->n_out != 2 || sp->out[0] != gt || sp->out[1] != ut ||
-                sp->p.i[0] != sp->p.i[1] || !valid(g, sp->in[0]) ||
+                sp->p.i[0] != sp->p.i[1] || !weft_sdk_tensor_valid(g, sp->in[0]) ||
                 gs->tensor_uses(g, sp->in[0]) != 1)
                 continue;
             int32_t pl = producer(g, sp->in[0]);
@@ -248,9 +246,9 @@ static int32_t cpu_accepts(void *st, const weft_graph *g, const weft_node *n) {
     (void)st;
     int merged = n->p.i[0] == 1;
     uint32_t need = merged ? 2 : 3;
-    if (n->n_in < need || n->n_out != 1 || !valid(g, n->out[0])) return 0;
+    if (n->n_in < need || n->n_out != 1 || !weft_sdk_tensor_valid(g, n->out[0])) return 0;
     for (uint32_t i = 0; i < need; i++)
-        if (!valid(g, n->in[i])) return 0;
+        if (!weft_sdk_tensor_valid(g, n->in[i])) return 0;
     const weft_tensor *x = &g->tensors[n->in[0]], *w = &g->tensors[n->in[1]],
                       *y = &g->tensors[n->out[0]];
     uint32_t dt = w->dtype;

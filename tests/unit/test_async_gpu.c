@@ -121,8 +121,8 @@ static void single_on(const char *model) {
      * fuse.norm-linear's looped products normalising their row in every block; -loop-mlp:
      * its option down (on stories260K's 64-wide rows the node's unfused form) */
     static const char *const cands[] = {
-        "fast-cuda-async",         "fast-cuda-async-smem",       "fast-cuda-async-smem-loop",
-        "fast-cuda-async-loop",    "fast-cuda-async-xs",         "fast-cuda-async-ln",
+        "fast-cuda-async",         "fast-cuda-async-smem",    "fast-cuda-async-smem-loop",
+        "fast-cuda-async-loop",    "fast-cuda-async-xs",      "fast-cuda-async-ln",
         "fast-cuda-async-smem-ln", "fast-cuda-async-loop-nl", "fast-cuda-async-smem-loop-nl",
         "fast-cuda-async-loop-mlp"};
     for (size_t c = 0; c < sizeof(cands) / sizeof(cands[0]); c++) {

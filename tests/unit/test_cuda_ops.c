@@ -1163,7 +1163,8 @@ static void check_mlp(int T, int F, int D, int merged) {
     weft_node d = {.op = WEFT_OP_LINEAR, .n_in = 2, .n_out = 1};
     d.in[0] = pr.out[0], d.in[1] = add_tensor(&wd, 1), d.out[0] = add_tensor(&o0, 0);
     weft_node f = {.op = op_nl, .n_in = 6, .n_out = 4};
-    for (int i = 0; i < 3; i++) f.in[i] = a.in[i];
+    for (int i = 0; i < 3; i++)
+        f.in[i] = a.in[i];
     f.in[3] = iw, f.in[4] = iu, f.in[5] = d.in[1], f.p.f[0] = 1e-6f, f.p.i[0] = 1;
     f.p.i[1] = merged, f.p.i[2] = 1;
     f.out[0] = add_tensor(&o1, 0), f.out[1] = add_tensor(&r1, 0), f.out[2] = add_tensor(&y1, 0);
@@ -1182,8 +1183,8 @@ static void check_mlp(int T, int F, int D, int merged) {
         for (int round = 0; round < 3; round++) {
             poison(&o1), poison(&r1), poison(&h1);
             run_node(&f, (uint32_t)T, NULL, NULL);
-            snprintf(what, sizeof(what), "mlp T=%d F=%d D=%d merged=%d instance %d run %d: down",
-                     T, F, D, merged, k, round + 1);
+            snprintf(what, sizeof(what), "mlp T=%d F=%d D=%d merged=%d instance %d run %d: down", T,
+                     F, D, merged, k, round + 1);
             fetch(&o1, got);
             expect_same(what, got, want_o, nd);
             memcpy(strrchr(what, ':') + 2, "r", 2);
@@ -1200,7 +1201,8 @@ static void check_mlp(int T, int F, int D, int merged) {
     for (int t = 0; t < T; t++)
         for (int o = 0; o < D; o++) {
             double sum = 0;
-            for (int j = 0; j < F; j++) sum += (double)want_h[(size_t)t * F + j] * wd.h[(size_t)o * F + j];
+            for (int j = 0; j < F; j++)
+                sum += (double)want_h[(size_t)t * F + j] * wd.h[(size_t)o * F + j];
             ref[(size_t)t * D + o] = sum;
         }
     double err = relerr(want_o, ref, nd);
@@ -1620,10 +1622,10 @@ static void test_option_ranges(void **state) {
     static const struct {
         const char *key;
         int64_t v;
-    } bad[] = {{"gemv_max_tokens", 9}, {"smem_carveout", 101}, {"smem_carveout", -2},
-               {"gemv_xsmem", 4},      {"attn_cp", 4},         {"attn_cp", -1},
+    } bad[] = {{"gemv_max_tokens", 9},  {"smem_carveout", 101}, {"smem_carveout", -2},
+               {"gemv_xsmem", 4},       {"attn_cp", 4},         {"attn_cp", -1},
                {"ablate", 16},          {"gemv_stage", 201},    {"gemv_stage", -1},
-               {"gemv_loop", 17},      {"gemv_loop", -1},      {"gemv_loop_warps", 7},
+               {"gemv_loop", 17},       {"gemv_loop", -1},      {"gemv_loop_warps", 7},
                {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
@@ -1802,18 +1804,25 @@ GPU_TEST(test_copy_pinned)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(gpu_test_linear),   cmocka_unit_test(gpu_test_rmsnorm),
-        cmocka_unit_test(gpu_test_rope),     cmocka_unit_test(gpu_test_attention),
+        cmocka_unit_test(gpu_test_linear),
+        cmocka_unit_test(gpu_test_rmsnorm),
+        cmocka_unit_test(gpu_test_rope),
+        cmocka_unit_test(gpu_test_attention),
         cmocka_unit_test(gpu_test_attention_prefill_tc),
         cmocka_unit_test(gpu_test_elementwise_and_head),
-        cmocka_unit_test(gpu_test_linear_swiglu), cmocka_unit_test(gpu_test_merged_linear_split),
-        cmocka_unit_test(gpu_test_qkv_rope),     cmocka_unit_test(gpu_test_add_rmsnorm),
-        cmocka_unit_test(gpu_test_head_gemv),    cmocka_unit_test(gpu_test_pdl_chain),
+        cmocka_unit_test(gpu_test_linear_swiglu),
+        cmocka_unit_test(gpu_test_merged_linear_split),
+        cmocka_unit_test(gpu_test_qkv_rope),
+        cmocka_unit_test(gpu_test_add_rmsnorm),
+        cmocka_unit_test(gpu_test_head_gemv),
+        cmocka_unit_test(gpu_test_pdl_chain),
         cmocka_unit_test(gpu_test_rope_attention),
-        cmocka_unit_test(gpu_test_gemv_xsmem),   cmocka_unit_test(gpu_test_pdl_chain_xsmem),
+        cmocka_unit_test(gpu_test_gemv_xsmem),
+        cmocka_unit_test(gpu_test_pdl_chain_xsmem),
         cmocka_unit_test(gpu_test_option_ranges),
         cmocka_unit_test(gpu_test_linear_add_rmsnorm),
-        cmocka_unit_test(gpu_test_norm_linear), cmocka_unit_test(gpu_test_mlp),
+        cmocka_unit_test(gpu_test_norm_linear),
+        cmocka_unit_test(gpu_test_mlp),
         cmocka_unit_test(gpu_test_copy_pinned),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,6 +1,7 @@
-/* The plugin SDK's KV-length buckets (plugins/sdk/weft/sdk.h weft_sdk_kv_bucket), which
- * exec.cuda-graph keys its captures by and the cuda backend's fused attention sizes its split
- * grid by: both must agree on every step, so the edges are pinned here. */
+/* The plugin SDK (plugins/sdk/weft/sdk.h): its graph helpers, and its KV-length buckets
+ * (weft_sdk_kv_bucket), which exec.cuda-graph keys its captures by and the cuda backend's fused
+ * attention sizes its split grid by: both must agree on every step, so the edges are pinned
+ * here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,11 +55,47 @@ static void test_kv_bucket_unknown(void **state) {
     assert_int_equal(weft_sdk_kv_bucket(&empty), 0);
 }
 
+/* The graph helpers passes share: tensor ids in range, a node's reads and writes (in place
+ * counted both ways), the one later reader. */
+static weft_graph_service uses_svc;
+static uint32_t uses_of(const weft_graph *g, uint32_t t) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        n += (uint32_t)weft_sdk_node_reads(&g->nodes[i], t);
+    return n;
+}
+static void test_node_helpers(void **state) {
+    (void)state;
+    weft_tensor ts[4];
+    weft_node ns[3];
+    memset(ts, 0, sizeof(ts));
+    memset(ns, 0, sizeof(ns));
+    /* 0 -> node 0 -> 1; 1 -> node 1 (in place) -> 1; 1, 2 -> node 2 -> 3 */
+    ns[0] = (weft_node){.n_in = 1, .n_out = 1, .in = {0}, .out = {1}};
+    ns[1] = (weft_node){.n_in = 1, .n_out = 1, .in = {1}, .out = {1}};
+    ns[2] = (weft_node){.n_in = 2, .n_out = 1, .in = {1, 2}, .out = {3}};
+    weft_graph g = {.size = sizeof(g), .n_tensors = 4, .tensors = ts, .n_nodes = 3, .nodes = ns};
+    assert_true(weft_sdk_tensor_valid(&g, 0));
+    assert_true(weft_sdk_tensor_valid(&g, 3));
+    assert_false(weft_sdk_tensor_valid(&g, 4));
+    assert_false(weft_sdk_tensor_valid(&g, WEFT_TENSOR_NONE));
+    assert_true(weft_sdk_node_reads(&ns[1], 1) && weft_sdk_node_writes(&ns[1], 1));
+    assert_false(weft_sdk_node_reads(&ns[0], 1));
+    assert_true(weft_sdk_node_writes(&ns[0], 1));
+    assert_false(weft_sdk_node_writes(&ns[2], 2));
+    uses_svc.tensor_uses = uses_of;
+    assert_int_equal(weft_sdk_only_reader(&g, &uses_svc, 0, 0), -1); /* none after node 0 */
+    assert_int_equal(weft_sdk_only_reader(&g, &uses_svc, 2, 0), 2);
+    assert_int_equal(weft_sdk_only_reader(&g, &uses_svc, 1, 0), -1); /* read twice */
+    assert_int_equal(weft_sdk_only_reader(&g, &uses_svc, 9, 0), -1); /* not a tensor */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_bucket_edges),
         cmocka_unit_test(test_kv_bucket_rows),
         cmocka_unit_test(test_kv_bucket_unknown),
+        cmocka_unit_test(test_node_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1350,8 +1350,8 @@ static weft_status mlp_launch(cuda_backend *b, uint32_t dt, CUdeviceptr xp, CUde
     TRY(gemv_lp_grid(b, f, 256, xs, D, Sd, &g2, &perd, err));
     CUdeviceptr bar;
     TRY(mlp_barrier(b, &bar, err));
-    void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &hp, &F, &D,
-                    &S,  &per, &wdp, &op, &Sd, &perd, &bar};
+    void *args[] = {&xp, &rp, &nwp, &ro,  &eps, &wp, &bp,   &hp, &F,
+                    &D,  &S,  &per, &wdp, &op,  &Sd, &perd, &bar};
     return gemv_launch(b, f, name, g1 > g2 ? g1 : g2, xs, args, err);
 }
 
@@ -1392,8 +1392,8 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
             TRY(add_rmsnorm_launch(b, dt, nwt->dtype, xp, rp, nwp, yp, ro, T, D, eps, err));
             TRY(swiglu_gemv(b, n->name, dt, w->dtype, yp, wp, bp, op, T, N, D, err));
         }
-        return cuda_linear(b, op, dt, wdp, wd->dtype, 0, dp, c->graph->tensors[n->out[0]].dtype,
-                           T, D, N, err);
+        return cuda_linear(b, op, dt, wdp, wd->dtype, 0, dp, c->graph->tensors[n->out[0]].dtype, T,
+                           D, N, err);
     }
     if (one) {
         unsigned xs = gemv_xs_bytes(b, sw, 1, D, dt);
@@ -1431,8 +1431,8 @@ static int32_t accepts_norm_linear(void *st, const weft_graph *g, const weft_nod
         const weft_tensor *x = &g->tensors[n->in[0]], *h = &g->tensors[n->out[3]],
                           *wd = &g->tensors[n->in[5]], *o = &g->tensors[n->out[0]];
         return accepts_norm_linear(st, g, &five) && h->dtype == x->dtype && wd->rank == 2 &&
-               wd->shape[0] == cols_of(x) && wd->shape[1] == cols_of(h) &&
-               is_float(wd->dtype) && o->dtype == x->dtype && cols_of(o) == cols_of(x);
+               wd->shape[0] == cols_of(x) && wd->shape[1] == cols_of(h) && is_float(wd->dtype) &&
+               o->dtype == x->dtype && cols_of(o) == cols_of(x);
     }
     if (n->n_in != 5 || n->n_out != 3 || n->p.i[2] != 0) return 0;
     const int sw = n->p.i[0] == 1, merged = sw && n->p.i[1] == 1;

@@ -3,9 +3,10 @@
  * A plugin needs three things from this file: weft_sdk_negotiate (the ABI handshake, including
  * the refusal message and the "highest version I speak" hint the host prints), the
  * WEFT_SDK_ENTRY macro that defines the exported entry function around a static descriptor, and
- * typed option getters with defaults; graph passes also find a tensor's readers and writers here
- * (weft_sdk_node_reads, weft_sdk_node_writes, weft_sdk_only_reader). Everything is static inline and uses only the C
- * library; errors are written into the caller's weft_error the same way the host writes them.
+ * typed option getters with defaults; graph passes also check tensor ids and find a tensor's
+ * readers and writers here (weft_sdk_tensor_valid, weft_sdk_node_reads, weft_sdk_node_writes,
+ * weft_sdk_only_reader). Everything is static inline and uses only the C library; errors are
+ * written into the caller's weft_error the same way the host writes them.
  *
  *     static const weft_pass_vtable my_pass = {sizeof(weft_pass_vtable), my_run, NULL};
  *     static const weft_plugin_descriptor my_desc = {
@@ -110,9 +111,13 @@ static inline const char *weft_sdk_option_string(const weft_options *opts, const
     return o && o->type == WEFT_OPTION_STRING && o->s ? o->s : def;
 }
 
-/* Graph passes: whether node n reads tensor t, whether it writes t (graph.h lets a node write
- * a tensor it reads: in place), and the one node after index `from` that reads t, or -1 (t not
- * a tensor of g, read twice, or by nobody). */
+/* Graph passes: whether t names a tensor of g (not WEFT_TENSOR_NONE, not past the table),
+ * whether node n reads tensor t, whether it writes t (graph.h lets a node write a tensor it
+ * reads: in place), and the one node after index `from` that reads t, or -1 (t not a tensor of
+ * g, read twice, or by nobody). */
+static inline int weft_sdk_tensor_valid(const weft_graph *g, uint32_t t) {
+    return t < g->n_tensors;
+}
 static inline int weft_sdk_node_reads(const weft_node *n, uint32_t t) {
     for (uint32_t k = 0; k < n->n_in && k < WEFT_NODE_MAX_IN; k++)
         if (n->in[k] == t) return 1;
