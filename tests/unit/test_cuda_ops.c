@@ -1069,6 +1069,18 @@ static void test_linear_add_rmsnorm(void **state) {
     check_linear_add_rmsnorm(WEFT_DTYPE_BF16, 3, 1024, 2048, 1);
 }
 
+/* output t fetched into got and compared with want, bit for bit; `what` ends "...: <label>"
+ * (the label after the last colon, which this replaces with the shorter `label`) */
+static void expect_output(char *what, const char *label, tens *t, float *got, const float *want,
+                          size_t n) {
+    char *at = strrchr(what, ':');
+    assert_non_null(at);
+    assert_true(strlen(label) <= strlen(at + 2));
+    memcpy(at + 2, label, strlen(label) + 1);
+    fetch(t, got);
+    expect_same(what, got, want, n);
+}
+
 /* fuse.norm_linear against add_rmsnorm then the product reading its y, bit for bit (the
  * product and r), on every instance: on [1] (gemv_loop with gemv_xsmem) at T = 1 and rows of
  * 1,024..4,096 one kernel whose blocks each add and normalise (run twice: block 0 stores r),
@@ -1107,9 +1119,7 @@ static void check_norm_linear(uint32_t dt, int T, int N, int D, int kind, int bi
                      "instance %d run %d: product", dt, T, N, D, kind, bias, k, round + 1);
             fetch(&p1, got);
             expect_same(what, got, want_p, np);
-            memcpy(strrchr(what, ':') + 2, "r", 2);
-            fetch(&r1, got);
-            expect_same(what, got, want_r, nd);
+            expect_output(what, "r", &r1, got, want_r, nd);
         }
     }
     use_inst(0);
@@ -1187,12 +1197,8 @@ static void check_mlp(int T, int F, int D, int merged) {
                      F, D, merged, k, round + 1);
             fetch(&o1, got);
             expect_same(what, got, want_o, nd);
-            memcpy(strrchr(what, ':') + 2, "r", 2);
-            fetch(&r1, got);
-            expect_same(what, got, want_r, nd);
-            memcpy(strrchr(what, ':') + 2, "h", 2);
-            fetch(&h1, got);
-            expect_same(what, got, want_h, nf);
+            expect_output(what, "r", &r1, got, want_r, nd);
+            expect_output(what, "h", &h1, got, want_h, nf);
         }
     }
     use_inst(0);
