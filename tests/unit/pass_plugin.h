@@ -77,4 +77,23 @@ static void pass_node(weft_graph *g, uint32_t op, int32_t layer, const char *nam
         fail_msg("node %s: %s", name, err.message);
 }
 
+/* g's canonical hash (33 characters with the NUL) into out. */
+static void pass_hash(const weft_graph *g, char *out) {
+    assert_int_equal(weft_graph_hash(g, out), WEFT_OK);
+}
+
+/* A pass that refused (`why` names the case) left g exactly as it was: its hash is still
+ * `before` (pass_hash before the run) and the pass counted n rewrites, which must be none
+ * (UINT32_MAX: a pass that counts none). */
+static void pass_expect_unchanged(const weft_graph *g, const char *before, uint32_t n,
+                                  const char *why) {
+    char after[33];
+    pass_hash(g, after);
+    printf("left unfused (%s): ", why);
+    if (n != UINT32_MAX) printf("%u fused, ", n);
+    printf("hash %s\n", strcmp(before, after) ? "CHANGED" : "unchanged");
+    assert_true(n == 0 || n == UINT32_MAX);
+    assert_string_equal(before, after);
+}
+
 #endif
