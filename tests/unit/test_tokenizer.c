@@ -178,7 +178,8 @@ static void test_accessors(void **state) {
     weft_tokenizer_free(s);
 
     weft_tokenizer *tok;
-    assert_int_equal(weft_tokenizer_load("/nonexistent/tokenizer.json", &tok, &err), WEFT_ERR_IO);
+    assert_int_equal(weft_tokenizer_load("/nonexistent/tokenizer.json", &tok, &err),
+                     WEFT_ERR_NOT_FOUND);
     assert_non_null(strstr(err.source, "/nonexistent/tokenizer.json"));
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/file.h"
 
 #define SRC "config"
 #define CONFIG_MAX (16u << 20)
@@ -341,31 +342,11 @@ weft_status weft_config_parse(const char *json, size_t len, const char *path,
     return rc;
 }
 
-/* Reads DIR/NAME whole; a missing file is WEFT_ERR_NOT_FOUND. */
+/* Reads DIR/NAME whole (its path into path); a missing file is WEFT_ERR_NOT_FOUND. */
 static weft_status read_file(const char *dir, const char *name, char **text, size_t *len,
                              char *path, size_t path_size, weft_error *err) {
     snprintf(path, path_size, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return weft_error_set(err, errno == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO, SRC,
-                              "%s: cannot open: %s", path, strerror(errno));
-    char *buf = malloc(CONFIG_MAX + 1);
-    if (!buf) {
-        fclose(f);
-        return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "%s: out of memory", path);
-    }
-    size_t n = fread(buf, 1, CONFIG_MAX + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || n > CONFIG_MAX) {
-        free(buf);
-        return weft_error_set(err, bad ? WEFT_ERR_IO : WEFT_ERR_FORMAT, SRC,
-                              bad ? "%s: read error" : "%s: larger than the 16 MiB limit", path);
-    }
-    buf[n] = '\0';
-    *text = buf;
-    *len = n;
-    return WEFT_OK;
+    return weft_file_read(path, CONFIG_MAX, "a JSON file", SRC, text, len, err);
 }
 
 weft_status weft_config_load(const char *dir, weft_model_config *cfg, char **raw, weft_error *err) {

@@ -15,6 +15,7 @@
 #include <yaml.h>
 
 #include "util/error.h"
+#include "util/file.h"
 
 #define SRC "manifest"
 #define MAX_ITEMS 1024         /* entries of one mapping or list */
@@ -1242,40 +1243,7 @@ weft_status weft_plugin_manifest_parse(const char *text, size_t len, const char 
 
 /* Reads a whole file of at most WEFT_MANIFEST_MAX_BYTES. */
 static weft_status read_file(const char *path, char **text, size_t *len, weft_error *err) {
-    *text = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return weft_error_set(err, errno == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO, SRC,
-                              "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: expected a regular file, found %s", path,
-                              S_ISDIR(sb.st_mode) ? "a directory" : "another file type");
-    }
-    size_t cap = WEFT_MANIFEST_MAX_BYTES + 1;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "out of memory");
-    }
-    size_t n = fread(buf, 1, cap, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: read failed", path);
-    }
-    if (n > WEFT_MANIFEST_MAX_BYTES) {
-        free(buf);
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
-                              "%s: expected a manifest of at most %u bytes, found a larger file",
-                              path, WEFT_MANIFEST_MAX_BYTES);
-    }
-    *text = buf;
-    *len = n;
-    return WEFT_OK;
+    return weft_file_read(path, WEFT_MANIFEST_MAX_BYTES, "a manifest", SRC, text, len, err);
 }
 
 weft_status weft_plugin_manifest_load(const char *path, weft_plugin_manifest **out,

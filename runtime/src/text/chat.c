@@ -13,6 +13,7 @@
 
 #include "text/jinja.h"
 #include "util/error.h"
+#include "util/file.h"
 
 enum {
     CHAT_MAX_SOURCE = 4 * 1024 * 1024,
@@ -149,33 +150,6 @@ void weft_chat_template_set_limits(weft_chat_template *t, const weft_chat_limits
 }
 
 /* ---- loading ------------------------------------------------------------------------------ */
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            if (cap > (size_t)CHAT_MAX_SOURCE * 2) break;
-            char *nb = realloc(buf, cap);
-            if (!nb) break;
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) {
-            fclose(f);
-            buf[n] = '\0';
-            *len = n;
-            return buf;
-        }
-    }
-    fclose(f);
-    free(buf);
-    return NULL;
-}
-
 /* A special token is a string or an AddedToken object {"content": ...}. */
 static const char *token_text(json_t *v) {
     if (json_is_string(v)) return json_string_value(v);
@@ -238,7 +212,13 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
     }
     if (!text) {
         snprintf(name, sizeof name, "%s/chat_template.jinja", dir);
-        file_text = read_file(name, &text_len);
+        /* a missing file is the error below; an unreadable or oversized one is its own */
+        weft_status fs = weft_file_read(name, CHAT_MAX_SOURCE, "a chat template", NULL, &file_text,
+                                        &text_len, err);
+        if (fs && fs != WEFT_ERR_NOT_FOUND) {
+            json_decref(cfg);
+            return fs;
+        }
         text = file_text;
     }
     if (!text) {

@@ -13,6 +13,7 @@
 #include "text/tok_unicode.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/file.h"
 
 weft_tokenizer *tok_alloc(const char *name) {
     weft_tokenizer *tok = calloc(1, sizeof(*tok));
@@ -148,34 +149,6 @@ weft_status tok_finish(weft_tokenizer *tok, weft_error *err) {
 }
 
 /* ---- loading -------------------------------------------------------------------------------- */
-static weft_status read_file(const char *path, char **data, size_t *len, weft_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return weft_error_set(err, WEFT_ERR_IO, path, "cannot open the file for reading");
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return weft_error_set(err, WEFT_ERR_IO, path, "cannot seek in the file");
-    }
-    long sz = ftell(f);
-    if (sz < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return weft_error_set(err, WEFT_ERR_IO, path, "cannot size the file");
-    }
-    char *buf = malloc((size_t)sz + 1);
-    if (!buf) {
-        fclose(f);
-        return weft_error_set(err, WEFT_ERR_NOMEM, path, "out of memory reading %ld bytes", sz);
-    }
-    size_t got = fread(buf, 1, (size_t)sz, f);
-    fclose(f);
-    if (got != (size_t)sz) {
-        free(buf);
-        return weft_error_set(err, WEFT_ERR_IO, path, "expected %ld bytes, read %zu", sz, got);
-    }
-    buf[sz] = '\0';
-    *data = buf;
-    *len = (size_t)sz;
-    return WEFT_OK;
-}
 
 weft_status weft_tokenizer_load(const char *path, weft_tokenizer **out, weft_error *err) {
     if (!path || !out)
@@ -189,7 +162,7 @@ weft_status weft_tokenizer_load(const char *path, weft_tokenizer **out, weft_err
         snprintf(full, sizeof(full), "%s", path);
     char *data = NULL;
     size_t len = 0;
-    weft_status s = read_file(full, &data, &len, err);
+    weft_status s = weft_file_read(full, 0, "a tokenizer file", NULL, &data, &len, err);
     if (s) return s;
     if (len >= 4 && memcmp(data, "GGUF", 4) == 0)
         s = tok_load_gguf((const unsigned char *)data, len, full, out, err);

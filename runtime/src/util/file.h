@@ -1,0 +1,20 @@
+/* Whole-file reads for the host's parsers (manifests, config.json, tokenizer files, chat
+ * templates): one place that opens, checks and bounds a file before any parser sees it. */
+#ifndef WEFT_UTIL_FILE_H
+#define WEFT_UTIL_FILE_H
+
+#include <stddef.h>
+
+#include "weft/plugin.h"
+
+/* Reads the regular file at path whole into *text (malloc'd, NUL-terminated after *len bytes;
+ * the caller frees it). max_bytes bounds the file (0: no bound); `what` names what the file
+ * should be in the too-large message ("a manifest"). Errors carry `source` and a message
+ * starting with the path (source NULL: the path as the source, the message without it):
+ * WEFT_ERR_NOT_FOUND for a missing file, WEFT_ERR_IO when it cannot be opened or read, is not a
+ * regular file or changed size while read, WEFT_ERR_FORMAT when it is larger than max_bytes,
+ * WEFT_ERR_NOMEM. On error *text is NULL and *len 0. */
+weft_status weft_file_read(const char *path, size_t max_bytes, const char *what, const char *source,
+                           char **text, size_t *len, weft_error *err);
+
+#endif
