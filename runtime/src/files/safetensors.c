@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "util/error.h"
+#include "util/file.h"
 
 #define SRC "safetensors"
 /* The reference implementation refuses headers above 100 MB; so do we. */
@@ -513,53 +514,12 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static weft_status read_small_file(const char *path, uint64_t max, char **out, size_t *len,
-                                   weft_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return weft_error_set(err, errno == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO, SRC,
-                              "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = cap ? cap * 2 : 131072;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, 65536, f);
-        n += got;
-        if (n > max) {
-            free(buf);
-            fclose(f);
-            return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
-                                  "%s: larger than the limit of %llu bytes", path,
-                                  (unsigned long long)max);
-        }
-        if (got < 65536) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return WEFT_OK;
-}
-
 static weft_status open_sharded(const char *dir, const char *index_path, weft_safetensors **out,
                                 weft_error *err) {
     char *text = NULL;
     size_t len = 0;
-    weft_status rc = read_small_file(index_path, INDEX_MAX, &text, &len, err);
+    weft_status rc =
+        weft_file_read(index_path, INDEX_MAX, "a safetensors index", SRC, &text, &len, err);
     if (rc) return rc;
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);

@@ -21,6 +21,7 @@
 #include "files/config.h"
 #include "files/safetensors.h"
 #include "util/error.h"
+#include "util/file.h"
 
 #define SRC "synth"
 #define DEFAULT_SHARD (4000ull * 1000 * 1000)
@@ -239,34 +240,7 @@ static weft_status synth_fill(void *vctx, const char *name, uint32_t dtype, uint
 
 /* ---- writing ----------------------------------------------------------------------------- */
 static weft_status read_text(const char *path, char **out, size_t *len, weft_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return weft_error_set(err, errno == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO, SRC,
-                              "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1 || cap >= (16u << 20)) break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    if (!buf) return weft_error_set(err, WEFT_ERR_NOMEM, SRC, "%s: out of memory", path);
-    if (n >= (16u << 20) - 1) {
-        free(buf);
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: larger than 16 MiB", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return WEFT_OK;
+    return weft_file_read(path, 16u << 20, "a config", SRC, out, len, err);
 }
 
 static weft_status write_text(const char *dir, const char *name, const char *text,

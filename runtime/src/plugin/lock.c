@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "util/error.h"
+#include "util/file.h"
 
 const char *weft_lock_role_name(uint32_t role) {
     switch (role) {
@@ -670,39 +671,11 @@ weft_status weft_lock_parse(const char *text, size_t len, const char *name, weft
 
 weft_status weft_lock_load(const char *path, weft_lock **out, weft_error *err) {
     *out = NULL;
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return weft_error_set(err, errno == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO, path,
-                              "cannot open lock: %s", strerror(errno));
-    size_t cap = 1u << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            if (cap >= (64u << 20)) {
-                free(buf);
-                fclose(f);
-                return weft_error_set(err, WEFT_ERR_FORMAT, path, "lock larger than 64 MiB");
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return weft_error_set(err, WEFT_ERR_NOMEM, path, "out of memory reading the lock");
-    if (bad) {
-        free(buf);
-        return weft_error_set(err, WEFT_ERR_IO, path, "cannot read the lock");
-    }
-    weft_status st = weft_lock_parse(buf, n, path, out, err);
+    char *buf;
+    size_t n;
+    weft_status st = weft_file_read(path, 64u << 20, "a lock", NULL, &buf, &n, err);
+    if (st) return st;
+    st = weft_lock_parse(buf, n, path, out, err);
     free(buf);
     return st;
 }
