@@ -10,24 +10,7 @@
 #include <time.h>
 
 #include "text/chat.h"
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap);
-    for (size_t k; p && (k = fread(p + n, 1, cap - n, f)) > 0;) {
-        n += k;
-        if (n == cap) {
-            char *q = realloc(p, cap *= 2);
-            if (!q) free(p);
-            p = q;
-        }
-    }
-    fclose(f);
-    *len = n;
-    return p;
-}
+#include "util/file.h"
 
 int main(int argc, char **argv) {
     weft_chat_limits lim = {0, 0, 0}; /* 0: the defaults */
@@ -54,14 +37,14 @@ int main(int argc, char **argv) {
     int bad = 0;
     for (int i = first; i < argc; i++) {
         size_t n = 0;
-        char *src = slurp(argv[i], &n);
-        if (!src) {
-            fprintf(stderr, "weft-chat-bench: cannot read %s\n", argv[i]);
+        char *src;
+        weft_error err = {sizeof err, 0, "", ""};
+        if (weft_file_read(argv[i], 0, "a template", NULL, &src, &n, &err)) {
+            fprintf(stderr, "weft-chat-bench: %s: %s\n", err.source, err.message);
             bad = 1;
             continue;
         }
         weft_chat_template *t = NULL;
-        weft_error err = {sizeof err, 0, "", ""};
         if (weft_chat_template_parse(src, n, argv[i], &t, &err) != WEFT_OK) {
             printf("%s: does not parse: %s\n", argv[i], err.message);
             free(src);

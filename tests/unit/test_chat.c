@@ -18,29 +18,21 @@
 #include <unistd.h>
 
 #include "text/chat.h"
+#include "util/file.h"
 
 static const char *shared_dir(void) {
     const char *d = getenv("WEFT_SHARED_DIR");
     return d && *d ? d : WEFT_SHARED_DIR;
 }
 
+/* path's bytes (NUL-terminated; NULL when it cannot be read), their count into *len */
 static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        if (len) *len = (size_t)n;
-    }
-    return buf;
+    char *text;
+    size_t n;
+    weft_error err = {.size = sizeof(err)};
+    if (weft_file_read(path, 0, "a test file", NULL, &text, &n, &err)) return NULL;
+    if (len) *len = n;
+    return text;
 }
 
 /* Prints where two renders first differ. */
@@ -189,7 +181,7 @@ static void test_model_templates(void **state) {
     static const char *const names[] = {"llama3", "llama3_1", "llama3_2"};
     for (int k = 0; k < 3; k++) {
         char path[1024];
-        size_t len;
+        size_t len = 0;
         snprintf(path, sizeof path, "%s/tests/data/chat/%s.jinja", WEFT_SOURCE_DIR, names[k]);
         char *src = slurp(path, &len);
         assert_non_null(src);
