@@ -1,7 +1,8 @@
 /* Tests of `weft pull`: the cache naming rule; pulling stories260k from the shared mirror folder
- * into a temporary cache with hashes checked against the folder's own SHA256SUMS; resuming a
- * truncated (and a wrong) .part; refusing a corrupted mirror file; and HTTP through a real local
- * server (tests/data/sampling/pull_http_server.py, started and stopped here) as a URL mirror,
+ * into a temporary cache with hashes checked against the folder's own SHA256SUMS (one that is
+ * a folder instead of a file fails the pull); resuming a truncated (and a wrong) .part;
+ * refusing a corrupted mirror file; and HTTP through a real local server
+ * (tests/data/sampling/pull_http_server.py, started and stopped here) as a URL mirror,
  * with a resumed Range download and a server that ignores Range, and in the hub's layout
  * (model-info API, LFS redirects with X-Linked-Etag), with 401, 404 and unreachable hosts. */
 #define _XOPEN_SOURCE 700 /* nftw */
@@ -480,6 +481,14 @@ static void test_corrupt_mirror(void **state) {
     assert_int_equal(pull("acme/tiny", mirror, NULL, 1, &st, &err), WEFT_ERR_MISMATCH);
     assert_non_null(strstr(err.message, "model.safetensors"));
     assert_non_null(strstr(err.message, "SHA256SUMS"));
+    /* A SHA256SUMS that is there but cannot be read is an error, not a check skipped. */
+    snprintf(src, sizeof(src), "%s/SHA256SUMS", path);
+    assert_int_equal(unlink(src), 0);
+    mkdirs(src);
+    assert_int_equal(pull("acme/tiny", mirror, NULL, 1, &st, &err), WEFT_ERR_IO);
+    printf("SHA256SUMS a folder: %s\n", err.message);
+    assert_non_null(strstr(err.message, "SHA256SUMS"));
+    assert_non_null(strstr(err.message, "expected a regular file"));
     /* An id the mirror does not have. */
     assert_int_equal(pull("acme/absent", mirror, NULL, 0, &st, &err), WEFT_ERR_NOT_FOUND);
     assert_non_null(strstr(err.message, "acme--absent"));

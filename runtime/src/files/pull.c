@@ -29,6 +29,7 @@
 
 #include "util/cache.h"
 #include "util/error.h"
+#include "util/file.h"
 
 #define SRC "pull"
 #define DEFAULT_ENDPOINT "https://huggingface.co"
@@ -629,25 +630,14 @@ static weft_status http_small(puller *p, const char *url, const char *what, int 
 
 /* ---- local files -------------------------------------------------------------------------- */
 
-static int read_small_file(const char *path, char **text, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    struct stat sb;
-    if (fstat(fileno(f), &sb) || sb.st_size > MAX_SMALL_DOC) {
-        fclose(f);
-        return 0;
-    }
-    char *b = malloc((size_t)sb.st_size + 1);
-    if (!b) {
-        fclose(f);
-        return 0;
-    }
-    size_t got = fread(b, 1, (size_t)sb.st_size, f);
-    fclose(f);
-    b[got] = '\0';
-    *text = b;
-    *len = got;
-    return 1;
+/* A local SHA256SUMS file: *text NULL when there is none; one that exists but cannot be read,
+ * is not a regular file or passes MAX_SMALL_DOC is an error, not a file skipped. */
+static weft_status read_sums_file(const char *path, char **text, size_t *len, weft_error *err) {
+    weft_error fe = {.size = sizeof(fe)};
+    weft_status st = weft_file_read(path, MAX_SMALL_DOC, "a SHA256SUMS file", SRC, text, len, &fe);
+    if (st == WEFT_ERR_NOT_FOUND) return WEFT_OK;
+    if (st && err) *err = fe;
+    return st;
 }
 
 static int is_dir(const char *path) {
@@ -823,17 +813,20 @@ static weft_status list_folder(puller *p, weft_error *err) {
     }
     if (st != WEFT_OK) return st;
     /* SHA256SUMS beside the files, and at the mirror root with paths under it. */
-    char path[8192], *text;
+    char path[8192], *text = NULL;
     size_t len;
     snprintf(path, sizeof(path), "%s/SHA256SUMS", model);
-    if (read_small_file(path, &text, &len)) {
+    st = read_sums_file(path, &text, &len, err);
+    if (st == WEFT_OK && text) {
         char by[96];
         snprintf(by, sizeof(by), "SHA256SUMS (%.80s)", path);
         st = apply_sums(p, text, len, NULL, by, 0, err);
         free(text);
+        text = NULL;
     }
     snprintf(path, sizeof(path), "%s/SHA256SUMS", p->base);
-    if (st == WEFT_OK && read_small_file(path, &text, &len)) {
+    if (st == WEFT_OK) st = read_sums_file(path, &text, &len, err);
+    if (st == WEFT_OK && text) {
         char by[96];
         snprintf(by, sizeof(by), "SHA256SUMS (%.80s)", path);
         st = apply_sums(p, text, len, p->sub, by, 0, err);
