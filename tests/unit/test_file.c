@@ -3,7 +3,9 @@
  * one byte more refused as WEFT_ERR_FORMAT naming what it should be and the bound; no bound
  * (0) for a large file; a missing file WEFT_ERR_NOT_FOUND and a folder WEFT_ERR_IO, with the
  * path in the message and the caller's source, or (source NULL) the path as the source and not
- * repeated in the message; *text NULL and *len 0 after every error. */
+ * repeated in the message; *text NULL and *len 0 after every error. weft_file_read_json: a
+ * document parsed, the bound applied, a parse error (and a duplicate key under
+ * JSON_REJECT_DUPLICATES) WEFT_ERR_FORMAT naming path:line, a missing file WEFT_ERR_NOT_FOUND. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,6 +98,34 @@ static void test_not_a_file(void **state) {
     expect_error(dir, 0, "test", WEFT_ERR_IO, "expected a regular file, found a directory");
 }
 
+static void test_json(void **state) {
+    (void)state;
+    char path[128];
+    json_t *v = NULL;
+    weft_error err = {.size = sizeof(err)};
+    const char *ok = "{\"a\": [1, 2]}";
+    put("ok.json", ok, strlen(ok), path, sizeof(path));
+    assert_int_equal(weft_file_read_json(path, 64, 0, "test", &v, &err), WEFT_OK);
+    assert_int_equal(json_array_size(json_object_get(v, "a")), 2);
+    json_decref(v);
+    assert_int_equal(weft_file_read_json(path, 12, 0, "test", &v, &err), WEFT_ERR_FORMAT);
+    assert_null(v);
+    assert_non_null(strstr(err.message, "at most 12 bytes"));
+    put("bad.json", "{\"a\": }", 7, path, sizeof(path));
+    assert_int_equal(weft_file_read_json(path, 64, 0, "test", &v, &err), WEFT_ERR_FORMAT);
+    assert_null(v);
+    printf("%s\n", err.message);
+    assert_non_null(strstr(err.message, path));
+    assert_non_null(strstr(err.message, ":1:"));
+    const char *dup = "{\"a\": 1, \"a\": 2}";
+    put("dup.json", dup, strlen(dup), path, sizeof(path));
+    assert_int_equal(weft_file_read_json(path, 64, JSON_REJECT_DUPLICATES, NULL, &v, &err),
+                     WEFT_ERR_FORMAT);
+    assert_string_equal(err.source, path);
+    snprintf(path, sizeof(path), "%s/none.json", dir);
+    assert_int_equal(weft_file_read_json(path, 64, 0, "test", &v, &err), WEFT_ERR_NOT_FOUND);
+}
+
 static int setup(void **state) {
     (void)state;
     snprintf(dir, sizeof(dir), "/tmp/weft-test-file-XXXXXX");
@@ -104,9 +134,9 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    const char *names[] = {"five", "empty", "big"};
+    const char *names[] = {"five", "empty", "big", "ok.json", "bad.json", "dup.json"};
     char path[128];
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
         unlink(path);
     }
@@ -118,6 +148,7 @@ int main(void) {
         cmocka_unit_test(test_contents),
         cmocka_unit_test(test_unbounded),
         cmocka_unit_test(test_not_a_file),
+        cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

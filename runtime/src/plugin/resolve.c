@@ -16,6 +16,7 @@
 
 #include "util/cache.h"
 #include "util/error.h"
+#include "util/file.h"
 
 #define SRC "resolve"
 
@@ -123,14 +124,14 @@ static weft_status read_architecture(const char *dir, char *arch, size_t cap, we
     arch[0] = '\0';
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/config.json", dir);
-    struct stat sb;
-    if (stat(path, &sb) != 0) return WEFT_OK;
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
-                              "%s:%d:%d: expected JSON, found an error: %s", path, je.line,
-                              je.column, je.text);
+    json_t *root;
+    weft_error fe = {.size = sizeof(fe)};
+    weft_status rs = weft_file_read_json(path, 16u << 20, JSON_REJECT_DUPLICATES, SRC, &root, &fe);
+    if (rs == WEFT_ERR_NOT_FOUND) return WEFT_OK;
+    if (rs) {
+        if (err) *err = fe;
+        return rs;
+    }
     json_t *a = json_object_get(root, "architectures");
     json_t *first = json_is_array(a) ? json_array_get(a, 0) : NULL;
     weft_status st = WEFT_OK;

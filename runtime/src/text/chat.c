@@ -166,15 +166,14 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
     if (!dir) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "chat_template_load: dir is NULL");
     char path[4096], name[4096];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    json_error_t jerr;
     json_t *cfg = NULL;
-    FILE *probe = fopen(path, "rb");
-    if (probe) {
-        fclose(probe);
-        cfg = json_load_file(path, JSON_ALLOW_NUL, &jerr);
-        if (!cfg)
-            return weft_error_set(err, WEFT_ERR_FORMAT, path, "%s:%d:%d: %s", path, jerr.line,
-                                  jerr.column, jerr.text);
+    weft_error fe = {.size = sizeof(fe)};
+    weft_status rs = weft_file_read_json(path, 16u << 20, JSON_ALLOW_NUL, NULL, &cfg, &fe);
+    if (rs && rs != WEFT_ERR_NOT_FOUND) {
+        if (err) *err = fe;
+        return rs;
+    }
+    if (cfg) {
         if (!json_is_object(cfg)) {
             json_decref(cfg);
             return weft_error_set(err, WEFT_ERR_FORMAT, path,

@@ -9,6 +9,22 @@
 
 #include "util/error.h"
 
+weft_status weft_file_read_json(const char *path, size_t max_bytes, size_t flags,
+                                const char *source, json_t **out, weft_error *err) {
+    *out = NULL;
+    char *text;
+    size_t len;
+    weft_status st = weft_file_read(path, max_bytes, "a JSON file", source, &text, &len, err);
+    if (st) return st;
+    json_error_t je;
+    *out = json_loadb(text, len, flags, &je);
+    free(text);
+    if (!*out)
+        return weft_error_set(err, WEFT_ERR_FORMAT, source ? source : path, "%s:%d:%d: %s", path,
+                              je.line, je.column, je.text);
+    return WEFT_OK;
+}
+
 weft_status weft_file_read(const char *path, size_t max_bytes, const char *what, const char *source,
                            char **text, size_t *len, weft_error *err) {
     *text = NULL;

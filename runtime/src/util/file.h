@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "weft/plugin.h"
 
 /* Reads the regular file at path whole into *text (malloc'd, NUL-terminated after *len bytes;
@@ -14,6 +16,12 @@
  * WEFT_ERR_NOT_FOUND for a missing file, WEFT_ERR_IO when it cannot be opened or read, is not a
  * regular file or changed size while read, WEFT_ERR_FORMAT when it is larger than max_bytes,
  * WEFT_ERR_NOMEM. On error *text is NULL and *len 0. */
+/* A JSON document, read by weft_file_read (same bound, errors and source) and parsed by jansson
+ * with flags; a parse error is WEFT_ERR_FORMAT "path:line:column: text". On success *out holds
+ * the caller's reference. */
+weft_status weft_file_read_json(const char *path, size_t max_bytes, size_t flags,
+                                const char *source, json_t **out, weft_error *err);
+
 weft_status weft_file_read(const char *path, size_t max_bytes, const char *what, const char *source,
                            char **text, size_t *len, weft_error *err);
 
