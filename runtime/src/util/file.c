@@ -32,7 +32,7 @@ weft_status weft_file_read(const char *path, size_t max_bytes, const char *what,
     /* source NULL: the path is the source, and the messages do not repeat it */
     const char *pre = source ? path : "", *sep = source ? ": " : "";
     if (!source) source = path;
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(path, "rbe"); /* e: close-on-exec (glibc), as the lock reader had it */
     if (!f)
         return weft_error_set(err, errno == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO, source,
                               "%s%scannot open: %s", pre, sep, strerror(errno));
