@@ -55,20 +55,20 @@ static weft_status nl_create(const weft_host_services *host, const weft_options 
     s->max_tokens = weft_sdk_option_int(opts, "max_tokens", 1);
     s->products = weft_sdk_option_int(opts, "products", 2);
     s->down = weft_sdk_option_int(opts, "down", 0);
-    const char *bad = s->max_tokens < 1 || s->max_tokens > 8 ? "max_tokens"
-                      : s->products < 1 || s->products > 3   ? "products"
-                      : s->down < 0 || s->down > 1           ? "down"
-                                                             : NULL;
-    if (bad) {
-        int64_t v = bad[0] == 'm' ? s->max_tokens : bad[0] == 'p' ? s->products : s->down;
-        host->free(s);
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "option %s: expected %s, found %lld",
-                              bad,
-                              bad[0] == 'm'   ? "1..8"
-                              : bad[0] == 'p' ? "1..3"
-                                              : "0..1",
-                              (long long)v);
-    }
+    const struct {
+        const char *key;
+        int64_t v, lo, hi;
+    } range[] = {{"max_tokens", s->max_tokens, 1, 8},
+                 {"products", s->products, 1, 3},
+                 {"down", s->down, 0, 1}};
+    for (size_t k = 0; k < sizeof(range) / sizeof(range[0]); k++)
+        if (range[k].v < range[k].lo || range[k].v > range[k].hi) {
+            host->free(s);
+            return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
+                                  "option %s: expected %lld..%lld, found %lld", range[k].key,
+                                  (long long)range[k].lo, (long long)range[k].hi,
+                                  (long long)range[k].v);
+        }
     const weft_graph_service *gs =
         host->get_service ? host->get_service(host, WEFT_SERVICE_GRAPH, 1) : NULL;
     weft_status rc = gs ? nl_ops(s, gs, err) : WEFT_OK;

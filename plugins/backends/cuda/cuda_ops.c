@@ -1324,6 +1324,16 @@ static int nl_one_row(const cuda_backend *b, const weft_tensor *w, const weft_te
            (sw || b->gemv_force || gemv_wins(1, N, D));
 }
 
+/* The down form's first part as a node of its own: the 5-input form writing h (out[3]). */
+static weft_node nl_five(const weft_node *n) {
+    weft_node five = *n;
+    five.n_in = 5;
+    five.n_out = 3;
+    five.out[0] = n->out[3];
+    five.p.i[2] = 0;
+    return five;
+}
+
 static weft_status mlp_barrier(cuda_backend *b, CUdeviceptr *out, weft_error *err) {
     cuda_ops_state *o = ops_of(b);
     if (!o) return cuda_fail(err, WEFT_ERR_NOMEM, "op state");
@@ -1380,18 +1390,10 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
             gemv_xs_bytes(b, 0, 1, N, dt) && cuda_gemv_fits(dt, op, wdp, 1, N) &&
             (b->gemv_force || gemv_wins(1, D, N)))
             return mlp_launch(b, dt, xp, rp, nwp, ro, eps, wp, bp, op, N, D, wdp, dp, err);
-        if (one) {
-            /* the 5-input kernel into h, then the down product */
-            weft_node five = *n;
-            five.n_in = 5;
-            five.n_out = 3;
-            five.out[0] = n->out[3];
-            five.p.i[2] = 0;
-            TRY(op_norm_linear(st, c, &five, err));
-        } else {
-            TRY(add_rmsnorm_launch(b, dt, nwt->dtype, xp, rp, nwp, yp, ro, T, D, eps, err));
-            TRY(swiglu_gemv(b, n->name, dt, w->dtype, yp, wp, bp, op, T, N, D, err));
-        }
+        /* the 5-input form into h (its one-row kernel or the unfused pair), then the down
+         * product */
+        weft_node five = nl_five(n);
+        TRY(op_norm_linear(st, c, &five, err));
         return cuda_linear(b, op, dt, wdp, wd->dtype, 0, dp, c->graph->tensors[n->out[0]].dtype, T,
                            D, N, err);
     }
@@ -1423,11 +1425,7 @@ static int32_t accepts_norm_linear(void *st, const weft_graph *g, const weft_nod
         if (n->in[5] >= g->n_tensors || n->out[3] >= g->n_tensors || n->out[0] >= g->n_tensors ||
             n->in[0] >= g->n_tensors)
             return 0;
-        weft_node five = *n;
-        five.n_in = 5;
-        five.n_out = 3;
-        five.out[0] = n->out[3];
-        five.p.i[2] = 0;
+        weft_node five = nl_five(n);
         const weft_tensor *x = &g->tensors[n->in[0]], *h = &g->tensors[n->out[3]],
                           *wd = &g->tensors[n->in[5]], *o = &g->tensors[n->out[0]];
         return accepts_norm_linear(st, g, &five) && h->dtype == x->dtype && wd->rank == 2 &&

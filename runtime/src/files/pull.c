@@ -634,10 +634,8 @@ static weft_status http_small(puller *p, const char *url, const char *what, int 
  * is not a regular file or passes MAX_SMALL_DOC is an error, not a file skipped. */
 static weft_status read_sums_file(const char *path, char **text, size_t *len, weft_error *err) {
     weft_error fe = {.size = sizeof(fe)};
-    weft_status st = weft_file_read(path, MAX_SMALL_DOC, "a SHA256SUMS file", SRC, text, len, &fe);
-    if (st == WEFT_ERR_NOT_FOUND) return WEFT_OK;
-    if (st && err) *err = fe;
-    return st;
+    return weft_file_absent_ok(
+        weft_file_read(path, MAX_SMALL_DOC, "a SHA256SUMS file", SRC, text, len, &fe), &fe, err);
 }
 
 static int is_dir(const char *path) {

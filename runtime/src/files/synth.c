@@ -239,10 +239,6 @@ static weft_status synth_fill(void *vctx, const char *name, uint32_t dtype, uint
 }
 
 /* ---- writing ----------------------------------------------------------------------------- */
-static weft_status read_text(const char *path, char **out, size_t *len, weft_error *err) {
-    return weft_file_read(path, 16u << 20, "a config", SRC, out, len, err);
-}
-
 static weft_status write_text(const char *dir, const char *name, const char *text,
                               weft_error *err) {
     char path[4096];
@@ -324,7 +320,7 @@ weft_status weft_synth_write(const char *config_path, const char *outdir,
     weft_model_config cfg;
     weft_synth_tensor *t = NULL;
     size_t n = 0;
-    weft_status rc = read_text(config_path, &raw, &raw_len, err);
+    weft_status rc = weft_file_read(config_path, 16u << 20, "a config", SRC, &raw, &raw_len, err);
     if (rc) return rc;
     if ((rc = weft_config_parse(raw, raw_len, config_path, &cfg, err))) goto done;
     uint32_t dtype = o.dtype ? o.dtype : cfg.dtype;

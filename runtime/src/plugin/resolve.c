@@ -126,12 +126,9 @@ static weft_status read_architecture(const char *dir, char *arch, size_t cap, we
     snprintf(path, sizeof(path), "%s/config.json", dir);
     json_t *root;
     weft_error fe = {.size = sizeof(fe)};
-    weft_status rs = weft_file_read_json(path, 16u << 20, JSON_REJECT_DUPLICATES, SRC, &root, &fe);
-    if (rs == WEFT_ERR_NOT_FOUND) return WEFT_OK;
-    if (rs) {
-        if (err) *err = fe;
-        return rs;
-    }
+    weft_status rs = weft_file_absent_ok(
+        weft_file_read_json(path, 16u << 20, JSON_REJECT_DUPLICATES, SRC, &root, &fe), &fe, err);
+    if (rs || !root) return rs; /* an error, or no config.json */
     json_t *a = json_object_get(root, "architectures");
     json_t *first = json_is_array(a) ? json_array_get(a, 0) : NULL;
     weft_status st = WEFT_OK;

@@ -168,11 +168,9 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     json_t *cfg = NULL;
     weft_error fe = {.size = sizeof(fe)};
-    weft_status rs = weft_file_read_json(path, 16u << 20, JSON_ALLOW_NUL, NULL, &cfg, &fe);
-    if (rs && rs != WEFT_ERR_NOT_FOUND) {
-        if (err) *err = fe;
-        return rs;
-    }
+    weft_status rs = weft_file_absent_ok(
+        weft_file_read_json(path, 16u << 20, JSON_ALLOW_NUL, NULL, &cfg, &fe), &fe, err);
+    if (rs) return rs;
     if (cfg) {
         if (!json_is_object(cfg)) {
             json_decref(cfg);

@@ -9,6 +9,12 @@
 
 #include "util/error.h"
 
+weft_status weft_file_absent_ok(weft_status st, const weft_error *fe, weft_error *err) {
+    if (st == WEFT_ERR_NOT_FOUND) return WEFT_OK;
+    if (st && err) *err = *fe;
+    return st;
+}
+
 weft_status weft_file_read_json(const char *path, size_t max_bytes, size_t flags,
                                 const char *source, json_t **out, weft_error *err) {
     *out = NULL;
@@ -37,11 +43,16 @@ weft_status weft_file_read(const char *path, size_t max_bytes, const char *what,
         return weft_error_set(err, errno == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO, source,
                               "%s%scannot open: %s", pre, sep, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        int dir = S_ISDIR(sb.st_mode);
+    if (fstat(fileno(f), &sb) != 0) {
+        int e = errno;
+        fclose(f);
+        return weft_error_set(err, WEFT_ERR_IO, source, "%s%scannot stat: %s", pre, sep,
+                              strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
         fclose(f);
         return weft_error_set(err, WEFT_ERR_IO, source, "%s%sexpected a regular file, found %s",
-                              pre, sep, dir ? "a directory" : "another file type");
+                              pre, sep, S_ISDIR(sb.st_mode) ? "a directory" : "another file type");
     }
     size_t size = (size_t)sb.st_size, cap = max_bytes ? max_bytes : (size_t)-1 / 2;
     if (sb.st_size < 0 || size > cap) {

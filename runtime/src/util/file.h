@@ -25,4 +25,9 @@ weft_status weft_file_read_json(const char *path, size_t max_bytes, size_t flags
 weft_status weft_file_read(const char *path, size_t max_bytes, const char *what, const char *source,
                            char **text, size_t *len, weft_error *err);
 
+/* For a file that may be absent: st is a read's status with its error in fe (a scratch record,
+ * so that err stays clear when the file is merely missing). WEFT_ERR_NOT_FOUND becomes WEFT_OK
+ * (the read left *text or *out NULL); any other error is copied into err and returned. */
+weft_status weft_file_absent_ok(weft_status st, const weft_error *fe, weft_error *err);
+
 #endif
