@@ -17,22 +17,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "test_read.h"
 #include "text/chat.h"
-#include "util/file.h"
 
 static const char *shared_dir(void) {
     const char *d = getenv("WEFT_SHARED_DIR");
     return d && *d ? d : WEFT_SHARED_DIR;
-}
-
-/* path's bytes (NUL-terminated; NULL when it cannot be read), their count into *len */
-static char *slurp(const char *path, size_t *len) {
-    char *text;
-    size_t n;
-    weft_error err = {.size = sizeof(err)};
-    if (weft_file_read(path, 0, "a test file", NULL, &text, &n, &err)) return NULL;
-    if (len) *len = n;
-    return text;
 }
 
 /* Prints where two renders first differ. */
@@ -91,7 +81,7 @@ static int check_record(const char *label, const weft_chat_template *t, json_t *
 static json_t *load_jsonl(const char *rel, size_t *count) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/data/chat/%s", WEFT_SOURCE_DIR, rel);
-    char *text = slurp(path, NULL);
+    char *text = test_read_file(path, NULL);
     assert_non_null(text);
     json_t *all = json_array();
     char *line = text;
@@ -183,7 +173,7 @@ static void test_model_templates(void **state) {
         char path[1024];
         size_t len = 0;
         snprintf(path, sizeof path, "%s/tests/data/chat/%s.jinja", WEFT_SOURCE_DIR, names[k]);
-        char *src = slurp(path, &len);
+        char *src = test_read_file(path, &len);
         assert_non_null(src);
         if (weft_chat_template_parse(src, len, path, &llama[k], &err) != WEFT_OK)
             fail_msg("parse %s: %s", path, err.message);
@@ -355,7 +345,7 @@ static void test_hostile(void **state) {
         char path[800];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         size_t n = 0;
-        char *src = slurp(path, &n);
+        char *src = test_read_file(path, &n);
         assert_non_null(src);
         weft_chat_template *t = NULL;
         weft_error err = {sizeof err, 0, "", ""};

@@ -21,6 +21,7 @@
 #include "plugin/lock.h"
 #include "plugin/registry.h"
 #include "plugin/resolve.h"
+#include "test_read.h"
 #include "util/error.h"
 #include "util/hash.h"
 
@@ -67,21 +68,6 @@ static void sha_of(const char *path, char *hex) {
     weft_error err;
     weft_error_clear(&err);
     if (weft_hash_sha256_file(path, hex, &err) != WEFT_OK) fail_msg("%s", err.message);
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
 }
 
 static void test_freeze_contents(void **state) {
@@ -209,8 +195,9 @@ static void test_edited_lock_refused(void **state) {
     weft_error err;
     weft_error_clear(&err);
     assert_int_equal(weft_lock_write(a, path, &err), WEFT_OK);
-    size_t len;
-    char *text = slurp(path, &len);
+    size_t len = 0;
+    char *text = test_read_file(path, &len);
+    assert_non_null(text);
     weft_lock *b = NULL;
     char *edited = replace(text, "\"bias\": 2.5", "\"bias\": 3.5");
     assert_int_equal(weft_lock_parse(edited, strlen(edited), "edit.lock", &b, &err),
@@ -317,8 +304,9 @@ static void test_check(void **state) {
 
     /* the model's config grows by a byte; the fake.pass library moves away; the backend's ABI
      * range is edited out of the runtime's */
-    size_t len;
-    char *text = slurp(cfg, &len), want[700];
+    size_t len = 0;
+    char *text = test_read_file(cfg, &len), want[700];
+    assert_non_null(text);
     char *longer = replace(text, "}", " }");
     write_text(cfg, longer);
     free(longer);

@@ -27,6 +27,7 @@
 #include <openssl/evp.h>
 
 #include "files/pull.h"
+#include "test_read.h"
 #include "util/error.h"
 
 #define STORIES_SIZE 1056540
@@ -69,20 +70,6 @@ static void mkdirs(const char *path) {
     mkdir(tmp, 0755);
 }
 
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 static void write_all(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
@@ -91,8 +78,8 @@ static void write_all(const char *path, const void *data, size_t len) {
 }
 
 static void copy_file(const char *src, const char *dst) {
-    size_t n;
-    unsigned char *b = read_all(src, &n);
+    size_t n = 0;
+    unsigned char *b = (unsigned char *)test_read_file(src, &n);
     assert_non_null(b);
     write_all(dst, b, n);
     free(b);
@@ -104,8 +91,8 @@ static int exists(const char *path) {
 }
 
 static void sha256_file(const char *path, char out[65]) {
-    size_t n;
-    unsigned char *b = read_all(path, &n);
+    size_t n = 0;
+    unsigned char *b = (unsigned char *)test_read_file(path, &n);
     assert_non_null(b);
     unsigned char md[32];
     unsigned int l = 0;
@@ -204,8 +191,7 @@ static void server_start(server *s, const char *root, const char *tmp) {
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    size_t n;
-    char *b = (char *)read_all(portf, &n);
+    char *b = test_read_file(portf, NULL);
     if (!b) fail_msg("the test HTTP server did not start (%s)", script);
     s->port = atoi(b);
     free(b);
@@ -222,10 +208,8 @@ static void server_stop(server *s) {
 }
 
 static int log_has(const server *s, const char *needle) {
-    size_t n;
-    char *b = (char *)read_all(s->log, &n);
+    char *b = test_read_file(s->log, NULL);
     if (!b) return 0;
-    b[n] = '\0';
     int found = strstr(b, needle) != NULL;
     free(b);
     return found;
@@ -288,7 +272,8 @@ static void write_sums(const char *dir, const char *const *names, size_t n) {
 
 static void assert_same_file(const char *a, const char *b) {
     size_t na, nb;
-    unsigned char *x = read_all(a, &na), *y = read_all(b, &nb);
+    unsigned char *x = (unsigned char *)test_read_file(a, &na),
+                  *y = (unsigned char *)test_read_file(b, &nb);
     assert_non_null(x);
     assert_non_null(y);
     assert_int_equal(na, nb);
@@ -374,8 +359,8 @@ static void test_folder_resume(void **state) {
     snprintf(part, sizeof(part), "%s/stories260K.bin.part", dir);
     snprintf(src, sizeof(src), "%s/stories260K/stories260K.bin", shared_models);
     mkdirs(dir);
-    size_t n;
-    unsigned char *orig = read_all(src, &n);
+    size_t n = 0;
+    unsigned char *orig = (unsigned char *)test_read_file(src, &n);
     assert_non_null(orig);
     write_all(part, orig, 300000); /* an interrupted copy */
     weft_pull_stats st;
@@ -419,8 +404,8 @@ static void test_corrupt_mirror(void **state) {
         copy_file(src, path);
     }
     snprintf(path, sizeof(path), "%s/stories260K/stories260K.bin", mirror);
-    size_t n;
-    unsigned char *b = read_all(path, &n);
+    size_t n = 0;
+    unsigned char *b = (unsigned char *)test_read_file(path, &n);
     b[123456] ^= 0x01;
     write_all(path, b, n);
     free(b);
@@ -452,7 +437,7 @@ static void test_corrupt_mirror(void **state) {
     assert_null(strstr(rec_str(rec2, "tok512.bin", "verified_by"), "SHA256SUMS"));
     json_decref(rec2);
     snprintf(path, sizeof(path), "%s/karpathy/tinyllamas/stories260K/tok512.bin", mirror2);
-    b = read_all(path, &n);
+    b = (unsigned char *)test_read_file(path, &n);
     b[0] ^= 0x01;
     write_all(path, b, n);
     free(b);
@@ -474,7 +459,7 @@ static void test_corrupt_mirror(void **state) {
     snprintf(src, sizeof(src), "%s/models/acme--tiny/README.md", cache);
     assert_false(exists(src));
     snprintf(src, sizeof(src), "%s/model.safetensors", path);
-    b = read_all(src, &n);
+    b = (unsigned char *)test_read_file(src, &n);
     b[5] ^= 0x80;
     write_all(src, b, n);
     free(b);
@@ -527,8 +512,8 @@ static void test_url_mirror(void **state) {
     snprintf(path, sizeof(path), "%s/stories260K.bin", dir);
     unlink(path);
     snprintf(src, sizeof(src), "%s/stories260K/stories260K.bin", root);
-    size_t n;
-    unsigned char *orig = read_all(src, &n);
+    size_t n = 0;
+    unsigned char *orig = (unsigned char *)test_read_file(src, &n);
     strcat(path, ".part");
     write_all(path, orig, 500000);
     truncate_log(&s);

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "test_read.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 
@@ -24,34 +25,17 @@ static const char *shared_dir(void) {
     return d && *d ? d : WEFT_SHARED_DIR;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = '\0';
-    if (len) *len = (size_t)n;
-    return b;
-}
-
 /* Encodes every .inp string and compares with the .out line; returns the number checked. */
 static int check_vectors(const weft_tokenizer *tok, const char *family) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/models/llamacpp-tokenizer-vectors/ggml-vocab-%s.gguf.inp",
              shared_dir(), family);
     size_t inp_len;
-    char *inp = slurp(path, &inp_len);
+    char *inp = test_read_file(path, &inp_len);
     assert_non_null(inp);
     snprintf(path, sizeof(path), "%s/models/llamacpp-tokenizer-vectors/ggml-vocab-%s.gguf.out",
              shared_dir(), family);
-    char *out = slurp(path, NULL);
+    char *out = test_read_file(path, NULL);
     assert_non_null(out);
     int checked = 0;
     char *p = inp, *line = out;
