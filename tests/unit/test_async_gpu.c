@@ -1,7 +1,8 @@
 /* exec.async-pipeline on the GPU (device sampler: ids fed to the next step on the device, tokens
  * collected one step late through pinned memory and an event):
- *   - greedy: fast-cuda-async (and its -smem, -smem-loop, -loop, -xs, -ln and -smem-ln forms) give
- *     fast-cuda-all's tokens and log-probabilities over 256 steps (EOS ignored), twice in one
+ *   - greedy: fast-cuda-async (and its -smem, -smem-loop, -loop, -xs, -ln, -smem-ln, -nl, -mlp
+ *     and -qs forms) give fast-cuda-all's tokens and log-probabilities over 256 steps (EOS
+ *     ignored), twice in one
  *     engine (the second run replays captured graphs), on stories260K and every model directory
  *     in WEFT_EXEC_MODELS (colon-separated; the GPU run passes synthetic Qwen3-0.6B and
  *     Llama-3.2-1B bf16);
@@ -119,12 +120,13 @@ static void single_on(const char *model) {
      * fast-cuda-async-xs: the gate|up GEMV's x in shared memory; the -ln forms:
      * fuse.linear-add-norm's products normalising in their last block; the -nl forms:
      * fuse.norm-linear's looped products normalising their row in every block; -loop-mlp:
-     * its option down (on stories260K's 64-wide rows the node's unfused form) */
+     * its option down (on stories260K's 64-wide rows the node's unfused form); -loop-nl-qs:
+     * the backend's attn_qsplit 2 (each kv head's q heads over two attention blocks) */
     static const char *const cands[] = {
         "fast-cuda-async",         "fast-cuda-async-smem",    "fast-cuda-async-smem-loop",
         "fast-cuda-async-loop",    "fast-cuda-async-xs",      "fast-cuda-async-ln",
         "fast-cuda-async-smem-ln", "fast-cuda-async-loop-nl", "fast-cuda-async-smem-loop-nl",
-        "fast-cuda-async-loop-mlp"};
+        "fast-cuda-async-loop-mlp", "fast-cuda-async-loop-nl-qs"};
     for (size_t c = 0; c < sizeof(cands) / sizeof(cands[0]); c++) {
         e = open_candidate(cands[c], model);
         assert_non_null(e);

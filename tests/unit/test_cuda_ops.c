@@ -33,11 +33,13 @@ static const weft_backend_vtable *be;
  * attn_mc4_from 2048 (its four-block cluster form from a bucket of 2,048 positions) and
  * gemv_loop 3 (the T = 1 GEMVs looped over rows, x in shared memory), [2] [1]'s first two with
  * smem_carveout 100, [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs stage their weights
- * in shared memory), prefill_tc off (prefill attention on CUDA cores) and attn_mc4_from 512
- * (the fused attention's four-block cluster forms past 512 positions), and [4] [0]'s options
+ * in shared memory), prefill_tc off (prefill attention on CUDA cores), attn_mc4_from 512
+ * (the fused attention's four-block cluster forms past 512 positions) and attn_qsplit 4 (its q
+ * heads of a kv head over up to four blocks), and [4] [0]'s options
  * plus gemv_loop 2 (the looped form reading x through L1), [5] and [6] [1]'s options with
  * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps), [7] [1]'s options
- * with gemv_x_async (the looped forms copy x by cp.async), each with its op table. All retain
+ * with gemv_x_async (the looped forms copy x by cp.async) and attn_qsplit 2 (the fused
+ * attention's q heads of a kv head over two blocks), each with its op table. All retain
  * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1632,7 +1634,8 @@ static void test_option_ranges(void **state) {
                {"gemv_xsmem", 4},       {"attn_cp", 4},         {"attn_cp", -1},
                {"ablate", 16},          {"gemv_stage", 201},    {"gemv_stage", -1},
                {"gemv_loop", 17},       {"gemv_loop", -1},      {"gemv_loop_warps", 7},
-               {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33}};
+               {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33}, {"attn_qsplit", 0},
+               {"attn_qsplit", 3},      {"attn_qsplit", 5}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -1680,7 +1683,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[10] = {
+        weft_option kopt[12] = {
             opt[0], opt[1], opt[2], opt[3],
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
             {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
@@ -1692,18 +1695,20 @@ static int setup(void **state) {
             kopt[4] = (weft_option){.key = "gemv_stage", .type = WEFT_OPTION_INT, .i = 96};
             kopt[5] = (weft_option){.key = "prefill_tc", .type = WEFT_OPTION_BOOL, .i = 0};
             kopt[6] = (weft_option){.key = "attn_mc4_from", .type = WEFT_OPTION_INT, .i = 512};
+            kopt[7] = (weft_option){.key = "attn_qsplit", .type = WEFT_OPTION_INT, .i = 4};
         }
         if (k == 4) /* [0]'s options plus gemv_loop */
             kopt[4] = (weft_option){.key = "gemv_loop", .type = WEFT_OPTION_INT, .i = 2};
-        size_t nk = k == 1 ? 9 : k == 4 ? 5 : 7;
+        size_t nk = k == 1 ? 9 : k == 3 ? 8 : k == 4 ? 5 : 7;
         if (k == 5 || k == 6) { /* [1] with wider looped blocks */
             nk = 10;
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
                                     .i = k == 5 ? 24 : 32};
         }
-        if (k == 7) { /* [1] with x copied by cp.async */
-            nk = 10;
+        if (k == 7) { /* [1] with x copied by cp.async, each kv head's q heads over 2 blocks */
+            nk = 11;
             kopt[9] = (weft_option){.key = "gemv_x_async", .type = WEFT_OPTION_BOOL, .i = 1};
+            kopt[10] = (weft_option){.key = "attn_qsplit", .type = WEFT_OPTION_INT, .i = 2};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {

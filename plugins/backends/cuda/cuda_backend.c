@@ -401,10 +401,14 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
         {"attn_mc4_from", 0, 0, 1 << 24, " (positions of a KV-length bucket; 0: never)",
          &b->attn_mc4_from},
+        {"attn_qsplit", 1, 1, 4, " (blocks a kv head's query heads are split over: 1, 2 or 4)",
+         &b->attn_qsplit},
         {"ablate", 0, 0, 15, " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs, "
          "8: the MLP kernel's grid barrier)", &b->ablate},
     };
     weft_status e = read_int_opts(host, opts, ranged, sizeof(ranged) / sizeof(ranged[0]), err);
+    if (e == WEFT_OK && b->attn_qsplit == 3)
+        e = cuda_fail(err, WEFT_ERR_INVALID, "option attn_qsplit: 1, 2 or 4, got 3");
     if (e == WEFT_OK && b->gemv_loop_warps % 8) /* core.cu WEFT_GEMV_LPW's instances */
         e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_loop_warps: 8, 16, 24 or 32, got %d",
                       b->gemv_loop_warps);

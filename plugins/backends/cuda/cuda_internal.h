@@ -97,6 +97,9 @@ typedef struct cuda_backend {
     /* option attn_mc4_from: from a KV-length bucket of this many positions the fused
      * attention's _mc forms run as _mc4 (four blocks an SM); 0 = never */
     int attn_mc4_from;
+    /* option attn_qsplit: the fused attention splits each kv head's query heads over this
+     * many blocks (1, 2, 4; a divisor of the model's G is taken) */
+    int attn_qsplit;
     /* weft_copy_words of modules[0] (cb_copy's small copies from pinned memory), looked up at
      * the first such copy after a module is loaded; NULL before */
     CUfunction f_copy_words;

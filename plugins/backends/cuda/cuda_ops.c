@@ -1148,9 +1148,14 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         int S = ra_splits(span, cl), S_all = ra_splits(max_seq, cl); /* S_all >= S */
         int mc = cl && S > ATS_CLUSTER;
         int mc4 = mc && b->attn_mc4_from > 0 && span >= b->attn_mc4_from;
+        /* option attn_qsplit: each kv head's q heads over qs blocks (a divisor of G), grid y
+         * Hkv * qs, one arrival counter per block row */
+        int qs = b->attn_qsplit;
+        while (qs > 1 && G % qs) qs >>= 1;
+        const int qsh = qs == 4 ? 2 : qs == 2 ? 1 : 0;
         CUdeviceptr part, cnt, freqs;
         TRY(ats_workspace(b, r.Hq, r.hd, S_all, &part, err));
-        TRY(ra_counters(b, r.Hkv, &cnt, err));
+        TRY(ra_counters(b, r.Hkv * qs, &cnt, err));
         TRY(rope_freqs(b, n, r.rot, &freqs, err));
         CUfunction f;
         /* option attn_cp: its kernel form (core.cu weft_rope_attention_cp); without
@@ -1167,22 +1172,24 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         /* K and V staged as stored; the counter merge's forms keep the float-sized area it
          * gathers the partials in (core.cu, rope_attention_body's kvf) */
         unsigned smem = ats_smem(r.hd, cl ? elem_size(dt) : 4, 1, b->attn_cp,
-                                 cl && !mc ? ATS_MAXG : G);
+                                 cl && !mc ? ATS_MAXG : G / qs);
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of the fused rope-attention kernel");
         CUdeviceptr vs = r.merged ? rows.vs : vin;
         int nnorm = (int)norm_block(r.hd);
-        /* the kernel reads the cluster flag from bit 16 of S, option attn_cp from bits 17-18 */
-        int S_arg = S | (cl << 16) | (b->attn_cp << 17);
+        /* the kernel reads the cluster flag from bit 16 of S, option attn_cp from bits 17-18,
+         * log2 of option attn_qsplit's blocks a kv head from bits 19-20 */
+        int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
                         &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
                         &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,
                         &r.eps,   &nnorm,   &max_seq, &r.window, &r.scale, &S_arg};
         if (cl)
-            return cuda_launch_cluster(b, f, kname, 1, (unsigned)r.Hkv, (unsigned)S, ATS_THREADS,
-                                       smem, (unsigned)(mc ? ATS_CLUSTER : S), args, err);
-        return cuda_launch_ex(b, f, kname, 1, (unsigned)r.Hkv, (unsigned)S, ATS_THREADS, smem, 1,
-                              args, err);
+            return cuda_launch_cluster(b, f, kname, 1, (unsigned)(r.Hkv * qs), (unsigned)S,
+                                       ATS_THREADS, smem, (unsigned)(mc ? ATS_CLUSTER : S), args,
+                                       err);
+        return cuda_launch_ex(b, f, kname, 1, (unsigned)(r.Hkv * qs), (unsigned)S, ATS_THREADS,
+                              smem, 1, args, err);
     }
     /* the unfused sequence, through the node's intermediate outputs */
     CUdeviceptr qo = dout(c, n, 1), ko = dout(c, n, 2), vo = r.merged ? dout(c, n, 3) : 0;

@@ -2046,9 +2046,9 @@ __device__ __noinline__ void ra_merge_groups(const float *src, long hstride, lon
 // arrive (the staging's K/V loads are held then); ra_rows_from_raw converts them after the
 // copies' wait and a barrier. Otherwise the element loops of A::ld straight into X and vlast.
 __device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, const act *vsrc,
-                                             act *vc, int g, int G, int hd, int nh, bool own,
-                                             long prow, bool rawok, act *raw, float *X,
-                                             act *vlast, int nt) {
+                                             act *vc, int g, int h0, int G, int hd, int nh,
+                                             bool own, bool kw, long prow, bool rawok, act *raw,
+                                             float *X, act *vlast, int nt) {
     if (rawok) {
         const int AV = 16 / (int)sizeof(act), rv = hd / AV;
         const int nx = nh * rv, ntot = nx + (own ? rv : 0);
@@ -2057,7 +2057,7 @@ __device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, c
             const int hh = i / rv;
             cp_async<16>(raw + (long)i * AV,
                        i >= nx  ? vsrc + (long)g * hd + (i - nx) * AV
-                       : hh < G ? qsrc + (long)(g * G + hh) * hd + (i % rv) * AV
+                       : hh < G ? qsrc + (long)(h0 + hh) * hd + (i % rv) * AV
                                 : ksrc + (long)g * hd + (i % rv) * AV);
         }
         return;
@@ -2065,26 +2065,30 @@ __device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, c
     #pragma unroll 1
     for (int i = threadIdx.x; i < nh * hd; i += nt) {
         int hh = i / hd, e = i % hd;
-        X[i] = hh < G ? A::ld(qsrc, (long)(g * G + hh) * hd + e) : A::ld(ksrc, (long)g * hd + e);
+        X[i] = hh < G ? A::ld(qsrc, (long)(h0 + hh) * hd + e) : A::ld(ksrc, (long)g * hd + e);
     }
     if (own) {
         #pragma unroll 1
         for (int i = threadIdx.x; i < hd; i += nt) {
-            vc[prow + i] = vlast[i] = vsrc[(long)g * hd + i];
+            const act v = vsrc[(long)g * hd + i];
+            vlast[i] = v;
+            if (kw) vc[prow + i] = v;
         }
     }
 }
 // raw (after the copies' wait and a barrier) -> X as A::ld reads each value, and the v row to
 // the cache as stored and to vlast as read.
 __device__ __forceinline__ void ra_rows_from_raw(const act *raw, act *vc, int hd, int nh, bool own,
-                                                 long prow, float *X, act *vlast, int nt) {
+                                                 bool kw, long prow, float *X, act *vlast,
+                                                 int nt) {
     #pragma unroll 1
     for (int i = threadIdx.x; i < nh * hd; i += nt) X[i] = A::ld(raw, i);
     if (own) {
         const act *vr = raw + (long)nh * hd;
         #pragma unroll 1
         for (int i = threadIdx.x; i < hd; i += nt) {
-            vc[prow + i] = vlast[i] = vr[i];
+            vlast[i] = vr[i];
+            if (kw) vc[prow + i] = vr[i];
         }
     }
 }
@@ -2100,17 +2104,25 @@ __device__ __forceinline__ void rope_attention_body(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
     unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps, int nnorm,
-    int max_seq, int window, float scale, int S, int g, int s, int nt) {
+    int max_seq, int window, float scale, int S, int gy, int s, int nt) {
     // MC: launched only as clusters (cuda_ops.c), so it compiles without the counter merge
     // below. CL: launched only as clusters of at most 8 splits, one group of the merge order,
     // where the one-level merge gives combine_two's bits; its counter merge (which such a launch
     // never takes) is that one-level form, the kernel's code before the two-level order
     // (docs/perf/batch1.md, session of 2026-12-01 08:34 UTC).
     const int cluster = MC ? 1 : (S >> 16) & 1, cp = CP ? (S >> 17) & 3 : 0; // option attn_cp
+    // option attn_qsplit: a kv head's q heads split over 1 << qsh blocks (blockIdx.y = gy; kv
+    // head g = gy >> qsh): this block attends G of them, q heads gy * G ..; each head's
+    // arithmetic is the same whatever G (thread -> (head, item) maps), so the same bits. The
+    // first block of a kv head (kw) writes the step's k and v rows to the cache; the others
+    // compute the same rows for their own scores.
+    const int qsh = (S >> 19) & 3;
     S &= 0xffff;
+    const int g = gy >> qsh;
+    const bool kw = (gy & ((1 << qsh) - 1)) == 0;
     __shared__ int ra_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
-    const int G = Hq / Hkv;
+    const int G = (Hq / Hkv) >> qsh;
     const unsigned inv = STAGE_LAUNCH(); // stage trace (trace builds): this launch's slot
     STAGE_MARK(inv, 0);
     BLOCK_START();
@@ -2124,7 +2136,7 @@ __device__ __forceinline__ void rope_attention_body(
     if (p < 0 || p >= max_seq || slot < 0) { // no cache row to write or read: a zero output
         pdl_enter();
         if (s == 0)
-            for (int i = threadIdx.x; i < G * hd; i += nt) A::st(o, (long)(g * G) * hd + i, 0.f);
+            for (int i = threadIdx.x; i < G * hd; i += nt) A::st(o, (long)(gy * G) * hd + i, 0.f);
         if (cluster) {
             cluster_sync();
             cluster_sync();
@@ -2155,7 +2167,7 @@ __device__ __forceinline__ void rope_attention_body(
     const bool own = s == s_hi;    // row p is this chunk's last
     const int nh = G + (own ? 1 : 0); // heads to normalise and rotate
     const long pstride = (long)hd + 2, hstride = (long)S * pstride;
-    const long o0 = ((long)(g * G) * S + s) * pstride;
+    const long o0 = ((long)(gy * G) * S + s) * pstride;
     // the staged K and V take ATS_KV_FLOATS; the counter merge (the forms without clusters)
     // gathers the partials into that area, so there it keeps the size of float copies (up to
     // 64 splits of G = 2 heads of 128 dims, as before K and V were staged as stored)
@@ -2227,13 +2239,14 @@ __device__ __forceinline__ void rope_attention_body(
         pdl_enter();
         STAGE_MARK(inv, 1);
         STAGE_FIRST(inv);
-        ra_load_rows(qsrc, ksrc, vsrc, vc, g, G, hd, nh, own, prow, rawok, raw, X, vlast, nt);
+        ra_load_rows(qsrc, ksrc, vsrc, vc, g, gy * G, G, hd, nh, own, kw, prow, rawok, raw, X,
+                     vlast, nt);
         STAGE_MARK(inv, 7); // the rows read (the cp.async form: their copies issued)
     });
     if (cst || rawok) cp_async_wait_all();
     bsync(nt);
     if (rawok) {
-        ra_rows_from_raw(raw, vc, hd, nh, own, prow, X, vlast, nt);
+        ra_rows_from_raw(raw, vc, hd, nh, own, kw, prow, X, vlast, nt);
         bsync(nt);
     }
     STAGE_MARK(inv, 2);
@@ -2285,8 +2298,10 @@ __device__ __forceinline__ void rope_attention_body(
             qs[hh * hd + a] = A::round(ya) * scale;
             qs[hh * hd + b] = A::round(yb) * scale;
         } else {
-            A::st(kc, prow + a, ya);
-            A::st(kc, prow + b, yb);
+            if (kw) {
+                A::st(kc, prow + a, ya);
+                A::st(kc, prow + b, yb);
+            }
             A::st(ks, (n - 1) * ATS_KST(hd) + a, ya);
             A::st(ks, (n - 1) * ATS_KST(hd) + b, yb);
         }
@@ -2304,7 +2319,7 @@ __device__ __forceinline__ void rope_attention_body(
         if (hh < G) {
             qs[hh * hd + e] = A::round(y) * scale;
         } else {
-            A::st(kc, prow + e, y);
+            if (kw) A::st(kc, prow + e, y);
             A::st(ks, (n - 1) * ATS_KST(hd) + e, y);
         }
     }
@@ -2330,8 +2345,8 @@ __device__ __forceinline__ void rope_attention_body(
         const bool mrg = s == c_hi; // this cluster's merging block (own unless multi)
         if (mrg)
             ra_merge_cluster<MC>(mine, pstride, c_lo, c_hi - c_lo + 1, G, hd,
-                                 o + (long)(g * G) * hd, nt,
-                                 multi ? part + (long)(g * G) * hstride +
+                                 o + (long)(gy * G) * hd, nt,
+                                 multi ? part + (long)(gy * G) * hstride +
                                              (long)(s / ATS_MAXS) * pstride
                                        : nullptr,
                                  hstride);
@@ -2343,17 +2358,17 @@ __device__ __forceinline__ void rope_attention_body(
             __threadfence();
             bsync(nt);
             if (threadIdx.x == 0)
-                ra_last = atomicAdd(counters + g, 1u) ==
+                ra_last = atomicAdd(counters + gy, 1u) ==
                           (unsigned)(s_hi / ATS_MAXS - s_lo / ATS_MAXS);
             bsync(nt);
             if (!ra_last) return;
             __threadfence();
-            if (threadIdx.x == 0) atomicExch(counters + g, 0u);
-            ra_merge_groups(part + (long)(g * G) * hstride, hstride, pstride, s_lo / ATS_MAXS,
-                            s_hi / ATS_MAXS, G, hd, o + (long)(g * G) * hd, nt);
+            if (threadIdx.x == 0) atomicExch(counters + gy, 0u);
+            ra_merge_groups(part + (long)(gy * G) * hstride, hstride, pstride, s_lo / ATS_MAXS,
+                            s_hi / ATS_MAXS, G, hd, o + (long)(gy * G) * hd, nt);
         }
         STAGE_MARK(inv, 6);
-        if (g == 0) STAGE_NEXT();
+        if (gy == 0) STAGE_NEXT();
         return;
     }
     ats_attend(qs, ks, vs, ps, part, o0, hstride, G, hd, n, nt);
@@ -2363,12 +2378,12 @@ __device__ __forceinline__ void rope_attention_body(
     __threadfence();
     bsync(nt);
     if (threadIdx.x == 0)
-        ra_last = atomicAdd(counters + g, 1u) == (unsigned)(s_hi - s_lo);
+        ra_last = atomicAdd(counters + gy, 1u) == (unsigned)(s_hi - s_lo);
     bsync(nt);
     STAGE_MARK(inv, 5);
     if (!ra_last) return;
     __threadfence();
-    if (threadIdx.x == 0) atomicExch(counters + g, 0u);
+    if (threadIdx.x == 0) atomicExch(counters + gy, 0u);
     // the merge: the group's partials of splits [s_lo, s_hi] into shared memory in one round
     // of L2 loads (the staging area is free again) when they fit, then the same arithmetic
     const int ns = s_hi - s_lo + 1;
@@ -2378,35 +2393,35 @@ __device__ __forceinline__ void rope_attention_body(
         #pragma unroll 1
         for (long i = threadIdx.x; i < (long)G * per; i += nt) {
             long h = i / per, r = i % per;
-            pc[i] = ld_cg(part + (long)(g * G) * hstride + h * hstride + s_lo * pstride + r);
+            pc[i] = ld_cg(part + (long)(gy * G) * hstride + h * hstride + s_lo * pstride + r);
         }
         bsync(nt);
         if (CL)
-            ra_merge1(pc, per, pstride, ns, G, hd, o + (long)(g * G) * hd, nt);
+            ra_merge1(pc, per, pstride, ns, G, hd, o + (long)(gy * G) * hd, nt);
         else
-            ra_merge(pc, per, pstride, s_lo, ns, G, hd, o + (long)(g * G) * hd, nt);
+            ra_merge(pc, per, pstride, s_lo, ns, G, hd, o + (long)(gy * G) * hd, nt);
         STAGE_MARK(inv, 6);
-        if (g == 0) STAGE_NEXT();
+        if (gy == 0) STAGE_NEXT();
         return;
     }
     #pragma unroll 1
     for (int i = threadIdx.x; i < G * hd; i += nt) {
         int h = i / hd, d = i % hd;
-        const float *pp = part + (long)(g * G + h) * hstride;
+        const float *pp = part + (long)(gy * G + h) * hstride;
         if (CL) {
             float M, L;
             combine1_ml<true>(pp, pstride, hd, s_lo, s_hi, M, L);
-            A::st(o, (long)(g * G + h) * hd + d,
+            A::st(o, (long)(gy * G + h) * hd + d,
                   combine1_val<true>(pp, pstride, hd, s_lo, s_hi, M, L, d));
             continue;
         }
         float M = combine_max<true>(pp, pstride, hd, 0, s_lo, s_hi);
         float L = combine_two<true>(pp, pstride, hd, 0, s_lo, s_hi, hd + 1, M);
-        A::st(o, (long)(g * G + h) * hd + d,
+        A::st(o, (long)(gy * G + h) * hd + d,
               combine_out<true>(pp, pstride, hd, 0, s_lo, s_hi, M, L, d));
     }
     STAGE_MARK(inv, 6);
-    if (g == 0) STAGE_NEXT();
+    if (gy == 0) STAGE_NEXT();
 }
 
 // option ablate bit 1: the block of split 0 of each kv head stores zeros as its heads' output
@@ -2414,7 +2429,7 @@ __device__ __forceinline__ void rope_attention_body(
 #define ABLATE_ATTENTION()                                                                         \
     do {                                                                                           \
         pdl_enter();                                                                               \
-        const int G_ = Hq / Hkv;                                                                   \
+        const int G_ = (Hq / Hkv) >> ((S >> 19) & 3); /* option attn_qsplit */                   \
         if (blockIdx.z == 0)                                                                       \
             for (int i = threadIdx.x; i < G_ * hd; i += blockDim.x)                                \
                 A::st(o, (long)blockIdx.y * G_ * hd + i, 0.f);                                     \
