@@ -618,6 +618,13 @@ static void test_hub_layout(void **state) {
     unlink(path);
     assert_int_equal(pull("acme/broken", "", s.url, 0, &st, &err), WEFT_ERR_NOT_FOUND);
     assert_non_null(strstr(err.message, "model-00002-of-00002.safetensors"));
+    /* An index that is not JSON: a format error naming the file, line and column. */
+    snprintf(path, sizeof(path), "%s/acme/badjson", root);
+    make_model(path, 1);
+    snprintf(path, sizeof(path), "%s/acme/badjson/model.safetensors.index.json", root);
+    write_all(path, "{\"weight_map\": ", 15);
+    assert_int_equal(pull("acme/badjson", "", s.url, 0, &st, &err), WEFT_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "model.safetensors.index.json:1:"));
 
     /* 404 and 401 name the file and the URL. */
     assert_int_equal(pull("acme/nothere", "", s.url, 0, &st, &err), WEFT_ERR_NOT_FOUND);

@@ -1101,11 +1101,9 @@ static weft_status check_index(puller *p, weft_error *err) {
     if (!idx || !idx->present) return WEFT_OK;
     char path[8192];
     snprintf(path, sizeof(path), "%s/%s", p->dir, idx->name);
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root)
-        return weft_error_set(err, WEFT_ERR_FORMAT, SRC, "%s: not JSON (%s, line %d)", path,
-                              je.text, je.line);
+    json_t *root = NULL; /* fetched from the source: bounded like every small document */
+    weft_status rs = weft_file_read_json(path, MAX_SMALL_DOC, 0, SRC, &root, err);
+    if (rs != WEFT_OK) return rs;
     json_t *map = json_object_get(root, "weight_map");
     weft_status st = WEFT_OK;
     if (!json_is_object(map)) {
@@ -1141,7 +1139,9 @@ static weft_status add_shards_from_index(puller *p, weft_error *err) {
     if (!idx || !idx->present) return WEFT_OK;
     char path[8192];
     snprintf(path, sizeof(path), "%s/%s", p->dir, idx->name);
-    json_t *root = json_load_file(path, 0, NULL);
+    json_t *root = NULL;
+    weft_status rs = weft_file_read_json(path, MAX_SMALL_DOC, 0, SRC, &root, err);
+    if (rs != WEFT_OK) return rs;
     json_t *map = json_object_get(root, "weight_map");
     const char *k;
     json_t *v;
