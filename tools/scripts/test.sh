@@ -28,14 +28,16 @@ fi
 stage "release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs"
+# --timeout: a test that hangs (a failed assertion can leave a test's server thread running)
+# fails after 15 minutes instead of holding CI
+ctest --test-dir build --output-on-failure --timeout 900 -j"$jobs"
 
 if [[ $skip != *" asan "* ]]; then
   stage "ASan + UBSan build and tests"
   cmake -S . -B build-asan -DWEFT_SANITIZE=ON -DWEFT_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
   cmake --build build-asan -j"$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$jobs"
+    ctest --test-dir build-asan --output-on-failure --timeout 900 -j"$jobs"
 fi
 
 if [[ $skip != *" fuzz "* ]]; then
