@@ -176,13 +176,26 @@ static int have_python(void) {
     return system("python3 -c 'import http.server' >/dev/null 2>&1") == 0;
 }
 
+/* The running server's pid: a failed assertion leaves its test before server_stop, and a child
+ * still holding the test's stdout would keep ctest waiting, so the process kills it at exit. */
+static pid_t live_server;
+static void kill_live_server(void) {
+    if (live_server > 0) {
+        kill(live_server, SIGTERM);
+        waitpid(live_server, NULL, 0);
+        live_server = 0;
+    }
+}
+
 static void server_start(server *s, const char *root, const char *tmp) {
+    kill_live_server(); /* one left by a failed test */
     char script[4200], portf[4200];
     snprintf(script, sizeof(script), "%s/tests/data/sampling/pull_http_server.py", WEFT_SOURCE_DIR);
     snprintf(portf, sizeof(portf), "%s/port", tmp);
     snprintf(s->log, sizeof(s->log), "%s/requests.log", tmp);
     s->pid = fork();
     assert_true(s->pid >= 0);
+    live_server = s->pid;
     if (s->pid == 0) {
         execlp("python3", "python3", script, root, portf, s->log, (char *)NULL);
         _exit(127);
@@ -204,6 +217,7 @@ static void server_stop(server *s) {
         kill(s->pid, SIGTERM);
         waitpid(s->pid, NULL, 0);
         s->pid = 0;
+        live_server = 0;
     }
 }
 
@@ -670,6 +684,7 @@ int main(void) {
     snprintf(shared_models, sizeof(shared_models), "%s/models", shared_dir());
     unsetenv("WEFT_MODEL_MIRROR");
     unsetenv("HF_ENDPOINT");
+    atexit(kill_live_server);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cache_rule),    cmocka_unit_test(test_folder_mirror),
         cmocka_unit_test(test_folder_resume), cmocka_unit_test(test_corrupt_mirror),
