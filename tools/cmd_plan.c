@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "eval/eval.h"
 #include "plan/plan.h"
 #include "util/error.h"
 
@@ -60,24 +61,6 @@ static int newest_result(char *out, size_t cap) {
     return best < 0 ? -1 : 0;
 }
 
-static json_t *load_result(const char *path, weft_error *err) {
-    json_error_t je;
-    json_t *r = json_load_file(path, 0, &je);
-    if (!r) {
-        weft_error_set(err, WEFT_ERR_FORMAT, path, "not a JSON result (line %d: %s)", je.line,
-                       je.text);
-        return NULL;
-    }
-    const char *fmt = json_string_value(json_object_get(r, "format"));
-    if (!fmt || strcmp(fmt, "weft-eval-result")) {
-        json_decref(r);
-        weft_error_set(err, WEFT_ERR_FORMAT, path,
-                       "expected \"format\": \"weft-eval-result\" (a `weft eval run` result)");
-        return NULL;
-    }
-    return r;
-}
-
 static int plan_check_main(int argc, char **argv) {
     static const struct option opts[] = {
         {"before", required_argument, 0, 'b'}, {"after", required_argument, 0, 'a'},
@@ -117,8 +100,9 @@ static int plan_check_main(int argc, char **argv) {
     weft_error_clear(&err);
     json_t *plan = NULL, *rb = NULL, *ra = NULL, *chk = NULL;
     int rc = 1;
-    if (weft_plan_yaml_load(argv[optind], &plan, &err) || !(rb = load_result(before, &err)) ||
-        !(ra = load_result(after, &err)) || weft_plan_check(plan, rb, ra, &chk, &err)) {
+    if (weft_plan_yaml_load(argv[optind], &plan, &err) ||
+        !(rb = weft_eval_result_load(before, &err)) || !(ra = weft_eval_result_load(after, &err)) ||
+        weft_plan_check(plan, rb, ra, &chk, &err)) {
         rc = weft_cli_fail("plan check", &err);
         goto done;
     }
@@ -187,7 +171,7 @@ int weft_cmd_plan(int argc, char **argv) {
     }
     weft_error err;
     weft_error_clear(&err);
-    json_t *r = load_result(result, &err), *plan = NULL, *rev = NULL;
+    json_t *r = weft_eval_result_load(result, &err), *plan = NULL, *rev = NULL;
     if (!r) return weft_cli_fail("plan", &err);
     int rc = 1;
     weft_plan_profile prof;

@@ -137,6 +137,26 @@ grep -q "^plan \(accepted\|refused\)" "$tmp/plan.txt" || fail "plan review print
     -o "$tmp/check.json" > "$tmp/check.txt"
 grep -q "deferred" "$tmp/check.txt" || fail "plan check: sched.continuous should be deferred"
 
+# ---- files that are not results: exit 2 (plan: 1), the file named, where JSON breaks ----------
+printf '{"format": ' > "$tmp/broken.json"
+echo '{"format": "other"}' > "$tmp/other.json"
+bad() { # expected exit, expected text, command...
+    local want=$1 text=$2 rc
+    shift 2
+    set +e
+    "$@" > /dev/null 2> "$tmp/bad.err"
+    rc=$?
+    set -e
+    [ "$rc" = "$want" ] && grep -qF -- "$text" "$tmp/bad.err" ||
+        fail "$* -> exit $rc (want $want), stderr: $(cat "$tmp/bad.err")"
+}
+bad 2 "broken.json:1:" "$weft" eval status "$tmp/broken.json"
+bad 2 'other.json: expected "format": "weft-eval-result"' "$weft" eval status "$tmp/other.json"
+bad 2 "missing.json" "$weft" eval report "$tmp/base.json" "$tmp/missing.json" -o "$tmp/r2.html"
+bad 1 "broken.json:1:" "$weft" plan check "$tmp/plan.yaml" --before "$tmp/broken.json" \
+    --after "$tmp/base.json"
+bad 1 "other.json" "$weft" plan --result "$tmp/other.json"
+
 # ---- runs -------------------------------------------------------------------------------------
 "$weft" runs new search --dir "$tmp/runs" > /dev/null
 "$weft" runs add search --dir "$tmp/runs" --lock "$tmp/base.lock" --result "$tmp/base.json" \

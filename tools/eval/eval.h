@@ -6,7 +6,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "weft/plugin.h"
+
+/* A result of `weft eval run` (docs/EVAL.md) read from path: a JSON object whose "format" is
+ * "weft-eval-result", at most 256 MiB (runtime/src/util/file.c's reader). NULL on error, with a
+ * message starting with the path (missing or unreadable file, not JSON: "path:line:column:
+ * text", not a result). The caller owns the reference. */
+json_t *weft_eval_result_load(const char *path, weft_error *err);
 
 /* A probe file (JSON written by `weft eval probe`). */
 typedef struct weft_probe_file {

@@ -14,6 +14,7 @@
 
 #include "eval/eval.h"
 #include "eval/gates.h"
+#include "util/error.h"
 
 static const char *const palette[] = {"#4269d0", "#efb118", "#ff725c", "#6cc5b0",
                                       "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5"};
@@ -427,13 +428,12 @@ int weft_eval_report_main(int argc, char **argv) {
     }
     json_t *rs[64];
     for (size_t i = 0; i < n; i++) {
-        json_error_t je;
-        rs[i] = json_load_file(paths[i], 0, &je);
-        const char *fmt = json_string_value(json_object_get(rs[i], "format"));
-        if (!rs[i] || !fmt || strcmp(fmt, "weft-eval-result")) {
-            fprintf(stderr, "weft eval report: %s: not a weft eval result (%s)\n", paths[i],
-                    rs[i] ? "no \"format\": \"weft-eval-result\"" : je.text);
-            for (size_t j = 0; j <= i; j++)
+        weft_error err;
+        weft_error_clear(&err);
+        rs[i] = weft_eval_result_load(paths[i], &err);
+        if (!rs[i]) {
+            fprintf(stderr, "weft eval report: %s\n", err.message);
+            for (size_t j = 0; j < i; j++)
                 json_decref(rs[j]);
             return 2;
         }

@@ -633,15 +633,9 @@ int weft_eval_run_main(int argc, char **argv) {
     }
     x.lock = lock;
     if (!model && lock && lock->model_dir[0]) model = lock->model_dir;
-    if (baseline) {
-        json_error_t je;
-        x.baseline = json_load_file(baseline, 0, &je);
-        const char *fmt = json_string_value(json_object_get(x.baseline, "format"));
-        if (!json_is_object(x.baseline) || !fmt || strcmp(fmt, WEFT_EVAL_RESULT_FORMAT)) {
-            fprintf(stderr, "weft eval run: %s: expected a weft eval result (line %d: %s)\n",
-                    baseline, je.line, je.text);
-            goto done;
-        }
+    if (baseline && !(x.baseline = weft_eval_result_load(baseline, &err))) {
+        fprintf(stderr, "weft eval run: --baseline %s\n", err.message);
+        goto done;
     }
     /* quality thresholds: a candidate may tighten, never loosen */
     if (lock) {

@@ -9,6 +9,22 @@
 #include <jansson.h>
 
 #include "eval/eval.h"
+#include "util/error.h"
+#include "util/file.h"
+
+json_t *weft_eval_result_load(const char *path, weft_error *err) {
+    json_t *r = NULL;
+    if (weft_file_read_json(path, 256u << 20, 0, "eval", &r, err) != WEFT_OK) return NULL;
+    const char *fmt = json_string_value(json_object_get(r, "format"));
+    if (!json_is_object(r) || !fmt || strcmp(fmt, "weft-eval-result")) {
+        json_decref(r);
+        weft_error_set(err, WEFT_ERR_FORMAT, "eval",
+                       "%s: expected \"format\": \"weft-eval-result\" (a `weft eval run` result)",
+                       path);
+        return NULL;
+    }
+    return r;
+}
 
 static double num(json_t *o, const char *k) {
     json_t *v = json_object_get(o, k);
@@ -119,13 +135,11 @@ int weft_eval_status_main(int argc, char **argv) {
     }
     int rc = 0;
     for (int i = 1; i < argc; i++) {
-        json_error_t je;
-        json_t *r = json_load_file(argv[i], 0, &je);
-        const char *fmt = json_string_value(json_object_get(r, "format"));
-        if (!r || !fmt || strcmp(fmt, "weft-eval-result")) {
-            fprintf(stderr, "weft eval status: %s: not a weft eval result (%s)\n", argv[i],
-                    r ? "no \"format\": \"weft-eval-result\"" : je.text);
-            json_decref(r);
+        weft_error err;
+        weft_error_clear(&err);
+        json_t *r = weft_eval_result_load(argv[i], &err);
+        if (!r) {
+            fprintf(stderr, "weft eval status: %s\n", err.message);
             return 2;
         }
         if (i > 1) printf("\n");
