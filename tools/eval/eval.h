@@ -10,6 +10,9 @@
 
 #include "weft/plugin.h"
 
+/* The "format" of a `weft eval run` result document. */
+#define WEFT_EVAL_RESULT_FORMAT "weft-eval-result"
+
 /* A result of `weft eval run` (docs/EVAL.md) read from path: a JSON object whose "format" is
  * "weft-eval-result", at most 256 MiB (runtime/src/util/file.c's reader). NULL on error, with a
  * message starting with the path (missing or unreadable file, not JSON: "path:line:column:

@@ -12,7 +12,6 @@
 #include "files/config.h"
 #include "plugin/lock.h"
 
-#define WEFT_EVAL_RESULT_FORMAT "weft-eval-result"
 #define WEFT_EVAL_RESULT_VERSION 1
 
 /* Quality gate defaults (issue 6); a candidate may only lower them. */

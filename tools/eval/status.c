@@ -16,10 +16,11 @@ json_t *weft_eval_result_load(const char *path, weft_error *err) {
     json_t *r = NULL;
     if (weft_file_read_json(path, 256u << 20, 0, "eval", &r, err) != WEFT_OK) return NULL;
     const char *fmt = json_string_value(json_object_get(r, "format"));
-    if (!json_is_object(r) || !fmt || strcmp(fmt, "weft-eval-result")) {
+    if (!json_is_object(r) || !fmt || strcmp(fmt, WEFT_EVAL_RESULT_FORMAT)) {
         json_decref(r);
         weft_error_set(err, WEFT_ERR_FORMAT, "eval",
-                       "%s: expected \"format\": \"weft-eval-result\" (a `weft eval run` result)",
+                       "%s: expected \"format\": \"" WEFT_EVAL_RESULT_FORMAT
+                       "\" (a `weft eval run` result)",
                        path);
         return NULL;
     }

@@ -1096,14 +1096,21 @@ static weft_status write_record(puller *p, weft_error *err) {
 
 /* ---- the pull ----------------------------------------------------------------------------- */
 
-static weft_status check_index(puller *p, weft_error *err) {
+/* The fetched model.safetensors.index.json (its path into path), bounded like every small
+ * document: *root NULL when the model has none. */
+static weft_status read_index(puller *p, char *path, size_t cap, json_t **root, weft_error *err) {
+    *root = NULL;
     want *idx = find_want(p, "model.safetensors.index.json");
     if (!idx || !idx->present) return WEFT_OK;
+    snprintf(path, cap, "%s/%s", p->dir, idx->name);
+    return weft_file_read_json(path, MAX_SMALL_DOC, 0, SRC, root, err);
+}
+
+static weft_status check_index(puller *p, weft_error *err) {
     char path[8192];
-    snprintf(path, sizeof(path), "%s/%s", p->dir, idx->name);
-    json_t *root = NULL; /* fetched from the source: bounded like every small document */
-    weft_status rs = weft_file_read_json(path, MAX_SMALL_DOC, 0, SRC, &root, err);
-    if (rs != WEFT_OK) return rs;
+    json_t *root;
+    weft_status rs = read_index(p, path, sizeof(path), &root, err);
+    if (rs != WEFT_OK || !root) return rs;
     json_t *map = json_object_get(root, "weight_map");
     weft_status st = WEFT_OK;
     if (!json_is_object(map)) {
@@ -1135,13 +1142,10 @@ static weft_status check_index(puller *p, weft_error *err) {
 
 /* A URL-mirror model without a SHA256SUMS learns its shards from the index it fetched. */
 static weft_status add_shards_from_index(puller *p, weft_error *err) {
-    want *idx = find_want(p, "model.safetensors.index.json");
-    if (!idx || !idx->present) return WEFT_OK;
     char path[8192];
-    snprintf(path, sizeof(path), "%s/%s", p->dir, idx->name);
-    json_t *root = NULL;
-    weft_status rs = weft_file_read_json(path, MAX_SMALL_DOC, 0, SRC, &root, err);
-    if (rs != WEFT_OK) return rs;
+    json_t *root;
+    weft_status rs = read_index(p, path, sizeof(path), &root, err);
+    if (rs != WEFT_OK || !root) return rs;
     json_t *map = json_object_get(root, "weight_map");
     const char *k;
     json_t *v;
