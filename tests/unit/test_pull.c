@@ -420,6 +420,7 @@ static void test_corrupt_mirror(void **state) {
     snprintf(path, sizeof(path), "%s/stories260K/stories260K.bin", mirror);
     size_t n = 0;
     unsigned char *b = (unsigned char *)test_read_file(path, &n);
+    assert_non_null(b);
     b[123456] ^= 0x01;
     write_all(path, b, n);
     free(b);
@@ -452,6 +453,7 @@ static void test_corrupt_mirror(void **state) {
     json_decref(rec2);
     snprintf(path, sizeof(path), "%s/karpathy/tinyllamas/stories260K/tok512.bin", mirror2);
     b = (unsigned char *)test_read_file(path, &n);
+    assert_non_null(b);
     b[0] ^= 0x01;
     write_all(path, b, n);
     free(b);
@@ -474,6 +476,7 @@ static void test_corrupt_mirror(void **state) {
     assert_false(exists(src));
     snprintf(src, sizeof(src), "%s/model.safetensors", path);
     b = (unsigned char *)test_read_file(src, &n);
+    assert_non_null(b);
     b[5] ^= 0x80;
     write_all(src, b, n);
     free(b);
@@ -528,6 +531,7 @@ static void test_url_mirror(void **state) {
     snprintf(src, sizeof(src), "%s/stories260K/stories260K.bin", root);
     size_t n = 0;
     unsigned char *orig = (unsigned char *)test_read_file(src, &n);
+    assert_non_null(orig);
     strcat(path, ".part");
     write_all(path, orig, 500000);
     truncate_log(&s);

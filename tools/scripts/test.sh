@@ -28,7 +28,7 @@ fi
 stage "release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
-# --timeout: a test that hangs (a failed assertion can leave a test's server thread running)
+# --timeout: a test that hangs (a failed assertion can leave a test's server process running)
 # fails after 15 minutes instead of holding CI
 ctest --test-dir build --output-on-failure --timeout 900 -j"$jobs"
 
