@@ -31,7 +31,8 @@
 #                                        decode of WEFT_AB_CANDIDATES with every bundle of
 #                                        WEFT_AB_BUNDLES and backend options of WEFT_AB_OPTS, in
 #                                        WEFT_AB_ROUNDS interleaved rounds, then traces
-#                                        (Qwen3-8B's with WEFT_AB_TRACE_8B=1); at each
+#                                        (Qwen3-8B's with WEFT_AB_TRACE_8B=1; of WEFT_AB_TRACE_MODELS
+#                                        only, when set); at each
 #                                        PROMPT:MAX_MODEL_LEN pair of WEFT_AB_LENGTHS
 #   tools/scripts/gpu-check.sh prefill-tc  time to first token of long prompts with the cuda
 #                                        backend's tensor-core prefill (option prefill_tc) and
@@ -464,9 +465,9 @@ ab)
       done
     done
     # the in-graph trace of the first candidate with .gpu and each options map (WEFT_ISSUE8_TRACE=0
-    # skips them; Qwen3-8B's only with WEFT_AB_TRACE_8B=1)
+    # skips them; Qwen3-8B's only with WEFT_AB_TRACE_8B=1; WEFT_AB_TRACE_MODELS: only these)
     c=$(echo ${WEFT_AB_CANDIDATES:-manifests/fast-cuda-async.yaml} | cut -d' ' -f1)
-    for cfg in $models; do
+    for cfg in ${WEFT_AB_TRACE_MODELS:-$models}; do
       [ "${WEFT_ISSUE8_TRACE:-1}" = 0 ] && continue
       [ "$cfg" = Qwen3-8B ] && [ "${WEFT_AB_TRACE_8B:-0}" != 1 ] && continue
       for i in "${!abopts[@]}"; do
