@@ -31,8 +31,8 @@
 #                                        decode of WEFT_AB_CANDIDATES with every bundle of
 #                                        WEFT_AB_BUNDLES and backend options of WEFT_AB_OPTS, in
 #                                        WEFT_AB_ROUNDS interleaved rounds, then traces
-#                                        (Qwen3-8B's with WEFT_AB_TRACE_8B=1; of WEFT_AB_TRACE_MODELS
-#                                        only, when set); at each
+#                                        (Qwen3-8B's with WEFT_AB_TRACE_8B=1; only those of
+#                                        WEFT_AB_TRACE_MODELS when set); at each
 #                                        PROMPT:MAX_MODEL_LEN pair of WEFT_AB_LENGTHS
 #   tools/scripts/gpu-check.sh prefill-tc  time to first token of long prompts with the cuda
 #                                        backend's tensor-core prefill (option prefill_tc) and
