@@ -89,6 +89,64 @@ static void report_blocks(CUmodule mod, unsigned long long t0) {
 /* The stages of weft_rope_attention's last `launches` launches (core.cu STAGE_MARK, marks in the
  * kernel's order below): mean time from the last block reaching one mark to the last block
  * reaching the next. */
+/* the looped plain GEMV's block stamps (core.cu GEMV_MARK) of the latest launch of each site:
+ * every stamp's spread over the blocks, in us after block 0 passed its wait */
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static void report_gemv(CUmodule mod) {
+    enum { NB = 1024, NS = 5 };
+    static unsigned long long st[2][NB][NS];
+    static unsigned sm[2][NB];
+    static double v[NB];
+    unsigned n[2][3];
+    CUdeviceptr ps, pm, pn;
+    size_t ss, sms, sn;
+    if (cuModuleGetGlobal(&ps, &ss, mod, "weft_trace_gemv") != CUDA_SUCCESS ||
+        cuModuleGetGlobal(&pm, &sms, mod, "weft_trace_gemv_sm") != CUDA_SUCCESS ||
+        cuModuleGetGlobal(&pn, &sn, mod, "weft_trace_gemv_n") != CUDA_SUCCESS || ss != sizeof(st) ||
+        sms != sizeof(sm) || sn != sizeof(n) || cuMemcpyDtoH(st, ps, sizeof(st)) ||
+        cuMemcpyDtoH(sm, pm, sizeof(sm)) || cuMemcpyDtoH(n, pn, sizeof(n)))
+        return;
+    static const char *const label[NS] = {"started", "passed its wait", "x in shared memory",
+                                          "first group done", "last group done"};
+    for (int site = 0; site < 2; site++) {
+        unsigned nb = n[site][0] < NB ? n[site][0] : NB;
+        if (!nb) continue;
+        const double t0 = (double)st[site][0][1];
+        unsigned per_sm[256] = {0}, sms_used = 0, most = 0, early = 0;
+        for (unsigned i = 0; i < nb; i++) {
+            if (sm[site][i] < 256 && per_sm[sm[site][i]]++ == 0) sms_used++;
+            early += (double)st[site][i][0] < t0;
+        }
+        for (int i = 0; i < 256; i++)
+            if (per_sm[i] > most) most = per_sm[i];
+        fprintf(stderr,
+                "looped GEMV blocks, latest launch of N %u K %u: %u blocks on %u SMs (at most %u "
+                "an SM), %u started before block 0 passed its wait\n",
+                n[site][1], n[site][2], nb, sms_used, most, early);
+        fprintf(stderr, "  %-22s %8s %8s %8s %8s %8s (us after block 0's wait)\n", "block", "min",
+                "p10", "median", "p90", "max");
+        for (int j = 0; j < NS; j++) {
+            for (unsigned i = 0; i < nb; i++)
+                v[i] = ((double)st[site][i][j] - t0) / 1e3;
+            qsort(v, nb, sizeof(v[0]), cmp_dbl);
+            fprintf(stderr, "  %-22s %8.2f %8.2f %8.2f %8.2f %8.2f\n", label[j], v[0], v[nb / 10],
+                    v[nb / 2], v[nb * 9 / 10], v[nb - 1]);
+        }
+        /* each block's own spans: wait -> x, x -> first group, first group -> last */
+        static const char *const span[3] = {"wait -> x", "x -> first group", "first group -> last"};
+        for (int j = 0; j < 3; j++) {
+            for (unsigned i = 0; i < nb; i++)
+                v[i] = ((double)st[site][i][j + 2] - (double)st[site][i][j + 1]) / 1e3;
+            qsort(v, nb, sizeof(v[0]), cmp_dbl);
+            fprintf(stderr, "  %-22s %8.2f %8.2f %8.2f %8.2f %8.2f (a block's span)\n", span[j],
+                    v[0], v[nb / 10], v[nb / 2], v[nb * 9 / 10], v[nb - 1]);
+        }
+    }
+}
+
 static void report_stages(cuda_backend *b, size_t launches) {
     static const int order[8] = {0, 1, 7, 2, 3, 4, 5, 6};
     static const char *const label[7] = {"launch -> wait passed (max over blocks)",
@@ -211,6 +269,8 @@ void cuda_trace_report(cuda_backend *b) {
     for (size_t i = 0; i < k; i++)
         ra += !strncmp(b->trace_names[i], "weft_rope_attention", 19); /* and its _cp form */
     report_stages(b, ra);
+    for (size_t m = 0; m < b->n_modules; m++)
+        report_gemv(b->modules[m].mod);
     free(agg);
     free(all);
 }

@@ -201,6 +201,31 @@ __device__ __forceinline__ unsigned trace_blk_id() {
     do {                                                                                           \
         if (threadIdx.x == 0) atomicAdd(&weft_trace_launch, 1u);                                   \
     } while (0)
+// The looped plain GEMV's blocks (trace builds, the first 1,024 blocks of the latest launch of
+// each of two sites: 0 a square product, the o projection of Qwen3-8B and Llama-3.2-1B; 1 one
+// with K > N, the down projection): when each block started, passed its wait, had x in shared
+// memory, finished its first group and its last, and its SM (cuda_trace.c report_gemv)
+#define WEFT_TRACE_GSTAMPS 5
+extern "C" __device__ unsigned long long weft_trace_gemv[2][WEFT_TRACE_BLOCKS][WEFT_TRACE_GSTAMPS];
+extern "C" __device__ unsigned weft_trace_gemv_sm[2][WEFT_TRACE_BLOCKS];
+extern "C" __device__ unsigned weft_trace_gemv_n[2][3];
+__device__ unsigned long long weft_trace_gemv[2][WEFT_TRACE_BLOCKS][WEFT_TRACE_GSTAMPS];
+__device__ unsigned weft_trace_gemv_sm[2][WEFT_TRACE_BLOCKS];
+__device__ unsigned weft_trace_gemv_n[2][3]; // blocks, N, K
+__device__ __forceinline__ int gemv_trace_site(int N, int K) {
+    return N == K ? 0 : K > N ? 1 : -1;
+}
+#define GEMV_MARK(site, j)                                                                         \
+    do {                                                                                           \
+        if ((site) >= 0 && threadIdx.x == 0 && blockIdx.x < WEFT_TRACE_BLOCKS) {                   \
+            weft_trace_gemv[site][blockIdx.x][j] = globaltimer();                                  \
+            if ((j) == 0) {                                                                        \
+                unsigned sm_;                                                                      \
+                asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                   \
+                weft_trace_gemv_sm[site][blockIdx.x] = sm_;                                        \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
 #else
 #define STAGE_MARK(inv, L) ((void)(inv))
 #define STAGE_FIRST(inv) ((void)(inv))
@@ -208,6 +233,8 @@ __device__ __forceinline__ unsigned trace_blk_id() {
 #define BLOCK_ATTENDED() ((void)0)
 #define STAGE_LAUNCH() 0u
 #define STAGE_NEXT() ((void)0)
+#define GEMV_MARK(site, j) ((void)(site))
+__device__ __forceinline__ int gemv_trace_site(int, int) { return -1; }
 #endif
 // WEFT_PDL_EARLY (the backend's option pdl_early): the trigger comes before the wait, so the
 // next kernel may launch as soon as every block of this one is resident, while this one still
@@ -1140,10 +1167,11 @@ __device__ __forceinline__ void lp_span(int N, int S, int per, int &n0, int &ng)
 }
 
 // a looped block's ng groups from row n0, the first batch of row n0's weights already in wv
+// (site: gemv_trace_site's, -1 for none: trace builds stamp the first group's end)
 template <int NW, int NT>
 __device__ __forceinline__ void lp_groups(const act *x, const wgt *w0, const wgt *w1,
                                           const wgt *bias, void *y, int out_f32, int N, int K,
-                                          int S, int n0, int ng, uint4 (*wv)[NW]) {
+                                          int S, int n0, int ng, uint4 (*wv)[NW], int site = -1) {
     __shared__ float red[2][NT / 32][NW];
     const int rb = NT / 32 / S;
     // the trip count is the block's, so every warp reaches each barrier
@@ -1152,6 +1180,7 @@ __device__ __forceinline__ void lp_groups(const act *x, const wgt *w0, const wgt
         const int n = n0 + i * rb;
         lp_group<NW, NT>(x, w0, w1, bias, y, out_f32, N, K, S, i, n, i + 1 < ng ? n + rb : -1,
                          wv, red);
+        if (i == 0) GEMV_MARK(site, 3);
     }
 }
 
@@ -1168,15 +1197,28 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
     int n0, ng;
     lp_span<NT>(N, S, per, n0, ng);
+    // trace builds: the plain 8-warp product's block stamps (gemv_trace_site)
+    const int site = NW == 1 && !NORM && NT == GEMV_THREADS ? gemv_trace_site(N, K) : -1;
+    GEMV_MARK(site, 0);
     uint4 wv[4][NW];
     lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
     if constexpr (NORM) {
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
     } else {
         pdl_enter();
+        GEMV_MARK(site, 1);
         if (XS) x = gemv_x_shared<NT, XA>(x, K);
     }
-    lp_groups<NW, NT>(x, w0, w1, bias, y, out_f32, N, K, S, n0, ng, wv);
+    GEMV_MARK(site, 2);
+    lp_groups<NW, NT>(x, w0, w1, bias, y, out_f32, N, K, S, n0, ng, wv, site);
+    GEMV_MARK(site, 4);
+#ifdef WEFT_TRACE
+    if (site >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+        weft_trace_gemv_n[site][0] = gridDim.x;
+        weft_trace_gemv_n[site][1] = (unsigned)N;
+        weft_trace_gemv_n[site][2] = (unsigned)K;
+    }
+#endif
 }
 
 // Every block of the grid arrives, then leaves once all have: bar[0] counts arrivals, bar[1]
