@@ -83,7 +83,8 @@ static int has_warnings(const char *log, int report) {
 }
 
 /* One define set; with WEFT_NVRTC_REGS set, compiled with ptxas's report ("--ptxas-options=-v")
- * and the matching kernels' registers printed */
+ * and the matching kernels' registers printed; with WEFT_NVRTC_CUBIN set, its cubin written to
+ * that file */
 static int check_one(const weft_cuda_api *api, weft_cuda_build *b, const char *label) {
     const char *filter = getenv("WEFT_NVRTC_REGS");
     const char *defs[WEFT_CUDA_MAX_DEFINES];
@@ -113,6 +114,16 @@ static int check_one(const weft_cuda_api *api, weft_cuda_build *b, const char *l
         fprintf(stderr, "%s %s [%s]: warnings:\n%s\n", b->name, b->arch, label, log);
     else if (filter)
         print_regs(log, filter, label);
+    /* WEFT_NVRTC_CUBIN: the cubin of the last define set written there, for cuobjdump -sass */
+    const char *dump = getenv("WEFT_NVRTC_CUBIN");
+    if (s == WEFT_OK && dump && *dump) {
+        FILE *f = fopen(dump, "wb");
+        if (!f || fwrite(cubin, 1, n, f) != n) {
+            fprintf(stderr, "%s: cannot write the cubin\n", dump);
+            bad = 1;
+        }
+        if (f) fclose(f);
+    }
     free(log);
     free(cubin);
     return bad;

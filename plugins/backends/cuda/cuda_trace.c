@@ -96,7 +96,7 @@ static int cmp_dbl(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 static void report_gemv(CUmodule mod) {
-    enum { NB = 1024, NS = 5 };
+    enum { NB = 1024, NS = 6 };
     static unsigned long long st[2][NB][NS];
     static unsigned sm[2][NB];
     static double v[NB];
@@ -109,8 +109,9 @@ static void report_gemv(CUmodule mod) {
         sms != sizeof(sm) || sn != sizeof(n) || cuMemcpyDtoH(st, ps, sizeof(st)) ||
         cuMemcpyDtoH(sm, pm, sizeof(sm)) || cuMemcpyDtoH(n, pn, sizeof(n)))
         return;
-    static const char *const label[NS] = {"started", "passed its wait", "x in shared memory",
-                                          "first group done", "last group done"};
+    static const char *const label[NS] = {
+        "started",          "passed its wait", "x in shared memory",
+        "first group done", "last group done", "warp 0's first batch in"};
     for (int site = 0; site < 2; site++) {
         unsigned nb = n[site][0] < NB ? n[site][0] : NB;
         if (!nb) continue;
@@ -135,6 +136,11 @@ static void report_gemv(CUmodule mod) {
             fprintf(stderr, "  %-22s %8.2f %8.2f %8.2f %8.2f %8.2f\n", label[j], v[0], v[nb / 10],
                     v[nb / 2], v[nb * 9 / 10], v[nb - 1]);
         }
+        for (unsigned i = 0; i < nb; i++)
+            v[i] = ((double)st[site][i][5] - (double)st[site][i][0]) / 1e3;
+        qsort(v, nb, sizeof(v[0]), cmp_dbl);
+        fprintf(stderr, "  %-22s %8.2f %8.2f %8.2f %8.2f %8.2f (a block's span)\n",
+                "start -> first batch in", v[0], v[nb / 10], v[nb / 2], v[nb * 9 / 10], v[nb - 1]);
         /* each block's own spans: wait -> x, x -> first group, first group -> last */
         static const char *const span[3] = {"wait -> x", "x -> first group", "first group -> last"};
         for (int j = 0; j < 3; j++) {

@@ -204,8 +204,10 @@ __device__ __forceinline__ unsigned trace_blk_id() {
 // The looped plain GEMV's blocks (trace builds, the first 1,024 blocks of the latest launch of
 // each of two sites: 0 a square product, the o projection of Qwen3-8B and Llama-3.2-1B; 1 one
 // with K > N, the down projection): when each block started, passed its wait, had x in shared
-// memory, finished its first group and its last, and its SM (cuda_trace.c report_gemv)
-#define WEFT_TRACE_GSTAMPS 5
+// memory, finished its first group and its last, its SM, and (stamp 5) when warp 0 had its first
+// batch of weights in registers, which it then waits for before its wait (cuda_trace.c
+// report_gemv)
+#define WEFT_TRACE_GSTAMPS 6
 extern "C" __device__ unsigned long long weft_trace_gemv[2][WEFT_TRACE_BLOCKS][WEFT_TRACE_GSTAMPS];
 extern "C" __device__ unsigned weft_trace_gemv_sm[2][WEFT_TRACE_BLOCKS];
 extern "C" __device__ unsigned weft_trace_gemv_n[2][3];
@@ -1202,6 +1204,16 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     GEMV_MARK(site, 0);
     uint4 wv[4][NW];
     lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
+#ifdef WEFT_TRACE
+    if (site >= 0 && threadIdx.x < 32) { // warp 0 waits for its first batch, then stamps
+        unsigned z = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (n0 < N && v0 + j * stride < nv) z ^= wv[j][0].x;
+        asm volatile("" ::"r"(z));
+        GEMV_MARK(site, 5);
+    }
+#endif
     if constexpr (NORM) {
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
     } else {
