@@ -86,9 +86,6 @@ static void report_blocks(CUmodule mod, unsigned long long t0) {
                     j == 0 ? 0 : j - 1, hist[1][j], hist[0][j]);
 }
 
-/* The stages of weft_rope_attention's last `launches` launches (core.cu STAGE_MARK, marks in the
- * kernel's order below): mean time from the last block reaching one mark to the last block
- * reaching the next. */
 /* the looped plain GEMV's block stamps (core.cu GEMV_MARK) of the latest launch of each site:
  * every stamp's spread over the blocks, in us after block 0 passed its wait */
 static int cmp_dbl(const void *a, const void *b) {
@@ -153,6 +150,9 @@ static void report_gemv(CUmodule mod) {
     }
 }
 
+/* The stages of weft_rope_attention's last `launches` launches (core.cu STAGE_MARK, marks in the
+ * kernel's order below): mean time from the last block reaching one mark to the last block
+ * reaching the next. */
 static void report_stages(cuda_backend *b, size_t launches) {
     static const int order[8] = {0, 1, 7, 2, 3, 4, 5, 6};
     static const char *const label[7] = {"launch -> wait passed (max over blocks)",
