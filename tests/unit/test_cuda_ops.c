@@ -38,8 +38,9 @@ static const weft_backend_vtable *be;
  * heads of a kv head over up to four blocks), and [4] [0]'s options
  * plus gemv_loop 2 (the looped form reading x through L1), [5] and [6] [1]'s options with
  * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps), [7] [1]'s options
- * with gemv_x_async (the looped forms copy x by cp.async) and attn_qsplit 2 (the fused
- * attention's q heads of a kv head over two blocks), each with its op table. All retain
+ * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
+ * attention's q heads of a kv head over two blocks) and attn_cluster_policy 1 (its clusters
+ * spread over distinct SMs), each with its op table. All retain
  * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1705,10 +1706,12 @@ static int setup(void **state) {
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
                                     .i = k == 5 ? 24 : 32};
         }
-        if (k == 7) { /* [1] with x copied by cp.async, each kv head's q heads over 2 blocks */
-            nk = 11;
+        if (k == 7) { /* [1] with x copied by cp.async, each kv head's q heads over 2 blocks,
+                       * the attention's clusters spread */
+            nk = 12;
             kopt[9] = (weft_option){.key = "gemv_x_async", .type = WEFT_OPTION_BOOL, .i = 1};
             kopt[10] = (weft_option){.key = "attn_qsplit", .type = WEFT_OPTION_INT, .i = 2};
+            kopt[11] = (weft_option){.key = "attn_cluster_policy", .type = WEFT_OPTION_INT, .i = 1};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {

@@ -392,19 +392,29 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         {"smem_carveout", -1, -1, 100, " (percent)", &b->smem_carveout},
         {"gemv_xsmem", 0, 0, 3, " (1: the plain GEMVs, 2: gate|up + SwiGLU, 3: both)",
          &b->gemv_xsmem},
-        {"gemv_stage", 0, 0, 200, " (KiB of weights a staged GEMV block copies to shared memory; "
-         "0: off)", &b->gemv_stage},
+        {"gemv_stage", 0, 0, 200,
+         " (KiB of weights a staged GEMV block copies to shared memory; "
+         "0: off)",
+         &b->gemv_stage},
         {"gemv_loop", 0, 0, 16, " (blocks an SM of the looped batch-1 GEMV; 0: off)",
          &b->gemv_loop},
-        {"gemv_loop_warps", 8, 8, 32, " (warps a block of the looped GEMVs that read x from "
-         "shared memory: 8, 16, 24 or 32)", &b->gemv_loop_warps},
+        {"gemv_loop_warps", 8, 8, 32,
+         " (warps a block of the looped GEMVs that read x from "
+         "shared memory: 8, 16, 24 or 32)",
+         &b->gemv_loop_warps},
         {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
         {"attn_mc4_from", 0, 0, 1 << 24, " (positions of a KV-length bucket; 0: never)",
          &b->attn_mc4_from},
         {"attn_qsplit", 1, 1, 4, " (blocks a kv head's query heads are split over: 1, 2 or 4)",
          &b->attn_qsplit},
-        {"ablate", 0, 0, 15, " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs, "
-         "8: the MLP kernel's grid barrier)", &b->ablate},
+        {"attn_cluster_policy", 0, 0, 2,
+         " (cluster scheduling policy of the fused attention: 0 "
+         "the default, 1 spread, 2 load balancing)",
+         &b->attn_cluster_policy},
+        {"ablate", 0, 0, 15,
+         " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs, "
+         "8: the MLP kernel's grid barrier)",
+         &b->ablate},
     };
     weft_status e = read_int_opts(host, opts, ranged, sizeof(ranged) / sizeof(ranged[0]), err);
     if (e == WEFT_OK && b->attn_qsplit == 3)

@@ -100,6 +100,10 @@ typedef struct cuda_backend {
     /* option attn_qsplit: the fused attention splits each kv head's query heads over this
      * many blocks (1, 2, 4; a divisor of the model's G is taken) */
     int attn_qsplit;
+    /* option attn_cluster_policy: the cluster scheduling policy of the clustered launches (the
+     * fused attention's): 0 the driver's default, 1 spread (a cluster's blocks on distinct
+     * SMs), 2 load balancing (CU_CLUSTER_SCHEDULING_POLICY_*) */
+    int attn_cluster_policy;
     /* weft_copy_words of modules[0] (cb_copy's small copies from pinned memory), looked up at
      * the first such copy after a module is loaded; NULL before */
     CUfunction f_copy_words;

@@ -120,7 +120,7 @@ static weft_status launch(cuda_backend *b, CUfunction f, const char *name, unsig
                           unsigned gz, unsigned block, unsigned smem, int pdl, unsigned cz,
                           void **args, weft_error *err) {
     if (gx == 0 || gy == 0 || gz == 0) return WEFT_OK;
-    CUlaunchAttribute attr[2];
+    CUlaunchAttribute attr[3];
     memset(attr, 0, sizeof(attr));
     unsigned na = 0;
     if (cz) {
@@ -129,6 +129,13 @@ static weft_status launch(cuda_backend *b, CUfunction f, const char *name, unsig
         attr[na].value.clusterDim.y = 1;
         attr[na].value.clusterDim.z = cz;
         na++;
+        if (b->attn_cluster_policy) { /* option attn_cluster_policy: 1 spread, 2 balance */
+            attr[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+            attr[na].value.clusterSchedulingPolicyPreference =
+                b->attn_cluster_policy == 1 ? CU_CLUSTER_SCHEDULING_POLICY_SPREAD
+                                            : CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING;
+            na++;
+        }
     }
     int with_pdl = pdl && b->pdl;
     if (with_pdl) {
