@@ -36,7 +36,9 @@ static const weft_backend_vtable *be;
  * in shared memory), prefill_tc off (prefill attention on CUDA cores), attn_mc4_from 512
  * (the fused attention's four-block cluster forms past 512 positions) and attn_qsplit 4 (its q
  * heads of a kv head over up to four blocks), and [4] [0]'s options
- * plus gemv_loop 2 (the looped form reading x through L1), [5] and [6] [1]'s options with
+ * plus gemv_loop 2 (the looped form reading x through L1) and gemv_head_rows 5000 (products
+ * past 5,000 rows, the 5,003-row head and the 12,803-row product, one block a row group), [5]
+ * and [6] [1]'s options with
  * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps), [7] [1]'s options
  * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
  * attention's q heads of a kv head over two blocks) and attn_cluster_policy 1 (its clusters
@@ -1698,9 +1700,11 @@ static int setup(void **state) {
             kopt[6] = (weft_option){.key = "attn_mc4_from", .type = WEFT_OPTION_INT, .i = 512};
             kopt[7] = (weft_option){.key = "attn_qsplit", .type = WEFT_OPTION_INT, .i = 4};
         }
-        if (k == 4) /* [0]'s options plus gemv_loop */
+        if (k == 4) { /* [0]'s options plus gemv_loop, products past 5,000 rows unlooped */
             kopt[4] = (weft_option){.key = "gemv_loop", .type = WEFT_OPTION_INT, .i = 2};
-        size_t nk = k == 1 ? 9 : k == 3 ? 8 : k == 4 ? 5 : 7;
+            kopt[5] = (weft_option){.key = "gemv_head_rows", .type = WEFT_OPTION_INT, .i = 5000};
+        }
+        size_t nk = k == 1 ? 9 : k == 3 ? 8 : k == 4 ? 6 : 7;
         if (k == 5 || k == 6) { /* [1] with wider looped blocks */
             nk = 10;
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,

@@ -398,6 +398,9 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          &b->gemv_stage},
         {"gemv_loop", 0, 0, 16, " (blocks an SM of the looped batch-1 GEMV; 0: off)",
          &b->gemv_loop},
+        {"gemv_head_rows", 0, 0, 1 << 30,
+         " (rows past which a batch-1 product runs one plain block a row group; 0: never)",
+         &b->gemv_head_rows},
         {"gemv_loop_warps", 8, 8, 32,
          " (warps a block of the looped GEMVs that read x from "
          "shared memory: 8, 16, 24 or 32)",

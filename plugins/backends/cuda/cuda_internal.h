@@ -82,6 +82,10 @@ typedef struct cuda_backend {
     /* option gemv_loop: blocks an SM of the looped T = 1 GEMV (core.cu gemv_loop; cuda_ops.c
      * gemv_lp_grid), 0 = one block per row group */
     int gemv_loop;
+    /* option gemv_head_rows: plain T = 1 products of more rows than this (the LM heads) run one
+     * 8-warp block per row group, x read through L1 (weft_gemv_1), neither looped nor with x in
+     * shared memory; 0 = every product as the other options say */
+    int gemv_head_rows;
     /* option gemv_loop_warps: warps a block of the looped GEMVs with x in shared memory (8, 16,
      * 24, 32: core.cu weft_gemv_lp_xs_1, weft_gemv_lp_xs_w<warps>_1), so x is copied once for
      * that many warps' rows */

@@ -369,8 +369,9 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
         return gemv_launch(b, f, "weft_gemv_st_1", (unsigned)((N + rows * rg - 1) / (rows * rg)),
                            stb, sargs, err);
     }
-    unsigned xs = gemv_xs_bytes(b, 0, T, K, dt);
-    if (b->gemv_loop > 0 && T == 1) {
+    const int head = T == 1 && b->gemv_head_rows > 0 && N > b->gemv_head_rows;
+    unsigned xs = head ? 0 : gemv_xs_bytes(b, 0, T, K, dt);
+    if (b->gemv_loop > 0 && T == 1 && !head) {
         char lname[40];
         unsigned lp, nt = lp_name(b, lname, sizeof(lname), "weft_gemv_lp", xs);
         int per;
