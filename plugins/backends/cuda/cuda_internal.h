@@ -84,7 +84,8 @@ typedef struct cuda_backend {
     int gemv_loop;
     /* option gemv_head_rows: plain T = 1 products of more rows than this (the LM heads) run one
      * 8-warp block per row group, x read through L1 (weft_gemv_1), neither looped nor with x in
-     * shared memory; 0 = every product as the other options say */
+     * shared memory (option gemv_stage's staged form, where set, still comes first); 0 = every
+     * product as the other options say */
     int gemv_head_rows;
     /* option gemv_loop_warps: warps a block of the looped GEMVs with x in shared memory (8, 16,
      * 24, 32: core.cu weft_gemv_lp_xs_1, weft_gemv_lp_xs_w<warps>_1), so x is copied once for

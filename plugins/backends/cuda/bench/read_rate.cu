@@ -31,7 +31,6 @@
 
 typedef unsigned short bf16_t;
 
-__device__ __forceinline__ float bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 __device__ __forceinline__ void unpack8(uint4 q, float *f) {
     const unsigned u[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
