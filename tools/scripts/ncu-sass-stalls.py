@@ -8,9 +8,10 @@ outside the barrier (warps working or waiting on their own operands) and at the 
 ends it (warps that arrived and wait for the rest), so a stage's length shows as the samples of
 the warps that wait for it.
 
-Usage: ncu-sass-stalls.py FILE.csv [--top N]
+Usage: ncu-sass-stalls.py FILE.csv[.gz] [--top N]
 """
 import csv
+import gzip
 import sys
 
 
@@ -22,14 +23,33 @@ def num(s):
 
 
 def main():
-    path = sys.argv[1]
-    top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        rows = list(csv.reader(f))
+    args = sys.argv[1:]
+    top, path = 30, None
+    while args:
+        a = args.pop(0)
+        if a == "--top" and args and args[0].isdigit():
+            top = int(args.pop(0))
+        elif a.startswith("-") or path is not None:
+            print(f"ncu-sass-stalls: unknown argument '{a}' (usage: FILE.csv[.gz] [--top N])",
+                  file=sys.stderr)
+            return 2
+        else:
+            path = a
+    if path is None:
+        print("ncu-sass-stalls: usage: FILE.csv[.gz] [--top N]", file=sys.stderr)
+        return 2
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", newline="", encoding="utf-8", errors="replace") as f:
+            rows = list(csv.reader(f))
+    except (OSError, EOFError) as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        return 1
     hi = next((i for i, r in enumerate(rows) if "Source" in r and any("Sampl" in c for c in r)),
               None)
     if hi is None:
-        print(f"{path}: no source table with samples")
+        print(f"{path}: no source table with warp-state samples (ncu's source page, --csv)",
+              file=sys.stderr)
         return 1
     head = rows[hi]
     src = head.index("Source")
@@ -38,7 +58,7 @@ def main():
     notc = next((i for i, c in enumerate(head) if "Not-issued" in c or "Not Issued" in c), None)
     body = [r for r in rows[hi + 1:] if len(r) == len(head)]
     if allc is None or not body:
-        print(f"{path}: columns {head}")
+        print(f"{path}: no instructions with a samples column", file=sys.stderr)
         return 1
     samples = [num(r[allc]) or 0.0 for r in body]
     total = sum(samples)
