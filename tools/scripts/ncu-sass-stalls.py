@@ -77,7 +77,9 @@ def main():
     reasons = [i for i, c in enumerate(head) if c.startswith("stall_") and "Not Issued" not in c]
     bar = head.index("stall_barrier") if "stall_barrier" in head else None
     exe = head.index("Instructions Executed") if "Instructions Executed" in head else None
-    stages = []  # [first, last, warp instructions, work samples, waiting samples, reasons, op]
+    # [first, last, executions of its most-run instruction (about the warps that ran it, times
+    # its loop trips), work samples, waiting samples, reasons, op]
+    stages = []
     cur = [0, 0, 0, 0.0, 0.0, {}, ""]
     for i, r in enumerate(body):
         op = r[src].strip()
@@ -98,15 +100,16 @@ def main():
             cur = [i + 1, 0, 0, 0.0, 0.0, {}, ""]
     cur[1], cur[6] = len(body) - 1, "end"
     stages.append(cur)
-    print("stages, cut at each barrier (instructions from..to, warp instructions executed, "
-          "samples of the stage's own work, of warps waiting at its end, top reasons of the work):")
+    print("stages, cut at each barrier (instructions from..to, executions of its most-run "
+          "instruction, samples of the stage's own work, of warps waiting at its end, top reasons "
+          "of the work):")
     for first, last, execd, work, wait, why, op in stages:
         if not execd and not work and not wait:
             continue
-        top = sorted(why.items(), key=lambda kv: -kv[1])[:3]
+        most = sorted(why.items(), key=lambda kv: -kv[1])[:3]
         print(f"  {first:5d}..{last:5d} {execd:6d}: work {work:6.0f} ({100 * work / total:4.1f}%), "
               f"waiting {wait:6.0f} ({100 * wait / total:4.1f}%)  "
-              f"{', '.join(f'{k[6:]} {v:.0f}' for k, v in top)}  | {op[:34]}")
+              f"{', '.join(f'{k[6:]} {v:.0f}' for k, v in most)}  | {op[:34]}")
     return 0
 
 
