@@ -5,7 +5,7 @@
  *     ignored), twice in one
  *     engine (the second run replays captured graphs), on stories260K and every model directory
  *     in WEFT_EXEC_MODELS (colon-separated; the GPU run passes synthetic Qwen3-0.6B and
- *     Llama-3.2-1B bf16);
+ *     Llama-3.2-1B bf16); WEFT_TEST_CANDIDATES (comma-separated names) runs only those;
  *   - seeded sampled decoding (T 0.8, top-k 50, top-p 0.95; 3 seeds x 128 tokens): identical;
  *   - 12 concurrent requests under sched.continuous with captured batched steps, greedy and
  *     sampled, EOS and length limits, a second wave arriving mid-run: each request identical
@@ -101,6 +101,19 @@ static void compare(const result *got, const result *ref, const char *what, cons
     }
 }
 
+/* name is one of list's comma-separated items */
+static int in_list(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *c = strchr(p, ',');
+        const size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        if (!c) break;
+        p = c + 1;
+    }
+    return 0;
+}
+
 static void single_on(const char *model) {
     static result ref[4], got;
     weft_engine *e = open_candidate("fast-cuda-all", model);
@@ -127,7 +140,10 @@ static void single_on(const char *model) {
         "fast-cuda-async-loop",    "fast-cuda-async-xs",      "fast-cuda-async-ln",
         "fast-cuda-async-smem-ln", "fast-cuda-async-loop-nl", "fast-cuda-async-smem-loop-nl",
         "fast-cuda-async-loop-mlp", "fast-cuda-async-loop-nl-qs"};
+    /* WEFT_TEST_CANDIDATES: a comma-separated subset to run (a device call's budget) */
+    const char *only = getenv("WEFT_TEST_CANDIDATES");
     for (size_t c = 0; c < sizeof(cands) / sizeof(cands[0]); c++) {
+        if (only && *only && !in_list(only, cands[c])) continue;
         e = open_candidate(cands[c], model);
         assert_non_null(e);
         for (int rep = 0; rep < 2; rep++) {

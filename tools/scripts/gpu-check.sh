@@ -34,6 +34,8 @@
 #                                        (Qwen3-8B's with WEFT_AB_TRACE_8B=1; only those of
 #                                        WEFT_AB_TRACE_MODELS when set); at each
 #                                        PROMPT:MAX_MODEL_LEN pair of WEFT_AB_LENGTHS
+#   tools/scripts/gpu-check.sh tests     the GPU unit tests of WEFT_TESTS on the synthetic configs
+#                                        of WEFT_TEST_CONFIGS
 #   tools/scripts/gpu-check.sh prefill-tc  time to first token of long prompts with the cuda
 #                                        backend's tensor-core prefill (option prefill_tc) and
 #                                        without, fast-cuda-async on WEFT_PROFILE_MODELS
@@ -115,7 +117,7 @@ sanitize_tiny() {
 # for test_fuse's cuda combinations (WEFT_FUSE_MODELS overrides those), prompts of 128 tokens
 gpu_test() {
   [ -x "$B/tests/$1" ] && run "$1" env WEFT_EXEC_MANIFESTS="$root/manifests" \
-    WEFT_EXEC_MODELS="$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16" \
+    WEFT_EXEC_MODELS="${WEFT_TEST_MODELS:-$M/Qwen3-0.6B-bf16:$M/Llama-3.2-1B-bf16}" \
     WEFT_FUSE_CUDA_MODELS="${WEFT_FUSE_MODELS:-stories,$M/Qwen3-0.6B-bf16}" WEFT_FUSE_PROMPT=128 \
     "$B/tests/$1"
 }
@@ -577,6 +579,16 @@ verify)
     bench_batch1 "bench_fast-cuda-all_$cfg" manifests/fast-cuda-all.yaml "$cfg"
   done
   for t in test_exec test_async_gpu test_fuse; do gpu_test $t; done
+  ;;
+tests)
+  # the GPU unit tests named in WEFT_TESTS (gpu_test's models, or the synthetic configs named in
+  # WEFT_TEST_CONFIGS, e.g. Qwen3-8B, made when missing)
+  cfgs=${WEFT_TEST_CONFIGS:-Qwen3-0.6B Llama-3.2-1B}
+  # shellcheck disable=SC2086
+  synth_bf16 $cfgs
+  WEFT_TEST_MODELS=$(for c in $cfgs; do printf '%s:' "$M/$c-bf16"; done)
+  export WEFT_TEST_MODELS=${WEFT_TEST_MODELS%:}
+  for t in ${WEFT_TESTS:-test_cuda_ops}; do gpu_test "$t"; done
   ;;
 *)
   echo "unknown phase $phase" >&2
