@@ -39,10 +39,11 @@ static const weft_backend_vtable *be;
  * plus gemv_loop 2 (the looped form reading x through L1) and gemv_head_rows 5000 (products
  * past 5,000 rows, the 5,003-row head and the 12,803-row product, one block a row group), [5]
  * and [6] [1]'s options with
- * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps), [7] [1]'s options
+ * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [5] also with
+ * gemv_l2_rest 32 and gemv_l2_first), [7] [1]'s options
  * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
- * attention's q heads of a kv head over two blocks) and attn_cluster_policy 1 (its clusters
- * spread over distinct SMs), each with its op table. All retain
+ * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters
+ * spread over distinct SMs), gemv_l2_rest 64 and gemv_l2_sm, each with its op table. All retain
  * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1383,6 +1384,57 @@ static float *ra_cache_get(const weft_buffer *b, uint32_t dt, size_t n, void *ra
     return f;
 }
 
+/* test_attention_then_o: when ra_o.rows, each one-row step runs a linear on the fused
+ * attention's output (its o projection, weight ra_o: rows x Hq hd) right after the fused node,
+ * where the backend passes it the gemv_l2_* bits, then again after another launch, without
+ * them: the two outputs must be the same bits, and near a double reference */
+static tens ra_o;
+
+/* a tensor allocated before the step's graph, entered into it without a new copy */
+static uint32_t add_existing(const tens *t) {
+    assert_true(gn < 32);
+    uint32_t id = gn++;
+    memset(&gt[id], 0, sizeof(gt[id]));
+    gt[id].id = id;
+    gt[id].dtype = t->dtype;
+    gt[id].rank = 2;
+    gt[id].shape[0] = t->rows;
+    gt[id].shape[1] = t->cols;
+    gd[id] = t->d;
+    return id;
+}
+
+static void ra_o_check(tens *o2, uint32_t io2, int P) {
+    const int N = (int)ra_o.rows, K = (int)ra_o.cols;
+    assert_int_equal(o2->cols, K);
+    tens y1 = {o2->dtype, 1, N}, y2 = {o2->dtype, 1, N};
+    uint32_t iw = add_existing(&ra_o), iy1 = add_tensor(&y1, 0), iy2 = add_tensor(&y2, 0);
+    weft_node l = {.op = WEFT_OP_LINEAR, .n_in = 2, .n_out = 1};
+    l.in[0] = io2, l.in[1] = iw, l.out[0] = iy1;
+    run_node(&l, 1, NULL, NULL); /* right after the fused attention: the L2 bits */
+    l.out[0] = iy2;
+    run_node(&l, 1, NULL, NULL); /* after a linear: none */
+    float *a = malloc((size_t)N * 4), *b = malloc((size_t)N * 4), *x = malloc((size_t)K * 4);
+    double *ref = malloc((size_t)N * 8);
+    fetch(&y1, a);
+    fetch(&y2, b);
+    fetch(o2, x);
+    for (int n = 0; n < N; n++) {
+        double acc = 0;
+        for (int k = 0; k < K; k++)
+            acc += (double)x[k] * ra_o.h[(size_t)n * K + k];
+        ref[n] = acc;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "o projection (%d x %d) after the fused attention, pos %d", N, K,
+             P);
+    expect_same(what, a, b, (size_t)N);
+    double e = relerr(a, ref, (size_t)N);
+    if (!(e < 2e-2)) fail_msg("%s: rel err %.2e vs double", what, e);
+    free(a), free(b), free(x), free(ref);
+    be->free(bst, &y1.d), be->free(bst, &y2.d);
+}
+
 /* One step of T rows at positions P.. of slot RA_SLOT, unfused on cache a, fused on cache b. */
 static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P, uint32_t op_ra) {
     const uint32_t dt = cs->dt;
@@ -1459,6 +1511,7 @@ static void ra_step(const ra_case *cs, ra_cache *ca, ra_cache *cb, int T, int P,
     weft_batch hb = {.size = sizeof(hb), .n_tokens = (uint32_t)T, .n_seqs = 1,
                      .n_logits = (uint32_t)T, .positions = pos};
     run_node(&r, (uint32_t)T, ra_host_batch ? &hb : NULL, &cb->view);
+    if (ra_o.rows && T == 1) ra_o_check(&o2, io2, P);
     /* the same bits: output and both caches */
     size_t no = (size_t)T * Hq * hd;
     float *a1 = malloc(no * 4), *a2 = malloc(no * 4), *qf = malloc(no * 4);
@@ -1610,6 +1663,36 @@ static void test_rope_attention(void **state) {
     use_inst(0);
 }
 
+/* the fused attention then a looped o projection (options gemv_l2_rest, gemv_l2_sm,
+ * gemv_l2_first: instances 5 and 7), its output checked by ra_o_check at every one-row step of
+ * two cases: the cluster merge and, at 1,100 positions, the counter merge */
+static void test_attention_then_o(void **state) {
+    (void)state;
+    if (!all_insts()) skip();
+    weft_error err = {.size = sizeof(err)};
+    uint32_t op_ra = weft_graph_service_get()->op_register("fuse.rope_attention", &err);
+    static const ra_case cases[] = {
+        {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 1},
+        {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 0, 1100},
+    };
+    static const int ks[] = {5, 7};
+    for (size_t j = 0; j < sizeof(ks) / sizeof(ks[0]); j++) {
+        use_inst(ks[j]);
+        if (!reg_find(op_ra)) fail_msg("instance %d registered no fuse.rope_attention", ks[j]);
+        /* 8,192 rows of 2,048 (both cases' Hq hd): looped at gemv_loop 3 on 132 SMs */
+        ra_o = (tens){WEFT_DTYPE_BF16, 8192, 2048};
+        gn = 0;
+        add_tensor(&ra_o, 1);
+        gn = 0;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+            check_rope_attention(&cases[i], op_ra);
+        be->free(bst, &ra_o.d);
+        free(ra_o.h);
+        memset(&ra_o, 0, sizeof(ra_o));
+    }
+    use_inst(0);
+}
+
 /* ---- options out of range refused at create, the option named ----------------------------- */
 /* create with device 0 and option o must fail with WEFT_ERR_INVALID naming o (what: the value,
  * for the failure message) */
@@ -1633,12 +1716,13 @@ static void test_option_ranges(void **state) {
     static const struct {
         const char *key;
         int64_t v;
-    } bad[] = {{"gemv_max_tokens", 9},  {"smem_carveout", 101}, {"smem_carveout", -2},
-               {"gemv_xsmem", 4},       {"attn_cp", 4},         {"attn_cp", -1},
-               {"ablate", 16},          {"gemv_stage", 201},    {"gemv_stage", -1},
-               {"gemv_loop", 17},       {"gemv_loop", -1},      {"gemv_loop_warps", 7},
+    } bad[] = {{"gemv_max_tokens", 9},  {"smem_carveout", 101},  {"smem_carveout", -2},
+               {"gemv_xsmem", 4},       {"attn_cp", 4},          {"attn_cp", -1},
+               {"ablate", 16},          {"gemv_stage", 201},     {"gemv_stage", -1},
+               {"gemv_loop", 17},       {"gemv_loop", -1},       {"gemv_loop_warps", 7},
                {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33}, {"attn_qsplit", 0},
-               {"attn_qsplit", 3},      {"attn_qsplit", 5}};
+               {"attn_qsplit", 3},      {"attn_qsplit", 5},      {"gemv_l2_rest", 65},
+               {"gemv_l2_rest", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -1686,8 +1770,11 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[12] = {
-            opt[0], opt[1], opt[2], opt[3],
+        weft_option kopt[15] = {
+            opt[0],
+            opt[1],
+            opt[2],
+            opt[3],
             {.key = "gemv_xsmem", .type = WEFT_OPTION_INT, .i = 3},
             {.key = "smem_carveout", .type = WEFT_OPTION_INT, .i = k == 2 ? 100 : -1},
             {.key = "attn_cp", .type = WEFT_OPTION_INT, .i = 3},
@@ -1710,12 +1797,21 @@ static int setup(void **state) {
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
                                     .i = k == 5 ? 24 : 32};
         }
+        if (k == 5) { /* and the o product's L2 loads, its first batch late beside the attention */
+            nk = 12;
+            kopt[10] = (weft_option){.key = "gemv_l2_rest", .type = WEFT_OPTION_INT, .i = 32};
+            kopt[11] = (weft_option){.key = "gemv_l2_first", .type = WEFT_OPTION_BOOL, .i = 1};
+        }
         if (k == 7) { /* [1] with x copied by cp.async, each kv head's q heads over 2 blocks,
                        * the attention's clusters spread */
             nk = 12;
             kopt[9] = (weft_option){.key = "gemv_x_async", .type = WEFT_OPTION_BOOL, .i = 1};
             kopt[10] = (weft_option){.key = "attn_qsplit", .type = WEFT_OPTION_INT, .i = 2};
             kopt[11] = (weft_option){.key = "attn_cluster_policy", .type = WEFT_OPTION_INT, .i = 1};
+            /* the o product's L2 loads (64 KiB a block), none from the attention's SMs */
+            nk = 14;
+            kopt[12] = (weft_option){.key = "gemv_l2_rest", .type = WEFT_OPTION_INT, .i = 64};
+            kopt[13] = (weft_option){.key = "gemv_l2_sm", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
@@ -1815,6 +1911,7 @@ GPU_TEST(test_mlp)
 GPU_TEST(test_head_gemv)
 GPU_TEST(test_pdl_chain)
 GPU_TEST(test_rope_attention)
+GPU_TEST(test_attention_then_o)
 GPU_TEST(test_gemv_xsmem)
 GPU_TEST(test_option_ranges)
 GPU_TEST(test_pdl_chain_xsmem)
@@ -1835,6 +1932,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_head_gemv),
         cmocka_unit_test(gpu_test_pdl_chain),
         cmocka_unit_test(gpu_test_rope_attention),
+        cmocka_unit_test(gpu_test_attention_then_o),
         cmocka_unit_test(gpu_test_gemv_xsmem),
         cmocka_unit_test(gpu_test_pdl_chain_xsmem),
         cmocka_unit_test(gpu_test_option_ranges),

@@ -387,6 +387,8 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->trace = opt_int(host, opts, "trace", 0) != 0;
     b->prefill_tc = opt_int(host, opts, "prefill_tc", 1) != 0;
     b->gemv_x_async = opt_int(host, opts, "gemv_x_async", 0) != 0;
+    b->gemv_l2_sm = opt_int(host, opts, "gemv_l2_sm", 0) != 0;
+    b->gemv_l2_first = opt_int(host, opts, "gemv_l2_first", 0) != 0;
     const int_opt ranged[] = {
         {"gemv_max_tokens", CUDA_GEMV_MAX_TOKENS, 0, 8, "", &b->gemv_max_tokens},
         {"smem_carveout", -1, -1, 100, " (percent)", &b->smem_carveout},
@@ -414,6 +416,11 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          " (cluster scheduling policy of the fused attention: 0 "
          "the default, 1 spread, 2 load balancing)",
          &b->attn_cluster_policy},
+        {"gemv_l2_rest", 0, 0, 64,
+         " (KiB of its rows past its first group each block of the looped product after the "
+         "fused attention loads into L2 before its wait, one 4-byte load a thread every 256 "
+         "bytes; 0: off)",
+         &b->gemv_l2_rest},
         {"ablate", 0, 0, 15,
          " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs, "
          "8: the MLP kernel's grid barrier)",

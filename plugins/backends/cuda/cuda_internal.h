@@ -95,6 +95,15 @@ typedef struct cuda_backend {
      * cp.async (core.cu gemv_x_shared's ASYNC form, kernels weft_gemv_lp_xa_1 and
      * weft_gemv_swiglu_lp_xa_1) */
     int gemv_x_async;
+    /* options gemv_l2_rest (KiB), gemv_l2_sm, gemv_l2_first: the looped plain product launched
+     * right after the fused attention (the o projection) loads that much of each block's rows
+     * past its first group into L2 before its wait; with gemv_l2_sm none from an SM a live
+     * attention block shares; with gemv_l2_first such an SM's blocks issue even their first
+     * batch of weights after the wait (core.cu gemv_loop, weft_sm_attn) */
+    int gemv_l2_rest, gemv_l2_sm, gemv_l2_first;
+    /* set by the fused attention's launch, cleared by every other launch: the next looped
+     * product takes the gemv_l2_* bits */
+    int after_attn;
     /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */

@@ -377,7 +377,12 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
         int per;
         TRY(kern(b, dt, dt, lname, &f, err));
         TRY(gemv_lp_grid(b, f, nt, xs, N, S, &lp, &per, err));
-        void *largs[] = {&x, &w, &bias, &y, &out_f32, &N, &K, &S, &per};
+        /* options gemv_l2_*: the product right after the fused attention (core.cu gemv_loop
+         * reads them from S's bits 8-15, 24 and 28) */
+        int Sl = S;
+        if (b->after_attn)
+            Sl |= (b->gemv_l2_rest << 8) | (b->gemv_l2_sm << 24) | (b->gemv_l2_first << 28);
+        void *largs[] = {&x, &w, &bias, &y, &out_f32, &N, &K, &Sl, &per};
         if (per > 1) return gemv_launch_nt(b, f, lname, lp, nt, xs, largs, err);
     }
     const char *name = gemv_name(T, 0, xs != 0);
@@ -1179,18 +1184,23 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         CUdeviceptr vs = r.merged ? rows.vs : vin;
         int nnorm = (int)norm_block(r.hd);
         /* the kernel reads the cluster flag from bit 16 of S, option attn_cp from bits 17-18,
-         * log2 of option attn_qsplit's blocks a kv head from bits 19-20 */
-        int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19);
+         * log2 of option attn_qsplit's blocks a kv head from bits 19-20, and bit 21 asks its
+         * live blocks to count themselves on their SMs (options gemv_l2_sm, gemv_l2_first) */
+        const int smc = b->gemv_l2_sm || b->gemv_l2_first;
+        int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19) | (smc << 21);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
                         &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
                         &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,
                         &r.eps,   &nnorm,   &max_seq, &r.window, &r.scale, &S_arg};
         if (cl)
-            return cuda_launch_cluster(b, f, kname, 1, (unsigned)(r.Hkv * qs), (unsigned)S,
-                                       ATS_THREADS, smem, (unsigned)(mc ? ATS_CLUSTER : S), args,
-                                       err);
-        return cuda_launch_ex(b, f, kname, 1, (unsigned)(r.Hkv * qs), (unsigned)S, ATS_THREADS,
-                              smem, 1, args, err);
+            TRY(cuda_launch_cluster(b, f, kname, 1, (unsigned)(r.Hkv * qs), (unsigned)S,
+                                    ATS_THREADS, smem, (unsigned)(mc ? ATS_CLUSTER : S), args,
+                                    err));
+        else
+            TRY(cuda_launch_ex(b, f, kname, 1, (unsigned)(r.Hkv * qs), (unsigned)S, ATS_THREADS,
+                               smem, 1, args, err));
+        b->after_attn = 1; /* the next looped product takes the gemv_l2_* bits */
+        return WEFT_OK;
     }
     /* the unfused sequence, through the node's intermediate outputs */
     CUdeviceptr qo = dout(c, n, 1), ko = dout(c, n, 2), vo = r.merged ? dout(c, n, 3) : 0;

@@ -280,6 +280,23 @@ __device__ __forceinline__ void pdl_enter() {
 #define ABLATE(bit) ((void)0)
 #endif
 
+// Option gemv_l2_sm / gemv_l2_first (the looped product after the fused attention, gemv_loop's
+// L2 bits): each live block of the fused attention adds one to its SM's count here before its
+// wait; that product's blocks read their SM's count before their own wait, and its block 0
+// zeroes the counts after it. The counts steer only where loads are issued, never a value, so
+// a race in them can cost time but cannot change an output. At file scope, outside the
+// dtype-dependent sections, so every define set declares them once.
+#define WEFT_SM_SLOTS 256
+__device__ unsigned weft_sm_attn[WEFT_SM_SLOTS];
+// the L2 loads' xor lands here only when it equals a constant no weight pattern is expected to
+// give: a use the compiler must keep, taken after the block's last group
+__device__ unsigned weft_l2_sink;
+__device__ __forceinline__ unsigned sm_id() {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    return id;
+}
+
 // x (T,D) <- table (V,D) rows of tokens; ids outside [0,V) give zero rows (the host refuses them).
 // The bodies' block-strided loops carry `#pragma unroll 1`: with the thread count a parameter
 // instead of blockDim.x the compiler unrolled them 4x, making the small kernels' code 2-3x longer,
@@ -1195,6 +1212,15 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
                                           int S, int per, const act *res = nullptr,
                                           const wgt *wn = nullptr, act *r = nullptr,
                                           float eps = 0.f) {
+    // the plain product after the fused attention (cuda_ops.c cuda_gemv, options gemv_l2_rest,
+    // gemv_l2_sm, gemv_l2_first): S's bits 8-15 are the KiB of this block's rows past its
+    // first group to bring into L2 before its wait, bit 24 asks for none from an SM whose
+    // count (weft_sm_attn) says a live attention block shares it, bit 28 that such an SM's
+    // blocks issue even their first batch only after the wait
+    constexpr bool L2 = NW == 1 && !NORM;
+    const int l2kb = L2 ? (S >> 8) & 0xff : 0, l2sm = L2 ? (S >> 24) & 1 : 0;
+    const int l2first = L2 ? (S >> 28) & 1 : 0;
+    S &= 0xff;
     const int lane = threadIdx.x & 31, s = (threadIdx.x >> 5) % S;
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
     int n0, ng;
@@ -1203,28 +1229,43 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     const int site = NW == 1 && !NORM && NT == GEMV_THREADS ? gemv_trace_site(N, K) : -1;
     GEMV_MARK(site, 0);
     uint4 wv[4][NW];
-    lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
-#ifdef WEFT_TRACE
-    if (site >= 0 && threadIdx.x < 32) { // warp 0 waits for its first batch, then stamps
-        unsigned z = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (n0 < N && v0 + j * stride < nv) z ^= wv[j][0].x;
-        // a branch on the loaded bits, so the stamp's timer read cannot be scheduled before
-        // the loads land (an empty asm using z emits nothing for ptxas to order after them)
-        if (z == 0x9e3779b9u) weft_trace_gemv[site][blockIdx.x % WEFT_TRACE_BLOCKS][5] = 1;
-        else GEMV_MARK(site, 5);
+    const bool shared_sm = (l2sm | l2first) && *(volatile unsigned *)&weft_sm_attn[sm_id() %
+                                                                                   WEFT_SM_SLOTS];
+    const bool late = l2first && shared_sm;
+    if (!late) lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
+    // rows past the first group into L2: one 4-byte load with the L2::256B hint every 256
+    // bytes (a probe measured prefetch instructions bringing in about a third of a region and
+    // these loads three quarters, docs/perf/batch1.md), at most one a thread (64 KiB at 256
+    // threads). Its word is used only after the block's last group, so no instruction waits on
+    // it before that.
+    unsigned l2v = 0u;
+    if (l2kb && !(l2sm && shared_sm) && ng > 1) {
+        const int rb = NT / 32 / S;
+        const long r0 = (long)(blockIdx.x * per + 1) * rb;
+        long r1 = (long)(blockIdx.x * per + ng) * rb;
+        if (r1 > N) r1 = N;
+        long len = (r1 - r0) * K * (long)sizeof(wgt);
+        if (len > (long)l2kb << 10) len = (long)l2kb << 10;
+        const long off = (long)threadIdx.x * 256;
+        if (off < len)
+            asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];"
+                         : "=r"(l2v)
+                         : "l"((const char *)(w0 + r0 * K) + off));
     }
-#endif
     if constexpr (NORM) {
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
     } else {
         pdl_enter();
         GEMV_MARK(site, 1);
+        if (late) lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
+        // the attention has finished (the wait): its counts go back to zero for the next one
+        if ((l2sm | l2first) && blockIdx.x == 0)
+            for (int i = threadIdx.x; i < WEFT_SM_SLOTS; i += NT) weft_sm_attn[i] = 0;
         if (XS) x = gemv_x_shared<NT, XA>(x, K);
     }
     GEMV_MARK(site, 2);
     lp_groups<NW, NT>(x, w0, w1, bias, y, out_f32, N, K, S, n0, ng, wv, site);
+    if (L2 && l2v == 0x9e3779b9u) weft_l2_sink = 1u;
     GEMV_MARK(site, 4);
 #ifdef WEFT_TRACE
     if (site >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
@@ -2173,6 +2214,9 @@ __device__ __forceinline__ void rope_attention_body(
     // first block of a kv head (kw) writes the step's k and v rows to the cache; the others
     // compute the same rows for their own scores.
     const int qsh = (S >> 19) & 3;
+    // bit 21 (options gemv_l2_sm, gemv_l2_first): a live block counts itself on its SM
+    // (weft_sm_attn, read by the next looped product's blocks)
+    const bool smc = (S >> 21) & 1;
     S &= 0xffff;
     const int g = gy >> qsh;
     const bool kw = (gy & ((1 << qsh) - 1)) == 0;
@@ -2220,6 +2264,7 @@ __device__ __forceinline__ void rope_attention_body(
         }
         return;
     }
+    if (smc && threadIdx.x == 0) atomicAdd(&weft_sm_attn[sm_id() % WEFT_SM_SLOTS], 1u);
     const bool own = s == s_hi;    // row p is this chunk's last
     const int nh = G + (own ? 1 : 0); // heads to normalise and rotate
     const long pstride = (long)hd + 2, hstride = (long)S * pstride;
