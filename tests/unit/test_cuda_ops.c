@@ -40,7 +40,7 @@ static const weft_backend_vtable *be;
  * past 5,000 rows, the 5,003-row head and the 12,803-row product, one block a row group), [5]
  * and [6] [1]'s options with
  * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [5] also with
- * gemv_l2_rest 32 and gemv_l2_first), [7] [1]'s options
+ * gemv_l2_rest 32, gemv_l2_first and gemv_l2_delay 2), [7] [1]'s options
  * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
  * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters
  * spread over distinct SMs), gemv_l2_rest 64 and gemv_l2_sm, each with its op table. All retain
@@ -1722,7 +1722,7 @@ static void test_option_ranges(void **state) {
                {"gemv_loop", 17},       {"gemv_loop", -1},       {"gemv_loop_warps", 7},
                {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33}, {"attn_qsplit", 0},
                {"attn_qsplit", 3},      {"attn_qsplit", 5},      {"gemv_l2_rest", 65},
-               {"gemv_l2_rest", -1}};
+               {"gemv_l2_rest", -1},    {"gemv_l2_delay", 16}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -1801,6 +1801,8 @@ static int setup(void **state) {
             nk = 12;
             kopt[10] = (weft_option){.key = "gemv_l2_rest", .type = WEFT_OPTION_INT, .i = 32};
             kopt[11] = (weft_option){.key = "gemv_l2_first", .type = WEFT_OPTION_BOOL, .i = 1};
+            kopt[12] = (weft_option){.key = "gemv_l2_delay", .type = WEFT_OPTION_INT, .i = 2};
+            nk = 13;
         }
         if (k == 7) { /* [1] with x copied by cp.async, each kv head's q heads over 2 blocks,
                        * the attention's clusters spread */

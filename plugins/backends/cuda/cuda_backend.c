@@ -421,6 +421,10 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          "fused attention loads into L2 before its wait, one 4-byte load a thread every 256 "
          "bytes; 0: off)",
          &b->gemv_l2_rest},
+        {"gemv_l2_delay", 0, 0, 15,
+         " (half microseconds each block of that product waits after it starts before its L2 "
+         "loads)",
+         &b->gemv_l2_delay},
         {"ablate", 0, 0, 15,
          " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs, "
          "8: the MLP kernel's grid barrier)",

@@ -101,6 +101,9 @@ typedef struct cuda_backend {
      * attention block shares; with gemv_l2_first such an SM's blocks issue even their first
      * batch of weights after the wait (core.cu gemv_loop, weft_sm_attn) */
     int gemv_l2_rest, gemv_l2_sm, gemv_l2_first;
+    /* option gemv_l2_delay: those L2 loads held back this many half microseconds after the
+     * block starts (0-15) */
+    int gemv_l2_delay;
     /* set by the fused attention's launch, cleared by every other launch: the next looped
      * product takes the gemv_l2_* bits */
     int after_attn;

@@ -378,10 +378,11 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
         TRY(kern(b, dt, dt, lname, &f, err));
         TRY(gemv_lp_grid(b, f, nt, xs, N, S, &lp, &per, err));
         /* options gemv_l2_*: the product right after the fused attention (core.cu gemv_loop
-         * reads them from S's bits 8-15, 24 and 28) */
+         * reads them from S's bits 8-15, 16-19, 24 and 28) */
         int Sl = S;
         if (b->after_attn)
-            Sl |= (b->gemv_l2_rest << 8) | (b->gemv_l2_sm << 24) | (b->gemv_l2_first << 28);
+            Sl |= (b->gemv_l2_rest << 8) | (b->gemv_l2_delay << 16) | (b->gemv_l2_sm << 24) |
+                  (b->gemv_l2_first << 28);
         void *largs[] = {&x, &w, &bias, &y, &out_f32, &N, &K, &Sl, &per};
         if (per > 1) return gemv_launch_nt(b, f, lname, lp, nt, xs, largs, err);
     }

@@ -1220,6 +1220,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     constexpr bool L2 = NW == 1 && !NORM;
     const int l2kb = L2 ? (S >> 8) & 0xff : 0, l2sm = L2 ? (S >> 24) & 1 : 0;
     const int l2first = L2 ? (S >> 28) & 1 : 0;
+    const int l2delay = L2 ? (S >> 16) & 0xf : 0; // half-microseconds after the block's start
     S &= 0xff;
     const int lane = threadIdx.x & 31, s = (threadIdx.x >> 5) % S;
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
@@ -1237,9 +1238,16 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     // bytes (a probe measured prefetch instructions bringing in about a third of a region and
     // these loads three quarters, docs/perf/batch1.md), at most one a thread (64 KiB at 256
     // threads). Its word is used only after the block's last group, so no instruction waits on
-    // it before that.
+    // it before that. Bits 16-19 (option gemv_l2_delay) hold them back that many half
+    // microseconds from here, past the attention's first stages.
     unsigned l2v = 0u;
     if (l2kb && !(l2sm && shared_sm) && ng > 1) {
+        if constexpr (L2) {
+            if (l2delay) {
+                const unsigned long long t0 = globaltimer();
+                while (globaltimer() - t0 < 500ull * l2delay) __nanosleep(128);
+            }
+        }
         const int rb = NT / 32 / S;
         const long r0 = (long)(blockIdx.x * per + 1) * rb;
         long r1 = (long)(blockIdx.x * per + ng) * rb;
