@@ -43,7 +43,8 @@ static const weft_backend_vtable *be;
  * gemv_l2_rest 32, gemv_l2_first and gemv_l2_delay 2), [7] [1]'s options
  * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
  * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters
- * spread over distinct SMs), gemv_l2_rest 64 and gemv_l2_sm, each with its op table. All retain
+ * spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm and gemv_l2_join 48, each with its op
+ * table. All retain
  * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1431,8 +1432,25 @@ static void ra_o_check(tens *o2, uint32_t io2, int P) {
     expect_same(what, a, b, (size_t)N);
     double e = relerr(a, ref, (size_t)N);
     if (!(e < 2e-2)) fail_msg("%s: rel err %.2e vs double", what, e);
-    free(a), free(b), free(x), free(ref);
+    /* the same product right after an add + RMSNorm join (option gemv_l2_join), then after a
+     * linear: the same bits */
+    tens nw = {o2->dtype, 1, K}, z = {o2->dtype, 1, K}, zr = {o2->dtype, 1, K};
+    uint32_t inw = add_tensor(&nw, 1), iz = add_tensor(&z, 0), izr = add_tensor(&zr, 0);
+    weft_node j = {.op = WEFT_OP_ADD_RMSNORM, .n_in = 3, .n_out = 2};
+    j.in[0] = io2, j.in[1] = io2, j.in[2] = inw, j.out[0] = iz, j.out[1] = izr;
+    j.p.f[0] = 1e-6f;
+    run_node(&j, 1, NULL, NULL);
+    l.in[0] = iz, l.out[0] = iy1;
+    run_node(&l, 1, NULL, NULL);
+    l.out[0] = iy2;
+    run_node(&l, 1, NULL, NULL);
+    fetch(&y1, a);
+    fetch(&y2, b);
+    snprintf(what, sizeof(what), "o projection (%d x %d) after an add + RMSNorm, pos %d", N, K, P);
+    expect_same(what, a, b, (size_t)N);
+    free(a), free(b), free(x), free(ref), free(nw.h), free(z.h), free(zr.h);
     be->free(bst, &y1.d), be->free(bst, &y2.d);
+    be->free(bst, &nw.d), be->free(bst, &z.d), be->free(bst, &zr.d);
 }
 
 /* One step of T rows at positions P.. of slot RA_SLOT, unfused on cache a, fused on cache b. */
@@ -1722,7 +1740,7 @@ static void test_option_ranges(void **state) {
                {"gemv_loop", 17},       {"gemv_loop", -1},       {"gemv_loop_warps", 7},
                {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33}, {"attn_qsplit", 0},
                {"attn_qsplit", 3},      {"attn_qsplit", 5},      {"gemv_l2_rest", 65},
-               {"gemv_l2_rest", -1},    {"gemv_l2_delay", 16}};
+               {"gemv_l2_rest", -1},    {"gemv_l2_delay", 16},   {"gemv_l2_join", 65}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -1798,11 +1816,10 @@ static int setup(void **state) {
                                     .i = k == 5 ? 24 : 32};
         }
         if (k == 5) { /* and the o product's L2 loads, its first batch late beside the attention */
-            nk = 12;
+            nk = 13;
             kopt[10] = (weft_option){.key = "gemv_l2_rest", .type = WEFT_OPTION_INT, .i = 32};
             kopt[11] = (weft_option){.key = "gemv_l2_first", .type = WEFT_OPTION_BOOL, .i = 1};
             kopt[12] = (weft_option){.key = "gemv_l2_delay", .type = WEFT_OPTION_INT, .i = 2};
-            nk = 13;
         }
         if (k == 7) { /* [1] with x copied by cp.async, each kv head's q heads over 2 blocks,
                        * the attention's clusters spread */
@@ -1811,9 +1828,10 @@ static int setup(void **state) {
             kopt[10] = (weft_option){.key = "attn_qsplit", .type = WEFT_OPTION_INT, .i = 2};
             kopt[11] = (weft_option){.key = "attn_cluster_policy", .type = WEFT_OPTION_INT, .i = 1};
             /* the o product's L2 loads (64 KiB a block), none from the attention's SMs */
-            nk = 14;
+            nk = 15;
             kopt[12] = (weft_option){.key = "gemv_l2_rest", .type = WEFT_OPTION_INT, .i = 64};
             kopt[13] = (weft_option){.key = "gemv_l2_sm", .type = WEFT_OPTION_BOOL, .i = 1};
+            kopt[14] = (weft_option){.key = "gemv_l2_join", .type = WEFT_OPTION_INT, .i = 48};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {

@@ -425,6 +425,10 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          " (half microseconds each block of that product waits after it starts before its L2 "
          "loads)",
          &b->gemv_l2_delay},
+        {"gemv_l2_join", 0, 0, 64,
+         " (KiB of its rows past its first group each block of the looped product after the "
+         "add + RMSNorm join loads into L2 before its wait; 0: off)",
+         &b->gemv_l2_join},
         {"ablate", 0, 0, 15,
          " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs, "
          "8: the MLP kernel's grid barrier)",

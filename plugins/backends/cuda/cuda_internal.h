@@ -104,8 +104,11 @@ typedef struct cuda_backend {
     /* option gemv_l2_delay: those L2 loads held back this many half microseconds after the
      * block starts (0-15) */
     int gemv_l2_delay;
-    /* set by the fused attention's launch, cleared by every other launch: the next looped
-     * product takes the gemv_l2_* bits */
+    /* option gemv_l2_join: the same L2 loads (KiB a block) from the looped product launched
+     * right after the fused add + RMSNorm join (the next layer's q|k|v projection) */
+    int gemv_l2_join;
+    /* 1 after the fused attention's launch, 2 after the add + RMSNorm join's, cleared by every
+     * other launch: the next looped product takes the gemv_l2_* bits */
     int after_attn;
     /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
