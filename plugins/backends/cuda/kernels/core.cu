@@ -1234,6 +1234,18 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
                                                                                    WEFT_SM_SLOTS];
     const bool late = l2first && shared_sm;
     if (!late) lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
+#ifdef WEFT_TRACE
+    if (site >= 0 && threadIdx.x < 32 && !late) { // warp 0 waits for its first batch, stamps
+        unsigned z = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (n0 < N && v0 + j * stride < nv) z ^= wv[j][0].x;
+        // a branch on the loaded bits, so the stamp's timer read cannot be scheduled before
+        // the loads land (an empty asm using z emits nothing for ptxas to order after them)
+        if (z == 0x9e3779b9u) weft_trace_gemv[site][blockIdx.x % WEFT_TRACE_BLOCKS][5] = 1;
+        else GEMV_MARK(site, 5);
+    }
+#endif
     // rows past the first group into L2: one 4-byte load with the L2::256B hint every 256
     // bytes (a probe measured prefetch instructions bringing in about a third of a region and
     // these loads three quarters, docs/perf/batch1.md), at most one a thread (64 KiB at 256
