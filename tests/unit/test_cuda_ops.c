@@ -160,7 +160,8 @@ static void poison(tens *t) {
     free(p);
 }
 
-static uint32_t add_tensor(tens *t, int fill) {
+/* the next graph tensor, t's dtype and shape (its device copy: the caller's) */
+static uint32_t graph_entry(const tens *t) {
     assert_true(gn < 32);
     uint32_t id = gn++;
     memset(&gt[id], 0, sizeof(gt[id]));
@@ -169,6 +170,11 @@ static uint32_t add_tensor(tens *t, int fill) {
     gt[id].rank = 2;
     gt[id].shape[0] = t->rows;
     gt[id].shape[1] = t->cols;
+    return id;
+}
+
+static uint32_t add_tensor(tens *t, int fill) {
+    uint32_t id = graph_entry(t);
     size_t n = (size_t)(t->rows * t->cols);
     size_t es = t->dtype == WEFT_DTYPE_F32 || t->dtype == WEFT_DTYPE_I32 ? 4 : 2;
     weft_error err = {.size = sizeof(err)};
@@ -1393,14 +1399,7 @@ static tens ra_o;
 
 /* a tensor allocated before the step's graph, entered into it without a new copy */
 static uint32_t add_existing(const tens *t) {
-    assert_true(gn < 32);
-    uint32_t id = gn++;
-    memset(&gt[id], 0, sizeof(gt[id]));
-    gt[id].id = id;
-    gt[id].dtype = t->dtype;
-    gt[id].rank = 2;
-    gt[id].shape[0] = t->rows;
-    gt[id].shape[1] = t->cols;
+    uint32_t id = graph_entry(t);
     gd[id] = t->d;
     return id;
 }
@@ -1682,8 +1681,9 @@ static void test_rope_attention(void **state) {
 }
 
 /* the fused attention then a looped o projection (options gemv_l2_rest, gemv_l2_sm,
- * gemv_l2_first: instances 5 and 7), its output checked by ra_o_check at every one-row step of
- * two cases: the cluster merge and, at 1,100 positions, the counter merge */
+ * gemv_l2_first, gemv_l2_delay, gemv_l2_join: instances 5 and 7), its output checked by ra_o_check
+ * at every one-row step of two cases: the cluster merge and, at 1,100 positions, the counter merge
+ */
 static void test_attention_then_o(void **state) {
     (void)state;
     if (!all_insts()) skip();

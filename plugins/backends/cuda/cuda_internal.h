@@ -109,7 +109,7 @@ typedef struct cuda_backend {
     int gemv_l2_join;
     /* 1 after the fused attention's launch, 2 after the add + RMSNorm join's, cleared by every
      * other launch: the next looped product takes the gemv_l2_* bits */
-    int after_attn;
+    int l2_after;
     /* option attn_cp: what weft_rope_attention copies into shared memory by cp.async (1 the
      * RoPE stage's constants, before the wait; 2 the q|k|v rows, after it; core.cu
      * rope_attention_body) */

@@ -120,7 +120,7 @@ static weft_status launch(cuda_backend *b, CUfunction f, const char *name, unsig
                           unsigned gz, unsigned block, unsigned smem, int pdl, unsigned cz,
                           void **args, weft_error *err) {
     if (gx == 0 || gy == 0 || gz == 0) return WEFT_OK;
-    b->after_attn = 0; /* the fused attention sets it again after its own launch */
+    b->l2_after = 0; /* the fused attention and the join set it again after their launches */
     CUlaunchAttribute attr[3];
     memset(attr, 0, sizeof(attr));
     unsigned na = 0;

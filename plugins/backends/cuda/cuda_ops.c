@@ -380,10 +380,10 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
         /* options gemv_l2_*: the product right after the fused attention (core.cu gemv_loop
          * reads them from S's bits 8-15, 16-19, 24 and 28) */
         int Sl = S;
-        if (b->after_attn == 1)
+        if (b->l2_after == 1)
             Sl |= (b->gemv_l2_rest << 8) | (b->gemv_l2_delay << 16) | (b->gemv_l2_sm << 24) |
                   (b->gemv_l2_first << 28);
-        else if (b->after_attn == 2) /* after the residual join: option gemv_l2_join */
+        else if (b->l2_after == 2) /* after the residual join: option gemv_l2_join */
             Sl |= b->gemv_l2_join << 8;
         void *largs[] = {&x, &w, &bias, &y, &out_f32, &N, &K, &Sl, &per};
         if (per > 1) return gemv_launch_nt(b, f, lname, lp, nt, xs, largs, err);
@@ -495,7 +495,7 @@ static weft_status op_add_rmsnorm(void *st, const weft_exec_ctx *c, const weft_n
     TRY(add_rmsnorm_launch(b, x->dtype, w->dtype, din(c, n, 0), din(c, n, 1), din(c, n, 2),
                            dout(c, n, 0), dout(c, n, 1), (int)c->n_tokens, (int)cols_of(x),
                            n->p.f[0], err));
-    b->after_attn = 2; /* option gemv_l2_join: the next looped product's L2 loads */
+    b->l2_after = 2; /* option gemv_l2_join: the next looped product's L2 loads */
     return WEFT_OK;
 }
 
@@ -1205,7 +1205,7 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         else
             TRY(cuda_launch_ex(b, f, kname, 1, (unsigned)(r.Hkv * qs), (unsigned)S, ATS_THREADS,
                                smem, 1, args, err));
-        b->after_attn = 1; /* the next looped product takes the gemv_l2_* bits */
+        b->l2_after = 1; /* the next looped product takes the gemv_l2_* bits */
         return WEFT_OK;
     }
     /* the unfused sequence, through the node's intermediate outputs */
