@@ -46,6 +46,8 @@ typedef struct ds_state {
     const weft_host_services *host;
     int sampled;          /* option: sample temperature > 0 rows on the device */
     uint32_t blocks_opt;  /* option: greedy blocks per row, 0 = one per multiprocessor */
+    int pdl_opt;          /* option pdl; pdl: it applies (sm_90+) */
+    int pdl;
     int ready;
     CUdevice dev;
     CUcontext ctx; /* retained primary context */
@@ -86,6 +88,7 @@ static weft_status ds_create(const weft_host_services *host, const weft_options 
     if (!s) return weft_sdk_error(err, WEFT_ERR_NOMEM, NAME, "out of memory");
     s->host = host;
     s->sampled = weft_sdk_option_bool(opts, "sampled", 1);
+    s->pdl_opt = weft_sdk_option_bool(opts, "pdl", 1);
     int64_t b = weft_sdk_option_int(opts, "greedy_blocks", 0);
     if (b < 0 || b > 1024) {
         free(s);
@@ -149,6 +152,7 @@ static weft_status ds_init(ds_state *s, weft_error *err) {
        "reading the compute capability");
     CK(cuDeviceGetName(devname, sizeof(devname), s->dev), "reading the device name");
     snprintf(arch, sizeof(arch), "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
+    s->pdl = s->pdl_opt && major >= 9;
     weft_cuda_api api;
     weft_cuda_api_link_nvrtc(&api);
     weft_cuda_api_link_driver(&api);
@@ -239,9 +243,21 @@ static weft_status launch_rows(ds_state *s, const weft_buffer *logits, uint32_t 
             CUdeviceptr done = s->done + r * sizeof(uint32_t);
             CUdeviceptr rid = ids ? ids + r * sizeof(int32_t) : 0;
             void *args[] = {&row, &ld, &V, &parts, &done, &res, &rid};
-            CK(cuLaunchKernel(s->f_greedy, s->blocks, nr, 1, GREEDY_THREADS, 1, 1, 0, s->stream,
-                              args, NULL),
-               "launching ds_greedy");
+            /* option pdl (sm_90+): a programmatic dependent launch, so the blocks are placed
+             * while the kernel before (the LM head) drains; ds_greedy's griddepcontrol.wait
+             * holds them until it has completed (without the attribute the wait does nothing) */
+            CUlaunchAttribute at = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+            at.value.programmaticStreamSerializationAllowed = 1;
+            CUlaunchConfig cfg = {.gridDimX = s->blocks,
+                                  .gridDimY = nr,
+                                  .gridDimZ = 1,
+                                  .blockDimX = GREEDY_THREADS,
+                                  .blockDimY = 1,
+                                  .blockDimZ = 1,
+                                  .hStream = s->stream,
+                                  .attrs = &at,
+                                  .numAttrs = s->pdl ? 1 : 0};
+            CK(cuLaunchKernelEx(&cfg, s->f_greedy, args, NULL), "launching ds_greedy");
             s->rows_greedy += nr;
             r += nr;
         } else {

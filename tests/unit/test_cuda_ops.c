@@ -612,23 +612,50 @@ static void test_elementwise_and_head(void **state) {
     assert_true(e < 1e-5);
     tens all2[] = {x, w, lo};
     free_tensors(all2, 3);
-    /* embed from a bf16 table into bf16 activations */
-    tens tab = {WEFT_DTYPE_BF16, V, D}, ex = {WEFT_DTYPE_BF16, 3, D}, tk = {WEFT_DTYPE_I32, 3, 1};
-    int32_t toks[3] = {7, 0, 49};
+    free(got);
+    free(ref);
+}
+
+/* embed: every row equals its table row exactly (ids outside [0, V) give zeros), poisoned output
+ * first. Row widths cover the kernel's 16-byte vectors in one trip (64, 4,096), two trips with a
+ * short second one (8,200 bf16: 1,025 vectors at 256 threads), and the element loop (60: not
+ * whole vectors); f32 activations from a bf16 table widen each value. */
+static void check_embed(uint32_t xdt, uint32_t tdt, int V, int D) {
+    enum { T = 4 };
+    tens tab = {tdt, V, D}, ex = {xdt, T, D}, tk = {WEFT_DTYPE_I32, T, 1};
+    int32_t toks[T] = {7 % V, 0, V - 1, V}; /* the last is out of range */
     tk.hi = toks;
     weft_node em = {.op = WEFT_OP_EMBED, .n_in = 2, .n_out = 1};
     em.in[0] = add_tensor(&tk, 1);
     em.in[1] = add_tensor(&tab, 1);
     em.out[0] = add_tensor(&ex, 0);
-    run_node(&em, 3, NULL, NULL);
+    poison(&ex);
+    run_node(&em, T, NULL, NULL);
+    float *got = malloc((size_t)T * D * sizeof(float));
     fetch(&ex, got);
-    for (int t = 0; t < 3; t++)
-        for (int i = 0; i < D; i++) assert_true(got[t * D + i] == tab.h[toks[t] * D + i]);
-    tens all3[] = {tk, tab, ex};
-    all3[0].h = NULL;
-    free_tensors(all3, 3);
+    size_t bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < D; i++) {
+            float want = toks[t] < V ? tab.h[(size_t)toks[t] * D + i] : 0.f;
+            if (!(got[(size_t)t * D + i] == want)) bad++;
+        }
+    printf("embed x %u table %u V=%d D=%d: %zu of %d elements differ\n", xdt, tdt, V, D, bad,
+           T * D);
+    assert_int_equal(bad, 0);
     free(got);
-    free(ref);
+    tens all[] = {tk, tab, ex};
+    all[0].h = NULL;
+    free_tensors(all, 3);
+}
+
+static void test_embed(void **state) {
+    (void)state;
+    check_embed(WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, 50, 64);
+    check_embed(WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, 9, 4096);
+    check_embed(WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, 5, 8200);
+    check_embed(WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, 11, 60);
+    check_embed(WEFT_DTYPE_F32, WEFT_DTYPE_F32, 13, 1028);
+    check_embed(WEFT_DTYPE_F32, WEFT_DTYPE_BF16, 13, 2048);
 }
 
 /* ---- fused ops ------------------------------------------------------------------------ */
@@ -1921,6 +1948,7 @@ GPU_TEST(test_rope)
 GPU_TEST(test_attention)
 GPU_TEST(test_attention_prefill_tc)
 GPU_TEST(test_elementwise_and_head)
+GPU_TEST(test_embed)
 GPU_TEST(test_linear_swiglu)
 GPU_TEST(test_merged_linear_split)
 GPU_TEST(test_qkv_rope)
@@ -1945,6 +1973,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_attention),
         cmocka_unit_test(gpu_test_attention_prefill_tc),
         cmocka_unit_test(gpu_test_elementwise_and_head),
+        cmocka_unit_test(gpu_test_embed),
         cmocka_unit_test(gpu_test_linear_swiglu),
         cmocka_unit_test(gpu_test_merged_linear_split),
         cmocka_unit_test(gpu_test_qkv_rope),

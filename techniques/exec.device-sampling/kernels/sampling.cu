@@ -126,6 +126,10 @@ __device__ __forceinline__ void finish(ds_result *out, int idx, double s, int ba
 // its device address).
 extern "C" __global__ void ds_greedy(const float *logits, long ld, int V, ds_part *parts,
                                      u32 *done, ds_result *out, int *ids) {
+#if __CUDA_ARCH__ >= 900
+    // launched with option pdl: wait here until the kernel that wrote the logits has completed
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     int row = blockIdx.y;
     const float *z = logits + (long)row * ld;
     const int first = blockIdx.x * blockDim.x + threadIdx.x, step = gridDim.x * blockDim.x;

@@ -315,10 +315,44 @@ __device__ __forceinline__ void embed_body(const int *tokens, const wgt *table, 
     for (int i = threadIdx.x; i < D; i += nt)
         A::st(x, (long)t * D + i, ok ? W::ld(table, (long)id * D + i) : 0.f);
 }
+// The launched kernel moves the row as 16-byte vectors, every load of a trip (up to 4 a thread)
+// issued before its first store: embed_body's element loop stores each value before the next
+// load may issue, so a 4,096-wide row at 256 threads cost 16 DRAM round trips in series (the
+// table is far larger than L2); here it costs one. The same values: unpack_vec16 reads a vector
+// as W::ld reads its elements, and each is stored by A::st, zeros for an id outside [0, V).
+// Rows off 16-byte vectors (D not a multiple of one, or the table misaligned) take embed_body.
 extern "C" __global__ void weft_embed(const int *tokens, const wgt *table, act *x, int T, int D,
                                       int V) {
     pdl_enter();
-    embed_body(tokens, table, x, T, D, V, blockIdx.x, blockDim.x);
+    constexpr int E = 16 / (int)sizeof(wgt);
+    if (D % E || ((unsigned long long)table & 15)) {
+        embed_body(tokens, table, x, T, D, V, blockIdx.x, blockDim.x);
+        return;
+    }
+    const int t = blockIdx.x, nt = blockDim.x, nv = D / E;
+    if (t >= T) return;
+    const int id = tokens[t];
+    const bool ok = id >= 0 && id < V;
+    const uint4 *src = (const uint4 *)(table + (long)(ok ? id : 0) * D);
+    act *dst = x + (long)t * D;
+    #pragma unroll 1
+    for (int v0 = threadIdx.x; v0 < nv; v0 += 4 * nt) {
+        uint4 wv[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int v = v0 + j * nt;
+            wv[j] = ok && v < nv ? __ldg(src + v) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int v = v0 + j * nt;
+            if (v >= nv) break;
+            float f[E];
+            unpack_vec16<WEFT_TW>(wv[j], f);
+#pragma unroll
+            for (int e = 0; e < E; e++) A::st(dst, (long)v * E + e, f[e]);
+        }
+    }
 }
 
 // The partial sums of squares a norm hands to block_sum<K>: virtual thread threadIdx.x + k * np
@@ -355,10 +389,46 @@ __device__ __forceinline__ void rmsnorm_body(const act *x, const wgt *w, act *y,
     for (int i = threadIdx.x; i < group; i += np)
         A::st(y, base + i, W::ld(w, i) * A::round(A::ld(x, base + i) * r));
 }
+// The launched kernel, when a group fits NORM_MAXE elements a thread (every model row and head
+// here at norm_block's sizes): the norm weights are loaded before griddepcontrol.wait (no kernel
+// writes them) and a thread's x values in one round of loads after it, where rmsnorm_body's
+// loops wait for each load in turn (at a 4,096-wide row, layer 0's attention norm: four L2 round
+// trips for the sums, then four DRAM ones for the weights). The same sums in the same order
+// (virtual thread = thread, elements tid, tid + nt, ...) and the same expression for y.
+#define NORM_MAXE 8
 extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int T, int cols,
                                         int group, float eps) {
+    const int nt = blockDim.x;
+    if (group > NORM_MAXE * nt) {
+        pdl_enter();
+        rmsnorm_body<1>(x, w, y, T, cols, group, eps, blockIdx.x, nt);
+        return;
+    }
+    float wv[NORM_MAXE], vv[NORM_MAXE];
+#pragma unroll
+    for (int j = 0; j < NORM_MAXE; j++) {
+        const int i = threadIdx.x + j * nt;
+        wv[j] = i < group ? W::ld(w, i) : 0.f;
+    }
     pdl_enter();
-    rmsnorm_body<1>(x, w, y, T, cols, group, eps, blockIdx.x, blockDim.x);
+    const long g = blockIdx.x;
+    if (g >= (long)T * (cols / group)) return;
+    const long base = g * group;
+#pragma unroll
+    for (int j = 0; j < NORM_MAXE; j++) {
+        const int i = threadIdx.x + j * nt;
+        vv[j] = i < group ? A::ld(x, base + i) : 0.f;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < NORM_MAXE; j++)
+        if (threadIdx.x + j * nt < group) ss = fmaf(vv[j], vv[j], ss);
+    const float r = rsqrtf(block_sum<1>(&ss, nt) / group + eps);
+#pragma unroll
+    for (int j = 0; j < NORM_MAXE; j++) {
+        const int i = threadIdx.x + j * nt;
+        if (i < group) A::st(y, base + i, wv[j] * A::round(vv[j] * r));
+    }
 }
 
 // r = x + res; y = rmsnorm(r) * w. One block per row. Launched with weft_rmsnorm's block size
@@ -370,7 +440,6 @@ extern "C" __global__ void weft_rmsnorm(const act *x, const wgt *w, act *y, int 
 // wait the kernel then makes one round of loads (x, res) instead of three (x and res, then w
 // and r), with the same values in the same order. Otherwise (the persistent kernels' 4-way
 // virtual threads on long rows) the loops below read r and w back as before.
-#define NORM_MAXE 8
 template <int K, bool BATCH = false>
 __device__ __forceinline__ void add_rmsnorm_body(const act *x, const act *res, const wgt *w,
                                                  act *y, act *r, int T, int D, float eps, int t,
