@@ -135,12 +135,22 @@ static void single_on(const char *model) {
      * fuse.norm-linear's looped products normalising their row in every block; -loop-mlp:
      * its option down (on stories260K's 64-wide rows the node's unfused form); -loop-nl-qs:
      * the backend's attn_qsplit 2 (each kv head's q heads over two attention blocks); -l2:
-     * the o projection's rows into L2 during the attention (gemv_l2_rest, gemv_l2_sm) */
-    static const char *const cands[] = {
-        "fast-cuda-async",          "fast-cuda-async-smem",       "fast-cuda-async-smem-loop",
-        "fast-cuda-async-loop",     "fast-cuda-async-xs",         "fast-cuda-async-ln",
-        "fast-cuda-async-smem-ln",  "fast-cuda-async-loop-nl",    "fast-cuda-async-smem-loop-nl",
-        "fast-cuda-async-loop-mlp", "fast-cuda-async-loop-nl-qs", "fast-cuda-async-loop-nl-qs-l2"};
+     * the o projection's rows into L2 during the attention (gemv_l2_rest, gemv_l2_sm); -b128:
+     * the attention's split grid over KV-length buckets from 128 positions (attn_bucket_min) */
+    static const char *const cands[] = {"fast-cuda-async",
+                                        "fast-cuda-async-smem",
+                                        "fast-cuda-async-smem-loop",
+                                        "fast-cuda-async-loop",
+                                        "fast-cuda-async-xs",
+                                        "fast-cuda-async-ln",
+                                        "fast-cuda-async-smem-ln",
+                                        "fast-cuda-async-loop-nl",
+                                        "fast-cuda-async-smem-loop-nl",
+                                        "fast-cuda-async-loop-mlp",
+                                        "fast-cuda-async-loop-nl-qs",
+                                        "fast-cuda-async-loop-nl-qs-l2",
+                                        "fast-cuda-async-loop-nl-qs-l2-b128",
+                                        "fast-cuda-async-loop-nl-b128"};
     /* WEFT_TEST_CANDIDATES: a comma-separated subset to run (a device call's budget) */
     const char *only = getenv("WEFT_TEST_CANDIDATES");
     for (size_t c = 0; c < sizeof(cands) / sizeof(cands[0]); c++) {

@@ -43,8 +43,8 @@ static const weft_backend_vtable *be;
  * gemv_l2_rest 32, gemv_l2_first and gemv_l2_delay 2), [7] [1]'s options
  * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
  * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters
- * spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm and gemv_l2_join 48, each with its op
- * table. All retain
+ * spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48 and attn_bucket_min
+ * 128 (its split grid over buckets down to 128 positions), each with its op table. All retain
  * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1761,13 +1761,14 @@ static void test_option_ranges(void **state) {
     static const struct {
         const char *key;
         int64_t v;
-    } bad[] = {{"gemv_max_tokens", 9},  {"smem_carveout", 101},  {"smem_carveout", -2},
-               {"gemv_xsmem", 4},       {"attn_cp", 4},          {"attn_cp", -1},
-               {"ablate", 16},          {"gemv_stage", 201},     {"gemv_stage", -1},
-               {"gemv_loop", 17},       {"gemv_loop", -1},       {"gemv_loop_warps", 7},
-               {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33}, {"attn_qsplit", 0},
-               {"attn_qsplit", 3},      {"attn_qsplit", 5},      {"gemv_l2_rest", 65},
-               {"gemv_l2_rest", -1},    {"gemv_l2_delay", 16},   {"gemv_l2_join", 65}};
+    } bad[] = {{"gemv_max_tokens", 9},   {"smem_carveout", 101},  {"smem_carveout", -2},
+               {"gemv_xsmem", 4},        {"attn_cp", 4},          {"attn_cp", -1},
+               {"ablate", 16},           {"gemv_stage", 201},     {"gemv_stage", -1},
+               {"gemv_loop", 17},        {"gemv_loop", -1},       {"gemv_loop_warps", 7},
+               {"gemv_loop_warps", 12},  {"gemv_loop_warps", 33}, {"attn_qsplit", 0},
+               {"attn_qsplit", 3},       {"attn_qsplit", 5},      {"gemv_l2_rest", 65},
+               {"gemv_l2_rest", -1},     {"gemv_l2_delay", 16},   {"gemv_l2_join", 65},
+               {"attn_bucket_min", 127}, {"attn_bucket_min", 0}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -1815,7 +1816,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[15] = {
+        weft_option kopt[16] = {
             opt[0],
             opt[1],
             opt[2],
@@ -1859,6 +1860,9 @@ static int setup(void **state) {
             kopt[12] = (weft_option){.key = "gemv_l2_rest", .type = WEFT_OPTION_INT, .i = 64};
             kopt[13] = (weft_option){.key = "gemv_l2_sm", .type = WEFT_OPTION_BOOL, .i = 1};
             kopt[14] = (weft_option){.key = "gemv_l2_join", .type = WEFT_OPTION_INT, .i = 48};
+            /* the attention's grid over the step's bucket down to 128 positions (2 splits) */
+            nk = 16;
+            kopt[15] = (weft_option){.key = "attn_bucket_min", .type = WEFT_OPTION_INT, .i = 128};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {

@@ -22,12 +22,12 @@ static void test_kv_bucket_edges(void **state) {
     static const struct {
         int32_t pos;
         int64_t len;
-    } cases[] = {{0, 512},     {1, 512},     {511, 512},   {512, 1024},
-                 {1023, 1024}, {1024, 2048}, {2559, 4096}, {4095, 4096},
-                 {4096, 8192}, {32767, 32768}, {-1, 512}};
+    } cases[] = {{0, 128},     {1, 128},     {127, 128},   {128, 256},     {255, 256},
+                 {256, 512},   {511, 512},   {512, 1024},  {1023, 1024},   {1024, 2048},
+                 {2559, 4096}, {4095, 4096}, {4096, 8192}, {32767, 32768}, {-1, 128}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         assert_int_equal(bucket_of(&cases[i].pos, 1), cases[i].len);
-    assert_int_equal(WEFT_SDK_KV_BUCKET_MIN, 512);
+    assert_int_equal(WEFT_SDK_KV_BUCKET_MIN, 128);
 }
 
 static void test_kv_bucket_rows(void **state) {
@@ -37,7 +37,7 @@ static void test_kv_bucket_rows(void **state) {
     static const int32_t a[] = {3, 900, 17, 511};
     static const int32_t b[] = {1500, 2, 0};
     assert_int_equal(bucket_of(a, 4), 1024);
-    assert_int_equal(bucket_of(a, 1), 512);
+    assert_int_equal(bucket_of(a, 1), 128);
     assert_int_equal(bucket_of(b, 3), 2048);
     /* the largest int32 position still gets a bucket that holds it */
     static const int32_t top[] = {INT32_MAX};

@@ -410,6 +410,10 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
         {"attn_mc4_from", 0, 0, 1 << 24, " (positions of a KV-length bucket; 0: never)",
          &b->attn_mc4_from},
+        {"attn_bucket_min", 512, WEFT_SDK_KV_BUCKET_MIN, 1 << 24,
+         " (positions: the fused attention's split grid covers the step's KV-length bucket, "
+         "or this many positions when the bucket is shorter)",
+         &b->attn_bucket_min},
         {"attn_qsplit", 1, 1, 4, " (blocks a kv head's query heads are split over: 1, 2 or 4)",
          &b->attn_qsplit},
         {"attn_cluster_policy", 0, 0, 2,

@@ -117,6 +117,9 @@ typedef struct cuda_backend {
     /* option attn_mc4_from: from a KV-length bucket of this many positions the fused
      * attention's _mc forms run as _mc4 (four blocks an SM); 0 = never */
     int attn_mc4_from;
+    /* option attn_bucket_min: the fused attention's grid spans at least this many positions
+     * (a function of the KV-length bucket, so a capture stays valid for its whole bucket) */
+    int attn_bucket_min;
     /* option attn_qsplit: the fused attention splits each kv head's query heads over this
      * many blocks (1, 2, 4; a divisor of the model's G is taken) */
     int attn_qsplit;

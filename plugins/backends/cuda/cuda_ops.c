@@ -1156,6 +1156,9 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
          * attn_mc4_from positions the _mc4 form (the same body held to four blocks an SM). */
         int cl = r.cluster && b->cc_major >= 9;
         int64_t bucket = weft_sdk_kv_bucket(c->batch);
+        /* option attn_bucket_min: buckets shorter than it span it (the rule is a function of
+         * the bucket, which the captures are keyed by) */
+        if (bucket > 0 && bucket < b->attn_bucket_min) bucket = b->attn_bucket_min;
         int span = bucket > 0 && bucket < max_seq ? (int)bucket : max_seq;
         int S = ra_splits(span, cl), S_all = ra_splits(max_seq, cl); /* S_all >= S */
         int mc = cl && S > ATS_CLUSTER;

@@ -141,8 +141,10 @@ static inline int32_t weft_sdk_only_reader(const weft_graph *g, const weft_graph
  * every row of the step reads at most that many cache positions. exec.cuda-graph keys its
  * captures by the bucket as well as by the row counts, so an op may size a launch by it (the
  * cuda backend's fused attention sizes its split grid) and a replay stays valid for every step
- * of the bucket. 0 when the step has no host positions (size for the whole cache). */
-#define WEFT_SDK_KV_BUCKET_MIN 512
+ * of the bucket. 0 when the step has no host positions (size for the whole cache). An op may
+ * size by a coarser rule that is a function of the bucket (the cuda backend's option
+ * attn_bucket_min: at least that many positions), never by a finer one. */
+#define WEFT_SDK_KV_BUCKET_MIN 128
 static inline int64_t weft_sdk_kv_bucket(const weft_batch *b) {
     if (!b || !b->positions || !b->n_tokens) return 0;
     int32_t top = 0;
