@@ -40,7 +40,7 @@ static const weft_backend_vtable *be;
  * past 5,000 rows, the 5,003-row head and the 12,803-row product, one block a row group), [5]
  * and [6] [1]'s options with
  * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [5] also with
- * gemv_l2_rest 32, gemv_l2_first and gemv_l2_delay 2), [7] [1]'s options
+ * gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2 and attn_dead_exit), [7] [1]'s options
  * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
  * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters
  * spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48 and attn_bucket_min
@@ -1843,11 +1843,13 @@ static int setup(void **state) {
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
                                     .i = k == 5 ? 24 : 32};
         }
-        if (k == 5) { /* and the o product's L2 loads, its first batch late beside the attention */
-            nk = 13;
+        if (k == 5) { /* and the o product's L2 loads, its first batch late beside the attention,
+                       * the attention's splits with no position leaving before its merge */
+            nk = 14;
             kopt[10] = (weft_option){.key = "gemv_l2_rest", .type = WEFT_OPTION_INT, .i = 32};
             kopt[11] = (weft_option){.key = "gemv_l2_first", .type = WEFT_OPTION_BOOL, .i = 1};
             kopt[12] = (weft_option){.key = "gemv_l2_delay", .type = WEFT_OPTION_INT, .i = 2};
+            kopt[13] = (weft_option){.key = "attn_dead_exit", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         if (k == 7) { /* [1] with x copied by cp.async, each kv head's q heads over 2 blocks,
                        * the attention's clusters spread */

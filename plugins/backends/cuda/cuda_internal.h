@@ -120,6 +120,9 @@ typedef struct cuda_backend {
     /* option attn_bucket_min: the fused attention's grid spans at least this many positions
      * (a function of the KV-length bucket, so a capture stays valid for its whole bucket) */
     int attn_bucket_min;
+    /* option attn_dead_exit: the fused attention's splits with no position exit after their
+     * wait instead of waiting at the cluster merge's barriers */
+    int attn_dead_exit;
     /* option attn_qsplit: the fused attention splits each kv head's query heads over this
      * many blocks (1, 2, 4; a divisor of the model's G is taken) */
     int attn_qsplit;

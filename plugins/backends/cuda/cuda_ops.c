@@ -1193,10 +1193,12 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         CUdeviceptr vs = r.merged ? rows.vs : vin;
         int nnorm = (int)norm_block(r.hd);
         /* the kernel reads the cluster flag from bit 16 of S, option attn_cp from bits 17-18,
-         * log2 of option attn_qsplit's blocks a kv head from bits 19-20, and bit 21 asks its
-         * live blocks to count themselves on their SMs (options gemv_l2_sm, gemv_l2_first) */
+         * log2 of option attn_qsplit's blocks a kv head from bits 19-20, bit 21 asks its
+         * live blocks to count themselves on their SMs (options gemv_l2_sm, gemv_l2_first),
+         * and bit 22 lets splits with no position exit before the merge (attn_dead_exit) */
         const int smc = b->gemv_l2_sm || b->gemv_l2_first;
-        int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19) | (smc << 21);
+        int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19) | (smc << 21) |
+                    ((b->attn_dead_exit != 0) << 22);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
                         &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
                         &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,

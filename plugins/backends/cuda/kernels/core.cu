@@ -2306,6 +2306,12 @@ __device__ __forceinline__ void rope_attention_body(
     // bit 21 (options gemv_l2_sm, gemv_l2_first): a live block counts itself on its SM
     // (weft_sm_attn, read by the next looped product's blocks)
     const bool smc = (S >> 21) & 1;
+    // bit 22 (option attn_dead_exit): a split with no position leaves right after its wait
+    // instead of passing the merge's two cluster barriers. A cluster barrier waits only for the
+    // cluster's threads that have not exited (PTX ISA, barrier.cluster), and the merge reads
+    // only live splits' shared memory, so such a block frees its SM's shared memory and
+    // registers for the next kernel's blocks at once instead of at the merge.
+    const bool dead_exit = (S >> 22) & 1;
     S &= 0xffff;
     const int g = gy >> qsh;
     const bool kw = (gy & ((1 << qsh) - 1)) == 0;
@@ -2347,7 +2353,8 @@ __device__ __forceinline__ void rope_attention_body(
     const int n = j1 - j0 + 1;
     if (n <= 0) { // not counted: the target is the number of non-empty splits
         pdl_enter();
-        if (MC ? s / ATS_MAXS >= s_lo / ATS_MAXS && s / ATS_MAXS <= s_hi / ATS_MAXS : cluster) {
+        if (!dead_exit &&
+            (MC ? s / ATS_MAXS >= s_lo / ATS_MAXS && s / ATS_MAXS <= s_hi / ATS_MAXS : cluster)) {
             cluster_sync();
             cluster_sync();
         }
