@@ -46,8 +46,7 @@ typedef struct ds_state {
     const weft_host_services *host;
     int sampled;          /* option: sample temperature > 0 rows on the device */
     uint32_t blocks_opt;  /* option: greedy blocks per row, 0 = one per multiprocessor */
-    int pdl_opt;          /* option pdl; pdl: it applies (sm_90+) */
-    int pdl;
+    int pdl;              /* option pdl, cleared at init below sm_90 */
     int ready;
     CUdevice dev;
     CUcontext ctx; /* retained primary context */
@@ -88,7 +87,7 @@ static weft_status ds_create(const weft_host_services *host, const weft_options 
     if (!s) return weft_sdk_error(err, WEFT_ERR_NOMEM, NAME, "out of memory");
     s->host = host;
     s->sampled = weft_sdk_option_bool(opts, "sampled", 1);
-    s->pdl_opt = weft_sdk_option_bool(opts, "pdl", 1);
+    s->pdl = weft_sdk_option_bool(opts, "pdl", 1);
     int64_t b = weft_sdk_option_int(opts, "greedy_blocks", 0);
     if (b < 0 || b > 1024) {
         free(s);
@@ -152,7 +151,7 @@ static weft_status ds_init(ds_state *s, weft_error *err) {
        "reading the compute capability");
     CK(cuDeviceGetName(devname, sizeof(devname), s->dev), "reading the device name");
     snprintf(arch, sizeof(arch), "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
-    s->pdl = s->pdl_opt && major >= 9;
+    s->pdl = s->pdl && major >= 9;
     weft_cuda_api api;
     weft_cuda_api_link_nvrtc(&api);
     weft_cuda_api_link_driver(&api);

@@ -1198,7 +1198,7 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
          * and bit 22 lets splits with no position exit before the merge (attn_dead_exit) */
         const int smc = b->gemv_l2_sm || b->gemv_l2_first;
         int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19) | (smc << 21) |
-                    ((b->attn_dead_exit != 0) << 22);
+                    (b->attn_dead_exit << 22);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
                         &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
                         &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,
