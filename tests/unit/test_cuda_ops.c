@@ -40,11 +40,13 @@ static const weft_backend_vtable *be;
  * past 5,000 rows, the 5,003-row head and the 12,803-row product, one block a row group), [5]
  * and [6] [1]'s options with
  * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [5] also with
- * gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2 and attn_dead_exit), [7] [1]'s options
+ * gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit and join_l2 64 from 256
+ * extra blocks), [7] [1]'s options
  * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
  * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters
- * spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48 and attn_bucket_min
- * 128 (its split grid over buckets down to 128 positions), each with its op table. All retain
+ * spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min
+ * 128 (its split grid over buckets down to 128 positions) and join_l2 16, each with its op
+ * table. All retain
  * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1280,15 +1282,21 @@ static void test_mlp(void **state) {
  * would expose: read-after-write (each node reads what the previous wrote) and write-after-read
  * (the norm rewrites x while the linear before it may still read it). Shapes of a real layer
  * (4096 x 4096 bf16, 32 MB: many waves of GEMV blocks), the fused gate/up + SwiGLU included. */
+/* the nodes in order in one graph of them all (an op may look at the nodes after its own) */
 static void run_chain(weft_node *nodes, int n_nodes, int sync_each) {
-    weft_graph g = {.size = sizeof(g), .n_tensors = gn, .n_nodes = 1, .tensors = gt};
+    weft_graph g = {.size = sizeof(g),
+                    .n_tensors = gn,
+                    .n_nodes = (uint32_t)n_nodes,
+                    .tensors = gt,
+                    .nodes = nodes};
     weft_exec_ctx c = {.size = sizeof(c), .n_tokens = 1, .graph = &g, .data = gd, .backend = bst};
     weft_error err = {.size = sizeof(err)};
     for (int i = 0; i < n_nodes; i++) {
         const weft_op_impl *impl = reg_find(nodes[i].op);
         assert_non_null(impl);
-        g.nodes = &nodes[i];
-        assert_int_equal(impl->run(impl->state, &c, &nodes[i], &err), 0);
+        weft_status s = impl->run(impl->state, &c, &nodes[i], &err);
+        if (s) fprintf(stderr, "node %d: %s\n", i, err.message);
+        assert_int_equal(s, 0);
         if (sync_each) assert_int_equal(be->synchronize(bst, NULL, &err), 0);
     }
     assert_int_equal(be->synchronize(bst, NULL, &err), 0);
@@ -1360,6 +1368,79 @@ static void test_pdl_chain_xsmem(void **state) {
         test_pdl_chain(state);
     }
     use_inst(0);
+}
+
+/* The residual join then the product reading its output, in one graph, on every instance
+ * against instance 0, bit for bit (the product, y and r), each output poisoned first: with
+ * option join_l2 (instances 5 and 7) the join's extra blocks load the start of each looped
+ * block's rows into L2 (core.cu weft_add_rmsnorm_bl), which must change no value; instance 5's
+ * 256 extra blocks and 64 KiB a block run past the rows a block owns, up to the weight's end. */
+static void check_join_pull(uint32_t dt, int N, int D) {
+    tens x = {dt, 1, D}, res = {dt, 1, D}, nw = {dt, 1, D}, w = {dt, N, D};
+    tens y = {dt, 1, D}, r = {dt, 1, D}, p = {dt, 1, N};
+    weft_node nodes[2];
+    weft_node a = {.op = WEFT_OP_ADD_RMSNORM, .n_in = 3, .n_out = 2};
+    a.in[0] = add_tensor(&x, 1), a.in[1] = add_tensor(&res, 1), a.in[2] = add_tensor(&nw, 1);
+    a.out[0] = add_tensor(&y, 0), a.out[1] = add_tensor(&r, 0), a.p.f[0] = 1e-6f;
+    weft_node pr = {.op = WEFT_OP_LINEAR, .n_in = 3, .n_out = 1};
+    pr.in[0] = a.out[0], pr.in[1] = add_tensor(&w, 1), pr.in[2] = WEFT_TENSOR_NONE;
+    pr.out[0] = add_tensor(&p, 0);
+    nodes[0] = a, nodes[1] = pr;
+    float *want[3] = {malloc((size_t)N * 4), malloc((size_t)D * 4), malloc((size_t)D * 4)};
+    float *got = malloc((size_t)(N > D ? N : D) * 4);
+    tens *outs[3] = {&p, &y, &r};
+    const size_t len[3] = {(size_t)N, (size_t)D, (size_t)D};
+    char what[120];
+    for (int k = 0; k < N_INST; k++) {
+        use_inst(k);
+        for (int round = 0; round < 2; round++) {
+            poison(&p), poison(&y), poison(&r);
+            run_chain(nodes, 2, 0);
+            for (int o = 0; o < 3; o++) {
+                if (k == 0 && round == 0) {
+                    fetch(outs[o], want[o]);
+                    continue;
+                }
+                snprintf(what, sizeof(what),
+                         "join then product dt=%u N=%d D=%d instance %d "
+                         "run %d: output %d",
+                         dt, N, D, k, round + 1, o);
+                fetch(outs[o], got);
+                expect_same(what, got, want[o], len[o]);
+            }
+        }
+    }
+    use_inst(0);
+    /* a sane product, not only an agreeing one: the norm of x + res, then w, in double */
+    double *hn = malloc((size_t)D * 8), *ref = malloc((size_t)N * 8), ss = 0;
+    for (int i = 0; i < D; i++) {
+        hn[i] = (double)x.h[i] + res.h[i];
+        ss += hn[i] * hn[i];
+    }
+    for (int i = 0; i < D; i++)
+        hn[i] = hn[i] / sqrt(ss / D + 1e-6) * nw.h[i];
+    for (int n = 0; n < N; n++) {
+        double acc = 0;
+        for (int i = 0; i < D; i++)
+            acc += (double)w.h[(size_t)n * D + i] * hn[i];
+        ref[n] = acc;
+    }
+    double err = relerr(want[0], ref, (size_t)N);
+    printf("join then product N=%d D=%d: rel err %.2e\n", N, D, err);
+    assert_true(err < 4 * tol(dt));
+    for (int o = 0; o < 3; o++)
+        free(want[o]);
+    free(got), free(hn), free(ref);
+    tens all[] = {x, res, nw, w, y, r, p};
+    free_tensors(all, 7);
+}
+
+static void test_join_pull(void **state) {
+    (void)state;
+    if (!all_insts()) skip();
+    check_join_pull(WEFT_DTYPE_BF16, 6144, 4096); /* Qwen3-8B's q|k|v */
+    check_join_pull(WEFT_DTYPE_BF16, 3072, 2048); /* Llama-3.2-1B's */
+    check_join_pull(WEFT_DTYPE_F32, 1024, 2048);
 }
 
 /* ---- fuse.rope_attention ------------------------------------------------------------------ */
@@ -1768,7 +1849,8 @@ static void test_option_ranges(void **state) {
                {"gemv_loop_warps", 12},  {"gemv_loop_warps", 33}, {"attn_qsplit", 0},
                {"attn_qsplit", 3},       {"attn_qsplit", 5},      {"gemv_l2_rest", 65},
                {"gemv_l2_rest", -1},     {"gemv_l2_delay", 16},   {"gemv_l2_join", 65},
-               {"attn_bucket_min", 127}, {"attn_bucket_min", 0}};
+               {"attn_bucket_min", 127}, {"attn_bucket_min", 0},  {"join_l2", 65},
+               {"join_l2", -1},          {"join_l2_blocks", 0},   {"join_l2_blocks", 257}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -1816,7 +1898,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[16] = {
+        weft_option kopt[17] = {
             opt[0],
             opt[1],
             opt[2],
@@ -1850,6 +1932,10 @@ static int setup(void **state) {
             kopt[11] = (weft_option){.key = "gemv_l2_first", .type = WEFT_OPTION_BOOL, .i = 1};
             kopt[12] = (weft_option){.key = "gemv_l2_delay", .type = WEFT_OPTION_INT, .i = 2};
             kopt[13] = (weft_option){.key = "attn_dead_exit", .type = WEFT_OPTION_BOOL, .i = 1};
+            /* and the join's L2 loads from 256 extra blocks, 64 KiB a block of the product */
+            nk = 16;
+            kopt[14] = (weft_option){.key = "join_l2", .type = WEFT_OPTION_INT, .i = 64};
+            kopt[15] = (weft_option){.key = "join_l2_blocks", .type = WEFT_OPTION_INT, .i = 256};
         }
         if (k == 7) { /* [1] with x copied by cp.async, each kv head's q heads over 2 blocks,
                        * the attention's clusters spread */
@@ -1865,6 +1951,9 @@ static int setup(void **state) {
             /* the attention's grid over the step's bucket down to 128 positions (2 splits) */
             nk = 16;
             kopt[15] = (weft_option){.key = "attn_bucket_min", .type = WEFT_OPTION_INT, .i = 128};
+            /* the join's L2 loads: 16 KiB a block of the product, the default 16 extra blocks */
+            nk = 17;
+            kopt[16] = (weft_option){.key = "join_l2", .type = WEFT_OPTION_INT, .i = 16};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
@@ -1961,6 +2050,7 @@ GPU_TEST(test_qkv_rope)
 GPU_TEST(test_add_rmsnorm)
 GPU_TEST(test_linear_add_rmsnorm)
 GPU_TEST(test_norm_linear)
+GPU_TEST(test_join_pull)
 GPU_TEST(test_mlp)
 GPU_TEST(test_head_gemv)
 GPU_TEST(test_pdl_chain)
@@ -1993,6 +2083,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_option_ranges),
         cmocka_unit_test(gpu_test_linear_add_rmsnorm),
         cmocka_unit_test(gpu_test_norm_linear),
+        cmocka_unit_test(gpu_test_join_pull),
         cmocka_unit_test(gpu_test_mlp),
         cmocka_unit_test(gpu_test_copy_pinned),
     };

@@ -434,6 +434,12 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          " (KiB of its rows past its first group each block of the looped product after the "
          "add + RMSNorm join loads into L2 before its wait; 0: off)",
          &b->gemv_l2_join},
+        {"join_l2", 0, 0, 64,
+         " (KiB of each block's rows of the looped product after the add + RMSNorm join that "
+         "the join's extra blocks load into L2 once the product before it has completed; 0: off)",
+         &b->join_l2},
+        {"join_l2_blocks", 16, 1, 256, " (blocks of 1,024 threads the join adds for join_l2)",
+         &b->join_l2_blocks},
         {"ablate", 0, 0, 15,
          " (1: the fused attention, 2: the fused add + RMSNorm, 4: the GEMVs, "
          "8: the MLP kernel's grid barrier)",

@@ -349,6 +349,16 @@ static weft_status gemv_lp_grid(const cuda_backend *b, CUfunction f, unsigned nt
     return WEFT_OK;
 }
 
+/* the looped plain GEMV of N x K at T = 1 with split S and xs bytes of x in shared memory:
+ * its kernel (name into lname, f, nt threads a block) and gemv_lp_grid's grid and groups a block */
+static weft_status lp_plan(cuda_backend *b, uint32_t dt, int N, int K, int S, unsigned xs,
+                           char *lname, size_t cap, CUfunction *f, unsigned *nt, unsigned *grid,
+                           int *per, weft_error *err) {
+    *nt = lp_name(b, lname, cap, "weft_gemv_lp", xs);
+    TRY(kern(b, dt, dt, lname, f, err));
+    return gemv_lp_grid(b, *f, *nt, xs, N, S, grid, per, err);
+}
+
 weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
                       CUdeviceptr y, int out_f32, uint32_t dt, int T, int N, int K, int split,
                       weft_error *err) {
@@ -373,10 +383,9 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
     unsigned xs = head ? 0 : gemv_xs_bytes(b, 0, T, K, dt);
     if (b->gemv_loop > 0 && T == 1 && !head) {
         char lname[40];
-        unsigned lp, nt = lp_name(b, lname, sizeof(lname), "weft_gemv_lp", xs);
+        unsigned lp, nt;
         int per;
-        TRY(kern(b, dt, dt, lname, &f, err));
-        TRY(gemv_lp_grid(b, f, nt, xs, N, S, &lp, &per, err));
+        TRY(lp_plan(b, dt, N, K, S, xs, lname, sizeof(lname), &f, &nt, &lp, &per, err));
         /* options gemv_l2_*: the product right after the fused attention (core.cu gemv_loop
          * reads them from S's bits 8-15, 16-19, 24 and 28) */
         int Sl = S;
@@ -478,23 +487,83 @@ static weft_status op_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node 
 /* weft_add_rmsnorm at rows of more than one element a thread takes its _b form, which loads a
  * thread's elements before it stores any (core.cu add_rmsnorm_body BATCH): same bits, measured
  * faster there and slower at one element a thread (docs/perf/batch1.md, 22:52 UTC session) */
+/* option join_l2: what the join's extra blocks pull into L2 (core.cu weft_add_rmsnorm_bl): the
+ * first len bytes of each of the nb blocks' rows of the looped product at pw, its blocks' rows
+ * stride bytes apart, total bytes in all */
+typedef struct {
+    CUdeviceptr pw;
+    long stride, len, total;
+    int nb;
+} l2_pull;
+
 static weft_status add_rmsnorm_launch(cuda_backend *b, uint32_t ta, uint32_t tw, CUdeviceptr xp,
                                       CUdeviceptr rp, CUdeviceptr wp, CUdeviceptr yp,
-                                      CUdeviceptr ro, int T, int D, float eps, weft_error *err) {
-    const char *name = D > (int)norm_block(D) ? "weft_add_rmsnorm_b" : "weft_add_rmsnorm";
+                                      CUdeviceptr ro, int T, int D, float eps, const l2_pull *pl,
+                                      weft_error *err) {
+    const int batch = D > (int)norm_block(D);
+    const char *name = !batch ? "weft_add_rmsnorm"
+                       : pl   ? "weft_add_rmsnorm_bl"
+                              : "weft_add_rmsnorm_b";
     CUfunction f;
     TRY(kern(b, ta, tw, name, &f, err));
+    if (batch && pl) {
+        l2_pull p = *pl;
+        void *args[] = {&xp,  &rp,   &wp,       &yp,    &ro,      &T,   &D,
+                        &eps, &p.pw, &p.stride, &p.len, &p.total, &p.nb};
+        return cuda_launch(b, f, name, (unsigned)(T + b->join_l2_blocks), 1, norm_block(D), args,
+                           err);
+    }
     void *args[] = {&xp, &rp, &wp, &yp, &ro, &T, &D, &eps};
     return cuda_launch(b, f, name, (unsigned)T, 1, norm_block(D), args, err);
+}
+
+/* option join_l2 at one row: the product reading the join's output within the next four nodes,
+ * when cuda_linear will run it as the looped GEMV (cuda_gemv's own choices, through lp_plan),
+ * sets *pl to the first join_l2 KiB of each of its blocks' rows; returns 0 (and leaves *pl)
+ * when there is none */
+static int join_pull_plan(cuda_backend *b, const weft_exec_ctx *c, const weft_node *n,
+                          l2_pull *pl) {
+    const weft_graph *g = c->graph;
+    if (b->join_l2 <= 0 || b->gemv_loop <= 0 || c->n_tokens != 1 || !g || !g->nodes ||
+        n < g->nodes || n >= g->nodes + g->n_nodes)
+        return 0;
+    const weft_node *m = NULL;
+    for (const weft_node *q = n + 1; q < g->nodes + g->n_nodes && q <= n + 4 && !m; q++)
+        if (q->op == WEFT_OP_LINEAR && q->n_in >= 2 && q->in[0] == n->out[0]) m = q;
+    if (!m) return 0;
+    const weft_tensor *x = tin(c, m, 0), *w = tin(c, m, 1);
+    const int N = (int)w->shape[0], K = (int)w->shape[1];
+    const CUdeviceptr pw = din(c, m, 1);
+    int S = cuda_gemv_split(K), rg = 0, maxv = 0;
+    if (x->dtype != w->dtype || !cuda_gemv_fits(w->dtype, din(c, m, 0), pw, 1, K) ||
+        !(b->gemv_force || gemv_wins(1, N, K)) || b->gemv_max_tokens < 1 ||
+        gemv_st_bytes(b, 1, 1, N, K, S, w->dtype, &rg, &maxv) ||
+        (b->gemv_head_rows > 0 && N > b->gemv_head_rows))
+        return 0;
+    char lname[40];
+    CUfunction f;
+    unsigned nt, grid;
+    int per;
+    weft_error e = {.size = sizeof(e)}; /* a kernel that fails to load fails the product's launch */
+    if (lp_plan(b, w->dtype, N, K, S, gemv_xs_bytes(b, 0, 1, K, w->dtype), lname, sizeof(lname), &f,
+                &nt, &grid, &per, &e) != WEFT_OK ||
+        per <= 1)
+        return 0;
+    const long row = (long)K * elem_size(w->dtype);
+    *pl = (l2_pull){pw, (long)per * ((int)nt / 32 / S) * row, (long)b->join_l2 << 10, (long)N * row,
+                    (int)grid};
+    return 1;
 }
 
 static weft_status op_add_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node *n,
                                   weft_error *err) {
     cuda_backend *b = st;
     const weft_tensor *x = tin(c, n, 0), *w = tin(c, n, 2);
+    l2_pull pl;
+    const int pull = join_pull_plan(b, c, n, &pl);
     TRY(add_rmsnorm_launch(b, x->dtype, w->dtype, din(c, n, 0), din(c, n, 1), din(c, n, 2),
                            dout(c, n, 0), dout(c, n, 1), (int)c->n_tokens, (int)cols_of(x),
-                           n->p.f[0], err));
+                           n->p.f[0], pull ? &pl : NULL, err));
     b->l2_after = 2; /* option gemv_l2_join: the next looped product's L2 loads */
     return WEFT_OK;
 }
@@ -1304,7 +1373,7 @@ static weft_status op_linear_add_rmsnorm(void *st, const weft_exec_ctx *c, const
     }
     weft_status s = cuda_linear(b, xp, dt, wp, w->dtype, bp, yp, y->dtype, T, N, K, err);
     if (s) return s;
-    return add_rmsnorm_launch(b, dt, nwt->dtype, yp, rp, nwp, yp, ro, T, N, eps, err);
+    return add_rmsnorm_launch(b, dt, nwt->dtype, yp, rp, nwp, yp, ro, T, N, eps, NULL, err);
 }
 
 static int32_t accepts_linear_add_rmsnorm(void *st, const weft_graph *g, const weft_node *n) {
@@ -1442,7 +1511,7 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
         void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &op, &out_f32, &N, &D, &S, &per};
         return gemv_launch(b, f, name, lp, xs, args, err);
     }
-    TRY(add_rmsnorm_launch(b, dt, nwt->dtype, xp, rp, nwp, yp, ro, T, D, eps, err));
+    TRY(add_rmsnorm_launch(b, dt, nwt->dtype, xp, rp, nwp, yp, ro, T, D, eps, NULL, err));
     if (sw) return swiglu_gemv(b, n->name, dt, w->dtype, yp, wp, bp, op, T, N, D, err);
     return cuda_linear(b, yp, dt, wp, w->dtype, bp, op, o->dtype, T, N, D, err);
 }
