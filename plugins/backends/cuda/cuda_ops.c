@@ -549,8 +549,11 @@ static int join_pull_plan(cuda_backend *b, const weft_exec_ctx *c, const weft_no
                 &nt, &grid, &per, &e) != WEFT_OK ||
         per <= 1)
         return 0;
-    const long row = (long)K * elem_size(w->dtype);
-    *pl = (l2_pull){pw, (long)per * ((int)nt / 32 / S) * row, (long)b->join_l2 << 10, (long)N * row,
+    /* from each block's second group on: its first group's rows go out first after its wait,
+     * beside its first batch of weights issued before it (a first try from each block's first
+     * row, the bytes that batch already holds, gained nothing at 16 KiB a block) */
+    const long row = (long)K * elem_size(w->dtype), g1 = (long)((int)nt / 32 / S) * row;
+    *pl = (l2_pull){pw + (CUdeviceptr)g1, per * g1, (long)b->join_l2 << 10, (long)N * row - g1,
                     (int)grid};
     return 1;
 }
