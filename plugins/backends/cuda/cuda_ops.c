@@ -484,18 +484,17 @@ static weft_status op_rmsnorm(void *st, const weft_exec_ctx *c, const weft_node 
                        args, err);
 }
 
-/* weft_add_rmsnorm at rows of more than one element a thread takes its _b form, which loads a
- * thread's elements before it stores any (core.cu add_rmsnorm_body BATCH): same bits, measured
- * faster there and slower at one element a thread (docs/perf/batch1.md, 22:52 UTC session) */
-/* option join_l2: what the join's extra blocks pull into L2 (core.cu weft_add_rmsnorm_bl): the
- * first len bytes of each of the nb blocks' rows of the looped product at pw, its blocks' rows
- * stride bytes apart, total bytes in all */
+/* option join_l2: what the join's extra blocks pull into L2 (core.cu weft_add_rmsnorm_bl): len
+ * bytes from pw + i * stride for each i < nb, none at or past pw + total */
 typedef struct {
     CUdeviceptr pw;
     long stride, len, total;
     int nb;
 } l2_pull;
 
+/* weft_add_rmsnorm at rows of more than one element a thread takes its _b form, which loads a
+ * thread's elements before it stores any (core.cu add_rmsnorm_body BATCH): same bits, measured
+ * faster there and slower at one element a thread (docs/perf/batch1.md, 22:52 UTC session) */
 static weft_status add_rmsnorm_launch(cuda_backend *b, uint32_t ta, uint32_t tw, CUdeviceptr xp,
                                       CUdeviceptr rp, CUdeviceptr wp, CUdeviceptr yp,
                                       CUdeviceptr ro, int T, int D, float eps, const l2_pull *pl,
@@ -519,8 +518,8 @@ static weft_status add_rmsnorm_launch(cuda_backend *b, uint32_t ta, uint32_t tw,
 
 /* option join_l2 at one row: the product reading the join's output within the next four nodes,
  * when cuda_linear will run it as the looped GEMV (cuda_gemv's own choices, through lp_plan),
- * sets *pl to the first join_l2 KiB of each of its blocks' rows; returns 0 (and leaves *pl)
- * when there is none */
+ * sets *pl to join_l2 KiB of each of its blocks' rows from the block's second group on; returns
+ * 0 (and leaves *pl) when there is none */
 static int join_pull_plan(cuda_backend *b, const weft_exec_ctx *c, const weft_node *n,
                           l2_pull *pl) {
     const weft_graph *g = c->graph;

@@ -528,9 +528,11 @@ extern "C" __global__ void __launch_bounds__(1024)
 // only once past their wait, when the product before the join (the down projection) has
 // completed: loads issued earlier, from the product's own blocks made resident during that
 // projection's tail (option gemv_l2_join), measured taking its bandwidth. For each of the
-// product's nb blocks, its first len bytes (its rows start stride bytes apart; none past total),
-// one 4-byte load with the L2::256B hint every 256 bytes, eight in flight a thread. The join's
-// own block is weft_add_rmsnorm_b's, so its bits; the loads change no value.
+// product's nb blocks, len bytes from pw + i * stride (cuda_ops.c join_pull_plan: the block's
+// second group on; none at or past pw + total), one 4-byte load with the L2::256B hint every
+// 256 bytes, eight in flight a thread. The join's own block is weft_add_rmsnorm_b's, so its
+// bits; the loads change no value. Measured slower (docs/perf/batch1.md, 2026-12-03 18:02 UTC):
+// the join completes only when its blocks' loads have landed.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_add_rmsnorm_bl(const act *x, const act *res, const wgt *w, act *y, act *r, int T, int D,
                         float eps, const char *pw, long stride, long len, long total, int nb) {
