@@ -108,9 +108,9 @@ typedef struct cuda_backend {
      * right after the fused add + RMSNorm join (the next layer's q|k|v projection) */
     int gemv_l2_join;
     /* options join_l2 (KiB a block, 0 = off) and join_l2_blocks: at one row the standalone
-     * add + RMSNorm join runs join_l2_blocks more blocks that, once past their wait, load the
-     * first join_l2 KiB of each block's rows of the looped product reading its output into L2
-     * (core.cu weft_add_rmsnorm_bl, cuda_ops.c join_pull_plan) */
+     * add + RMSNorm join runs join_l2_blocks more blocks that, once past their wait, load
+     * join_l2 KiB of each block's rows of the looped product reading its output into L2, from
+     * the block's second group on (core.cu weft_add_rmsnorm_bl, cuda_ops.c join_pull_plan) */
     int join_l2, join_l2_blocks;
     /* 1 after the fused attention's launch, 2 after the add + RMSNorm join's, cleared by every
      * other launch: the next looped product takes the gemv_l2_* bits */

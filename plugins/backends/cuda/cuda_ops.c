@@ -359,6 +359,12 @@ static weft_status lp_plan(cuda_backend *b, uint32_t dt, int N, int K, int S, un
     return gemv_lp_grid(b, *f, *nt, xs, N, S, grid, per, err);
 }
 
+/* option gemv_head_rows: a T = 1 product of more rows (an LM head) runs as one plain block a row
+ * group, neither looped nor with x in shared memory */
+static int gemv_head(const cuda_backend *b, int T, int N) {
+    return T == 1 && b->gemv_head_rows > 0 && N > b->gemv_head_rows;
+}
+
 weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
                       CUdeviceptr y, int out_f32, uint32_t dt, int T, int N, int K, int split,
                       weft_error *err) {
@@ -379,7 +385,7 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
         return gemv_launch(b, f, "weft_gemv_st_1", (unsigned)((N + rows * rg - 1) / (rows * rg)),
                            stb, sargs, err);
     }
-    const int head = T == 1 && b->gemv_head_rows > 0 && N > b->gemv_head_rows;
+    const int head = gemv_head(b, T, N);
     unsigned xs = head ? 0 : gemv_xs_bytes(b, 0, T, K, dt);
     if (b->gemv_loop > 0 && T == 1 && !head) {
         char lname[40];
@@ -403,11 +409,18 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
     return gemv_launch(b, f, name, (unsigned)((N + rows - 1) / rows), xs, args, err);
 }
 
+/* cuda_linear's choice: whether T rows of x (tx) times the (N, K) weight w (tw) into ty run as
+ * cuda_gemv rather than cuBLASLt */
+static int linear_gemv(const cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w,
+                       uint32_t tw, uint32_t ty, int T, int N, int K) {
+    return T >= 1 && T <= b->gemv_max_tokens && (b->gemv_force || gemv_wins(T, N, K)) && tx == tw &&
+           (ty == tx || ty == WEFT_DTYPE_F32) && cuda_gemv_fits(tx, x, w, T, K);
+}
+
 weft_status cuda_linear(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w, uint32_t tw,
                         CUdeviceptr bias, CUdeviceptr y, uint32_t ty, int T, int N, int K,
                         weft_error *err) {
-    if (T >= 1 && T <= b->gemv_max_tokens && (b->gemv_force || gemv_wins(T, N, K)) && tx == tw &&
-        (ty == tx || ty == WEFT_DTYPE_F32) && cuda_gemv_fits(tx, x, w, T, K))
+    if (linear_gemv(b, x, tx, w, tw, ty, T, N, K))
         return cuda_gemv(b, x, w, bias, y, ty != tx, tx, T, N, K, 0, err);
     return cuda_gemm(b, x, tx, w, tw, bias, y, ty, T, N, K, err);
 }
@@ -530,14 +543,12 @@ static int join_pull_plan(cuda_backend *b, const weft_exec_ctx *c, const weft_no
     for (const weft_node *q = n + 1; q < g->nodes + g->n_nodes && q <= n + 4 && !m; q++)
         if (q->op == WEFT_OP_LINEAR && q->n_in >= 2 && q->in[0] == n->out[0]) m = q;
     if (!m) return 0;
-    const weft_tensor *x = tin(c, m, 0), *w = tin(c, m, 1);
+    const weft_tensor *x = tin(c, m, 0), *w = tin(c, m, 1), *y = &g->tensors[m->out[0]];
     const int N = (int)w->shape[0], K = (int)w->shape[1];
     const CUdeviceptr pw = din(c, m, 1);
     int S = cuda_gemv_split(K), rg = 0, maxv = 0;
-    if (x->dtype != w->dtype || !cuda_gemv_fits(w->dtype, din(c, m, 0), pw, 1, K) ||
-        !(b->gemv_force || gemv_wins(1, N, K)) || b->gemv_max_tokens < 1 ||
-        gemv_st_bytes(b, 1, 1, N, K, S, w->dtype, &rg, &maxv) ||
-        (b->gemv_head_rows > 0 && N > b->gemv_head_rows))
+    if (!linear_gemv(b, din(c, m, 0), x->dtype, pw, w->dtype, y->dtype, 1, N, K) ||
+        gemv_st_bytes(b, 1, 1, N, K, S, w->dtype, &rg, &maxv) || gemv_head(b, 1, N))
         return 0;
     char lname[40];
     CUfunction f;
