@@ -291,6 +291,14 @@ __device__ unsigned weft_sm_attn[WEFT_SM_SLOTS];
 // the L2 loads' xor lands here only when it equals a constant no weight pattern is expected to
 // give: a use the compiler must keep, taken after the block's last group
 __device__ unsigned weft_l2_sink;
+// One 4-byte load with the L2::256B hint, around L1: it brings the 256-byte span at p into L2
+// (the L2 loads of options gemv_l2_rest, gemv_l2_join and join_l2); volatile, so it is issued
+// even where its word is used only as a sink's condition.
+__device__ __forceinline__ unsigned ld_l2_256(const void *p) {
+    unsigned v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
 __device__ __forceinline__ unsigned sm_id() {
     unsigned id;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
@@ -552,11 +560,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         for (int u = 0; u < 8; u++) {
             const long j = j0 + u * step;
             const long off = j < n ? (j / per) * stride + (j % per) * 256 : total;
-            v[u] = 0u;
-            if (off < total)
-                asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];"
-                             : "=r"(v[u])
-                             : "l"(pw + off));
+            v[u] = off < total ? ld_l2_256(pw + off) : 0u;
         }
 #pragma unroll
         for (int u = 0; u < 8; u++) acc ^= v[u];
@@ -1377,10 +1381,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
         long len = (r1 - r0) * K * (long)sizeof(wgt);
         if (len > (long)l2kb << 10) len = (long)l2kb << 10;
         const long off = (long)threadIdx.x * 256;
-        if (off < len)
-            asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];"
-                         : "=r"(l2v)
-                         : "l"((const char *)(w0 + r0 * K) + off));
+        if (off < len) l2v = ld_l2_256((const char *)(w0 + r0 * K) + off);
     }
     if constexpr (NORM) {
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
