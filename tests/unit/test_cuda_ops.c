@@ -34,8 +34,9 @@ static const weft_backend_vtable *be;
  * gemv_loop 3 (the T = 1 GEMVs looped over rows, x in shared memory), [2] [1]'s first two with
  * smem_carveout 100, [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs stage their weights
  * in shared memory), prefill_tc off (prefill attention on CUDA cores), attn_mc4_from 512
- * (the fused attention's four-block cluster forms past 512 positions) and attn_qsplit 4 (its q
- * heads of a kv head over up to four blocks), and [4] [0]'s options
+ * (the fused attention's four-block cluster forms past 512 positions), attn_qsplit 4 (its q
+ * heads of a kv head over up to four blocks) and attn_hd (its cluster form compiled for heads
+ * of 64 and 128 dims), and [4] [0]'s options
  * plus gemv_loop 2 (the looped form reading x through L1) and gemv_head_rows 5000 (products
  * past 5,000 rows, the 5,003-row head and the 12,803-row product, one block a row group), [5]
  * and [6] [1]'s options with
@@ -45,8 +46,8 @@ static const weft_backend_vtable *be;
  * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
  * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters
  * spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min
- * 128 (its split grid over buckets down to 128 positions) and join_l2 16, each with its op
- * table. All retain
+ * 128 (its split grid over buckets down to 128 positions), join_l2 16 and attn_hd, each with
+ * its op table. All retain
  * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1898,7 +1899,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[17] = {
+        weft_option kopt[18] = {
             opt[0],
             opt[1],
             opt[2],
@@ -1914,12 +1915,14 @@ static int setup(void **state) {
             kopt[5] = (weft_option){.key = "prefill_tc", .type = WEFT_OPTION_BOOL, .i = 0};
             kopt[6] = (weft_option){.key = "attn_mc4_from", .type = WEFT_OPTION_INT, .i = 512};
             kopt[7] = (weft_option){.key = "attn_qsplit", .type = WEFT_OPTION_INT, .i = 4};
+            /* and the plain cluster form compiled for heads of 64 and 128 dims */
+            kopt[8] = (weft_option){.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         if (k == 4) { /* [0]'s options plus gemv_loop, products past 5,000 rows unlooped */
             kopt[4] = (weft_option){.key = "gemv_loop", .type = WEFT_OPTION_INT, .i = 2};
             kopt[5] = (weft_option){.key = "gemv_head_rows", .type = WEFT_OPTION_INT, .i = 5000};
         }
-        size_t nk = k == 1 ? 9 : k == 3 ? 8 : k == 4 ? 6 : 7;
+        size_t nk = k == 1 ? 9 : k == 3 ? 9 : k == 4 ? 6 : 7;
         if (k == 5 || k == 6) { /* [1] with wider looped blocks */
             nk = 10;
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
@@ -1954,6 +1957,9 @@ static int setup(void **state) {
             /* the join's L2 loads: 16 KiB a block of the product, the default 16 extra blocks */
             nk = 17;
             kopt[16] = (weft_option){.key = "join_l2", .type = WEFT_OPTION_INT, .i = 16};
+            /* the attn_cp cluster form compiled for heads of 64 and 128 dims */
+            nk = 18;
+            kopt[17] = (weft_option){.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {

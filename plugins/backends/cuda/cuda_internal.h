@@ -128,6 +128,9 @@ typedef struct cuda_backend {
     /* option attn_dead_exit: the fused attention's splits with no position exit after their
      * wait instead of waiting at the cluster merge's barriers */
     int attn_dead_exit;
+    /* option attn_hd: nodes whose heads are 64 or 128 dims, all rotated, take the fused
+     * attention's cluster form compiled for that head size (core.cu, rope_attention_body's HD) */
+    int attn_hd;
     /* option attn_qsplit: the fused attention splits each kv head's query heads over this
      * many blocks (1, 2, 4; a divisor of the model's G is taken) */
     int attn_qsplit;

@@ -103,7 +103,7 @@ typedef struct cuda_ops_state {
 #define ATS_MAXG 8
 #define ATS_CLUSTER 8 /* core.cu ATS_MAXS: the cluster merge's splits, the portable cluster size */
 #define ATS_MAX_T 8
-#define ATS_THREADS 256
+#define ATS_THREADS 256 /* core.cu's ATS_THREADS */
 
 /* Dynamic shared memory of a split block in bytes (core.cu ATS_KST, ATS_KV_FLOATS and the
  * layouts there): K and V staged as stored (es: the activations' element size), then floats:
@@ -1264,6 +1264,12 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
             {"weft_rope_attention_cp_at", "weft_rope_attention_cp", "weft_rope_attention_cp_mc",
              "weft_rope_attention_cp_mc4"}};
         const char *kname = knames[b->attn_cp != 0][cl + mc + mc4];
+        /* option attn_hd: the cluster form (at most 8 splits) compiled for the head size */
+        char hdname[48];
+        if (b->attn_hd && cl && !mc && (r.hd == 64 || r.hd == 128) && r.rot == r.hd) {
+            snprintf(hdname, sizeof(hdname), "%s_d%d", kname, r.hd);
+            kname = hdname;
+        }
         TRY(kern(b, dt, tw, kname, &f, err));
         /* core.cu, weft_rope_attention's layout: ATS_MAXG heads in the plain cluster kernels */
         /* K and V staged as stored; the counter merge's forms keep the float-sized area it

@@ -1711,6 +1711,7 @@ extern "C" __global__ void weft_copy_words(const unsigned *src, unsigned *dst, i
 // fuse.rope_attention's kernel (weft_rope_attention below) runs the same stages, so both give
 // the same bits.
 #define ATS_CHUNK 64
+#define ATS_THREADS 256 // a split block's threads (cuda_ops.c launches that many)
 #define ATS_MAXG 8
 // ATS_BATCH 16-byte loads of K and of V per thread and trip: 4 covers a 64-row chunk of a
 // 128-dim head in 16-bit types at 256 threads in one trip. It sets the kernels' registers:
@@ -2076,6 +2077,12 @@ extern "C" __global__ void __launch_bounds__(128) weft_attention_tc(
 // op_rope_attention; the persistent kernels run its body as op PK_ROPE_ATTENTION with at
 // least the launch's shared memory.
 
+// Element i of the rows' (nh, hd) values as the stages read it: from raw as A::ld reads it in
+// the CP forms (the same float the conversion into X gave), from X in the others.
+template <bool CP>
+__device__ __forceinline__ float ra_row(const act *raw, const float *X, int i) {
+    return CP ? A::ld(raw, i) : X[i];
+}
 // One head's sum of squares as block_sum<1> adds it over nn threads (nn a multiple of 32, at
 // most 1024), run by one warp: lane l sums for threads l, l + 32, ... in turn.
 // ILP (weft_rope_attention_cp's form): four of those warps at a time, as independent chains, so
@@ -2083,14 +2090,16 @@ extern "C" __global__ void __launch_bounds__(128) weft_attention_tc(
 // Qwen3-0.6B with smem_carveout 100 (1,295 against 1,374 tok/s, docs/perf/batch1.md), so the
 // plain kernel keeps the loop.
 template <bool ILP>
-__device__ __forceinline__ float ra_head_sumsq(const float *x, int hd, int nn, int lane) {
+__device__ __forceinline__ float ra_head_sumsq(const act *raw, const float *X, int hd, int nn,
+                                               int lane) {
+    auto x = [&](int i) { return ra_row<ILP>(raw, X, i); };
     float mine = 0.f;
     if (!ILP) {
         #pragma unroll 1
         for (int w = 0; w < (nn >> 5); w++) {
             float ss = 0.f;
             #pragma unroll 1
-            for (int i = lane + 32 * w; i < hd; i += nn) ss = fmaf(x[i], x[i], ss);
+            for (int i = lane + 32 * w; i < hd; i += nn) ss = fmaf(x(i), x(i), ss);
             ss = warp_sum(ss);
             if (lane == w) mine = ss;
         }
@@ -2103,7 +2112,7 @@ __device__ __forceinline__ float ra_head_sumsq(const float *x, int hd, int nn, i
                 ss[u] = 0.f;
                 #pragma unroll 1
                 for (int i = lane + 32 * (w0 + u); i < hd && w0 + u < (nn >> 5); i += nn)
-                    ss[u] = fmaf(x[i], x[i], ss[u]);
+                    ss[u] = fmaf(x(i), x(i), ss[u]);
             }
 #pragma unroll
             for (int u = 0; u < 4; u++) ss[u] = warp_sum(ss[u]);
@@ -2269,14 +2278,28 @@ __device__ __noinline__ void ra_merge_groups(const float *src, long hstride, lon
 }
 
 // The group's G q heads and the k head (nh rows of hd) and, for the block that holds row p
-// (own), the v row: with 16-byte operands (rawok) copied as stored into raw (nh + 1 rows of hd)
-// by cp.async, every copy of the block in flight at once and no registers held while they
-// arrive (the staging's K/V loads are held then); ra_rows_from_raw converts them after the
-// copies' wait and a barrier. Otherwise the element loops of A::ld straight into X and vlast.
+// (own), the v row. CP (the attn_cp forms): copied as stored into raw (nh + 1 rows of hd), with
+// 16-byte operands (rawok) by cp.async, every copy of the block in flight at once and no
+// registers held while they arrive (the staging's K/V loads are held then), else by element
+// loads; after the copies' wait and a barrier the later stages read them there (ra_row,
+// ra_v_from_raw), with no stage converting them first. The other forms: the element loops of
+// A::ld straight into X and vlast.
+template <bool CP>
 __device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, const act *vsrc,
                                              act *vc, int g, int h0, int G, int hd, int nh,
                                              bool own, bool kw, long prow, bool rawok, act *raw,
                                              float *X, act *vlast, int nt) {
+    if (CP && !rawok) {
+        const int nx = nh * hd;
+        #pragma unroll 1
+        for (int i = threadIdx.x; i < nx + (own ? hd : 0); i += nt) {
+            const int hh = i / hd, e = i % hd;
+            raw[i] = i >= nx  ? vsrc[(long)g * hd + (i - nx)]
+                     : hh < G ? qsrc[(long)(h0 + hh) * hd + e]
+                              : ksrc[(long)g * hd + e];
+        }
+        return;
+    }
     if (rawok) {
         const int AV = 16 / (int)sizeof(act), rv = hd / AV;
         const int nx = nh * rv, ntot = nx + (own ? rv : 0);
@@ -2304,20 +2327,16 @@ __device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, c
         }
     }
 }
-// raw (after the copies' wait and a barrier) -> X as A::ld reads each value, and the v row to
-// the cache as stored and to vlast as read.
-__device__ __forceinline__ void ra_rows_from_raw(const act *raw, act *vc, int hd, int nh, bool own,
-                                                 bool kw, long prow, float *X, act *vlast,
-                                                 int nt) {
+// The v row in raw (after the copies' wait and a barrier) to the cache as stored and to vlast,
+// by the block's last threads (the first warps take the heads' sums of squares meanwhile).
+__device__ __forceinline__ void ra_v_from_raw(const act *raw, act *vc, int hd, int nh, bool own,
+                                              bool kw, long prow, act *vlast, int nt) {
+    if (!own) return;
+    const act *vr = raw + (long)nh * hd;
     #pragma unroll 1
-    for (int i = threadIdx.x; i < nh * hd; i += nt) X[i] = A::ld(raw, i);
-    if (own) {
-        const act *vr = raw + (long)nh * hd;
-        #pragma unroll 1
-        for (int i = threadIdx.x; i < hd; i += nt) {
-            vlast[i] = vr[i];
-            if (kw) vc[prow + i] = vr[i];
-        }
+    for (int i = nt - 1 - (int)threadIdx.x; i < hd; i += nt) {
+        vlast[i] = vr[i];
+        if (kw) vc[prow + i] = vr[i];
     }
 }
 
@@ -2327,7 +2346,11 @@ __device__ __forceinline__ void ra_rows_from_raw(const act *raw, act *vc, int hd
 // only the CP form reads: the form without it compiles to the code before the option.
 // MC (S > 8 splits, a multiple of 8): the clusters are 8-aligned runs of 8 splits; without it
 // (S <= 8) the S splits are one cluster.
-template <bool CP, bool MC = false, bool CL = false>
+// HD (option attn_hd; 0: none): the form for heads of HD dims, all rotated (rot == hd), at
+// ATS_THREADS threads, launched only for such a node: hd, rot, the norm's block (cuda_ops.c
+// norm_block) and the block size become constants, so the stages' index arithmetic (divisions
+// by hd, half, rv and h4) folds; the same expressions in the same order, so the same bits.
+template <bool CP, bool MC = false, bool CL = false, int HD = 0>
 __device__ __forceinline__ void rope_attention_body(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
@@ -2355,6 +2378,12 @@ __device__ __forceinline__ void rope_attention_body(
     // registers for the next kernel's blocks at once instead of at the merge.
     const bool dead_exit = (S >> 22) & 1;
     S &= 0xffff;
+    if (HD) {
+        hd = HD;
+        rot = HD;
+        nnorm = HD >= 1024 ? 1024 : HD >= 256 ? 256 : HD >= 64 ? 64 : 32;
+        nt = ATS_THREADS;
+    }
     const int g = gy >> qsh;
     const bool kw = (gy & ((1 << qsh) - 1)) == 0;
     __shared__ int ra_last;
@@ -2478,20 +2507,19 @@ __device__ __forceinline__ void rope_attention_body(
         pdl_enter();
         STAGE_MARK(inv, 1);
         STAGE_FIRST(inv);
-        ra_load_rows(qsrc, ksrc, vsrc, vc, g, gy * G, G, hd, nh, own, kw, prow, rawok, raw, X,
-                     vlast, nt);
+        ra_load_rows<CP>(qsrc, ksrc, vsrc, vc, g, gy * G, G, hd, nh, own, kw, prow, rawok, raw,
+                         X, vlast, nt);
         STAGE_MARK(inv, 7); // the rows read (the cp.async form: their copies issued)
     });
     if (cst || rawok) cp_async_wait_all();
     bsync(nt);
-    if (rawok) {
-        ra_rows_from_raw(raw, vc, hd, nh, own, kw, prow, X, vlast, nt);
-        bsync(nt);
-    }
+    // CP: the stages below read the rows from raw (ra_row), so no stage converts them first;
+    // the v row goes to the cache and vlast beside the sums of squares (or beside RoPE)
+    if (CP) ra_v_from_raw(raw, vc, hd, nh, own, kw, prow, vlast, nt);
     STAGE_MARK(inv, 2);
     if (qn) {
         for (int hh = warp; hh < nh; hh += nw) {
-            float ss = ra_head_sumsq<CP>(X + hh * hd, hd, nnorm, lane);
+            float ss = ra_head_sumsq<CP>(raw + hh * hd, X + hh * hd, hd, nnorm, lane);
             if (lane == 0) rs[hh] = rsqrtf(ss / hd + eps);
         }
         bsync(nt);
@@ -2504,9 +2532,8 @@ __device__ __forceinline__ void rope_attention_body(
     #pragma unroll 1
     for (int i = threadIdx.x; i < nh * half; i += nt) {
         int hh = i / half, k = i % half;
-        const float *x = X + hh * hd;
         int a = layout == 0 ? k : 2 * k, b = layout == 0 ? k + half : 2 * k + 1;
-        float xa = x[a], xb = x[b];
+        float xa = ra_row<CP>(raw, X, hh * hd + a), xb = ra_row<CP>(raw, X, hh * hd + b);
         if (qn) {
             const wgt *nwt = hh < G ? qnw : knw;
             const float *nf = nwf + (hh < G ? 0 : hd);
@@ -2549,7 +2576,7 @@ __device__ __forceinline__ void rope_attention_body(
     #pragma unroll 1
     for (int i = threadIdx.x; i < nh * pass; i += nt) {
         int hh = i / pass, e = rot + i % pass;
-        float y = X[hh * hd + e];
+        float y = ra_row<CP>(raw, X, hh * hd + e);
         if (qn) {
             const wgt *nwt = hh < G ? qnw : knw;
             const float nw = nws ? nwf[(hh < G ? 0 : hd) + e] : W::ld(nwt, e);
@@ -2686,26 +2713,31 @@ __device__ __forceinline__ void rope_attention_body(
 // (docs/perf/batch1.md, 16:20-16:33 UTC). Those counts are from K and V staged as floats; staged
 // as stored, with RoPE's cosines and norm weights staged before the wait (NVRTC, bf16): plain
 // 76, _cp 78, _at 80, _cp_at 77, _mc 79, _cp_mc 77, _mc4 and _cp_mc4 64.
-#define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC, CL)                                               \
+#define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC, CL, HD)                                          \
     extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
         const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,           \
         const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,    \
         unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps,       \
         int nnorm, int max_seq, int window, float scale, int S) {                                  \
         ABLATE_ATTENTION();                                                                        \
-        rope_attention_body<CP, MC, CL>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc, vc,    \
-                                        part, counters, o, Hq, Hkv, hd, rot, layout, eps, nnorm,   \
-                                        max_seq, window, scale, S, blockIdx.y, blockIdx.z,         \
-                                        blockDim.x);                                               \
+        rope_attention_body<CP, MC, CL, HD>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc,    \
+                                            vc, part, counters, o, Hq, Hkv, hd, rot, layout, eps,  \
+                                            nnorm, max_seq, window, scale, S, blockIdx.y,          \
+                                            blockIdx.z, blockDim.x);                               \
     }
 // The names without a suffix are launched as clusters only (merge: cluster, at most 8 splits);
 // the _at forms without clusters (merge: atomic; the counter merge), each compiled without the
 // other's merge (with the counter merge compiled in, the cluster form moved by 3% on
 // Llama-3.2-1B whenever that code changed: docs/perf/batch1.md, session of 2026-12-01 08:34).
-WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false, false, true)
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true, false, true)
-WEFT_ROPE_ATTENTION(weft_rope_attention_at, (256), false, false, false)
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false)
+WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false, false, true, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true, false, true, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_at, (256), false, false, false, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false, 0)
+// option attn_hd: the two cluster forms for heads of 64 and of 128 dims (rot == hd)
+WEFT_ROPE_ATTENTION(weft_rope_attention_d64, (256), false, false, true, 64)
+WEFT_ROPE_ATTENTION(weft_rope_attention_d128, (256), false, false, true, 128)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_d64, (256, 3), true, false, true, 64)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_d128, (256, 3), true, false, true, 128)
 // The MC forms (S > 8 splits as clusters of 8, launched when the step's KV-length bucket passes
 // 512 positions; each of both kernels above measured slower with the MC logic compiled in,
 // Llama-3.2-1B by 3%, hence two more; docs/perf/batch1.md, session of 2026-12-01). With K and
@@ -2719,13 +2751,13 @@ WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false)
 // attn_mc4_from (off by default: by model and length they measured from -5.5% to +10.4%;
 // session of 2026-12-01 16:03 UTC).
 #if WEFT_TA == 2
-WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true, true, 0)
 #else
-WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256), false, true, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256), false, true, true, 0)
 #endif
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc, (256, 3), true, true, true)
-WEFT_ROPE_ATTENTION(weft_rope_attention_mc4, (256, 4), false, true, true)
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc4, (256, 4), true, true, true)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc, (256, 3), true, true, true, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc4, (256, 4), false, true, true, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc4, (256, 4), true, true, true, 0)
 
 #if WEFT_TA == WEFT_TW
 // ---- staged GEMV (the backend's option gemv_stage) ----------------------------------------
