@@ -1776,8 +1776,9 @@ static void test_rope_attention(void **state) {
     };
     /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
      * copies), [1] its four-block cluster form from 2,048 positions (the 2,200-position cases),
-     * [2] without the host batch, [3] the plain four-block form from 512 positions; the unfused
-     * nodes as on [0] */
+     * [2] without the host batch, [3] the plain four-block form from 512 positions, [3] and [7]
+     * the cluster forms compiled for heads of 64 and 128 dims (attn_hd: every cluster case up to
+     * 8 splits); the unfused nodes as on [0] */
     for (int k = 0; k < N_INST; k++) {
         use_inst(k);
         ra_host_batch = k != 2;
