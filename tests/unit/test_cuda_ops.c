@@ -28,27 +28,27 @@
 static const weft_plugin_descriptor *desc;
 static void *bst;
 static const weft_backend_vtable *be;
-/* Backend instances: [0] as described above; [1] the same options plus gemv_xsmem (the GEMVs
- * read x from shared memory), attn_cp 3 (the fused attention's cp.async copies),
- * attn_mc4_from 2048 (its four-block cluster form from a bucket of 2,048 positions) and
- * gemv_loop 3 (the T = 1 GEMVs looped over rows, x in shared memory), [2] [1]'s first two with
- * smem_carveout 100, [3] [0]'s options plus gemv_stage 96 (the T = 1 GEMVs stage their weights
- * in shared memory), prefill_tc off (prefill attention on CUDA cores), attn_mc4_from 512
- * (the fused attention's four-block cluster forms past 512 positions), attn_qsplit 4 (its q
- * heads of a kv head over up to four blocks) and attn_hd (its cluster form compiled for heads
- * of 64 and 128 dims), and [4] [0]'s options
- * plus gemv_loop 2 (the looped form reading x through L1) and gemv_head_rows 5000 (products
- * past 5,000 rows, the 5,003-row head and the 12,803-row product, one block a row group), [5]
- * and [6] [1]'s options with
+/* Backend instances: [0] as described above, with attn_hd off (the fused attention's forms for
+ * any head size); [1] the same options plus gemv_xsmem (the GEMVs read x from shared memory),
+ * attn_cp 3 (the fused attention's cp.async copies), attn_mc4_from 2048 (its four-block
+ * cluster form from a bucket of 2,048 positions) and gemv_loop 3 (the T = 1 GEMVs looped over
+ * rows, x in shared memory), attn_hd off too; the others keep attn_hd's default (on: the fused
+ * attention's cluster forms compiled for heads of 64 and 128 dims and 1, 2 or 4 q heads a
+ * block). [2] [1]'s first two with smem_carveout 100, [3] [0]'s first four plus gemv_stage 96
+ * (the T = 1 GEMVs stage their weights in shared memory), prefill_tc off (prefill attention on
+ * CUDA cores), attn_mc4_from 512 (the fused attention's four-block cluster forms past 512
+ * positions), attn_qsplit 4 (its q heads of a kv head over up to four blocks) and attn_hd set,
+ * [4] [0]'s first four plus gemv_loop 2 (the looped form reading x through L1) and
+ * gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and the 12,803-row product,
+ * one block a row group), [5] and [6] [1]'s options (attn_hd at its default) with
  * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [6] also with
- * attn_hd; [5] also with
- * gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit and join_l2 64 from 256
- * extra blocks), [7] [1]'s options
- * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
- * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters
- * spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min
- * 128 (its split grid over buckets down to 128 positions), join_l2 16 and attn_hd, each with
- * its op table. All retain
+ * attn_hd set; [5] also with gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit
+ * and join_l2 64 from 256 extra blocks), [7] [1]'s options (attn_hd at its default) with
+ * gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused attention's q
+ * heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread over
+ * distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split
+ * grid over buckets down to 128 positions), join_l2 16 and attn_hd set, each with its op
+ * table. All retain
  * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1780,9 +1780,10 @@ static void test_rope_attention(void **state) {
     };
     /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
      * copies), [1] its four-block cluster form from 2,048 positions (the 2,200-position cases),
-     * [2] without the host batch, [3] the plain four-block form from 512 positions, [3],
-     * [6] and [7] the cluster forms compiled for heads of 64 and 128 dims and 1, 2 or 4 q heads
-     * a block (attn_hd: every cluster case up to 8 splits); the unfused nodes as on [0] */
+     * [2] without the host batch, [3] the plain four-block form from 512 positions; every
+     * instance but [0] and [1] the cluster forms compiled for heads of 64 and 128 dims and 1, 2
+     * or 4 q heads a block (attn_hd: every cluster case up to 8 splits), [0] and [1] the forms
+     * for any head size; the unfused nodes as on [0] */
     for (int k = 0; k < N_INST; k++) {
         use_inst(k);
         ra_host_batch = k != 2;
@@ -1886,11 +1887,13 @@ static int setup(void **state) {
     weft_error err = {.size = sizeof(err)};
     if (!entry || entry(1, 1, &chosen, &desc, &err)) return -1;
     be = desc->backend;
-    weft_option opt[4] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
+    weft_option opt[5] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
                           {.key = "arena_mb", .type = WEFT_OPTION_INT, .i = 0},
                           {.key = "gemv_max_tokens", .type = WEFT_OPTION_INT, .i = 8},
-                          {.key = "gemv_force", .type = WEFT_OPTION_BOOL, .i = 1}};
-    weft_options opts = {4, opt};
+                          {.key = "gemv_force", .type = WEFT_OPTION_BOOL, .i = 1},
+                          /* [0] runs the fused attention's forms for any head size */
+                          {.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 0}};
+    weft_options opts = {5, opt};
     /* a host with the graph service, so the backend registers the fused user ops */
     host = weft_host_new();
     if (!host ||
@@ -1928,6 +1931,10 @@ static int setup(void **state) {
             kopt[5] = (weft_option){.key = "gemv_head_rows", .type = WEFT_OPTION_INT, .i = 5000};
         }
         size_t nk = k == 1 ? 9 : k == 3 ? 9 : k == 4 ? 6 : 7;
+        if (k == 1) { /* the attn_cp forms for any head size */
+            nk = 10;
+            kopt[9] = (weft_option){.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 0};
+        }
         if (k == 5 || k == 6) { /* [1] with wider looped blocks */
             nk = 10;
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
