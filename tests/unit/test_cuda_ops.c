@@ -33,16 +33,15 @@ static const weft_backend_vtable *be;
  * attn_cp 3 (the fused attention's cp.async copies), attn_mc4_from 2048 (its four-block
  * cluster form from a bucket of 2,048 positions) and gemv_loop 3 (the T = 1 GEMVs looped over
  * rows, x in shared memory), attn_hd off too; the others keep attn_hd's default (on: the fused
- * attention's cluster forms compiled for heads of 64 and 128 dims and 1, 2 or 4 q heads a
- * block). [2] [1]'s first two with smem_carveout 100, [3] [0]'s first four plus gemv_stage 96
- * (the T = 1 GEMVs stage their weights in shared memory), prefill_tc off (prefill attention on
- * CUDA cores), attn_mc4_from 512 (the fused attention's four-block cluster forms past 512
- * positions), attn_qsplit 4 (its q heads of a kv head over up to four blocks) and attn_hd set,
- * [4] [0]'s first four plus gemv_loop 2 (the looped form reading x through L1) and
- * gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and the 12,803-row product,
- * one block a row group), [5] and [6] [1]'s options (attn_hd at its default) with
- * gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [6] also with
- * attn_hd set; [5] also with gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit
+ * attention's cluster forms compiled for heads of 64 and 128 dims). [2] [1]'s first two with
+ * smem_carveout 100, [3] [0]'s first four plus gemv_stage 96 (the T = 1 GEMVs stage their weights
+ * in shared memory), prefill_tc off (prefill attention on CUDA cores), attn_mc4_from 512 (the fused
+ * attention's four-block cluster forms past 512 positions), attn_qsplit 4 (its q heads of a kv head
+ * over up to four blocks) and attn_hd set, [4] [0]'s first four plus gemv_loop 2 (the looped form
+ * reading x through L1) and gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and
+ * the 12,803-row product, one block a row group), [5] and [6] [1]'s options (attn_hd at its
+ * default) with gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [6] also
+ * with attn_hd set; [5] also with gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit
  * and join_l2 64 from 256 extra blocks), [7] [1]'s options (attn_hd at its default) with
  * gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused attention's q
  * heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread over
@@ -1749,8 +1748,8 @@ static void test_rope_attention(void **state) {
         {WEFT_DTYPE_F32, 32, 8, 64, 0, 1, 1},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 0},
         /* the cluster merge (RA_MAX_SEQ 320: 5 splits, one cluster per kv head); Qwen3-8B's
-         * heads (hd 128, G 4) too, whose attn_hd forms are _d128_g4, _g2 and _g1 on instances
-         * 6, 7 and 3 */
+         * heads (hd 128, G 4) too, which the attn_hd form _d128 runs at 4, 2 and 1 q heads a
+         * block on instances 6, 7 and 3 */
         {WEFT_DTYPE_BF16, 16, 8, 128, 1, 0, 1, 1},
         {WEFT_DTYPE_BF16, 32, 8, 128, 1, 0, 1, 1},
         {WEFT_DTYPE_BF16, 32, 8, 64, 0, 1, 1, 1},
@@ -1781,9 +1780,9 @@ static void test_rope_attention(void **state) {
     /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
      * copies), [1] its four-block cluster form from 2,048 positions (the 2,200-position cases),
      * [2] without the host batch, [3] the plain four-block form from 512 positions; every
-     * instance but [0] and [1] the cluster forms compiled for heads of 64 and 128 dims and 1, 2
-     * or 4 q heads a block (attn_hd: every cluster case up to 8 splits), [0] and [1] the forms
-     * for any head size; the unfused nodes as on [0] */
+     * instance but [0] and [1] the cluster forms compiled for heads of 64 and 128 dims
+     * (attn_hd: every cluster case up to 8 splits), [0] and [1] the forms for any head size;
+     * the unfused nodes as on [0] */
     for (int k = 0; k < N_INST; k++) {
         use_inst(k);
         ra_host_batch = k != 2;
@@ -1940,7 +1939,7 @@ static int setup(void **state) {
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
                                     .i = k == 5 ? 24 : 32};
         }
-        if (k == 6) { /* and the attn_cp cluster forms compiled for the head size and G */
+        if (k == 6) { /* and the attn_cp cluster forms compiled for the head size */
             nk = 11;
             kopt[10] = (weft_option){.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 1};
         }

@@ -1264,13 +1264,10 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
             {"weft_rope_attention_cp_at", "weft_rope_attention_cp", "weft_rope_attention_cp_mc",
              "weft_rope_attention_cp_mc4"}};
         const char *kname = knames[b->attn_cp != 0][cl + mc + mc4];
-        /* option attn_hd: the cluster form (at most 8 splits) compiled for the head size and
-         * the q heads a block */
+        /* option attn_hd: the cluster form (at most 8 splits) compiled for the head size */
         char hdname[48];
-        const int Gb = G / qs;
-        if (b->attn_hd && cl && !mc && (r.hd == 64 || r.hd == 128) && r.rot == r.hd &&
-            (Gb == 1 || Gb == 2 || Gb == 4)) {
-            snprintf(hdname, sizeof(hdname), "%s_d%d_g%d", kname, r.hd, Gb);
+        if (b->attn_hd && cl && !mc && (r.hd == 64 || r.hd == 128) && r.rot == r.hd) {
+            snprintf(hdname, sizeof(hdname), "%s_d%d", kname, r.hd);
             kname = hdname;
         }
         TRY(kern(b, dt, tw, kname, &f, err));

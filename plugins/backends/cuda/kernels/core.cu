@@ -1801,28 +1801,9 @@ __device__ __forceinline__ void ats_stage(const act *kc, const act *vc, long bas
     }
 }
 
-// DPT consecutive staged values (DPT 1, 2 or 4; aligned to DPT elements) as A::ld reads each.
-template <int DPT> __device__ __forceinline__ void ats_ldn(const act *p, float *v) {
-    if (DPT == 4) {
-        const float4 f = ats_ld4(p);
-        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-    } else if (DPT == 2 && sizeof(act) == 2) {
-        const unsigned u = *(const unsigned *)p;
-        v[0] = A::ld((const act *)&u, 0), v[1] = A::ld((const act *)&u, 1);
-    } else {
-#pragma unroll
-        for (int k = 0; k < DPT; k++) v[k] = A::ld(p, k);
-    }
-}
-
 // The chunk's attention for the G heads of a group, from qs (G, hd: scaled queries) and the n
 // staged rows; the block's threads all synchronised before. Writes head h's partial (acc[hd],
-// m, l) at part[o0 + h * hstride]. DPT: the dims of a weighted-sum thread (4; the forms with
-// constant head size and heads, rope_attention_body's HD and GC, take fewer so that the sums
-// spread over 128 threads, one warp on each of the SM's four schedulers); U: the unrolling of
-// a score's loop over the dims (1 unless the head size is constant). Each value is the same
-// FMA chain whatever DPT and U, so the same bits.
-template <int DPT = 4, int U = 1>
+// m, l) at part[o0 + h * hstride].
 __device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const act *vs,
                                            float *ps, float *part, long o0, long hstride, int G,
                                            int hd, int n, int nt) {
@@ -1837,7 +1818,7 @@ __device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const
             const float4 *qv = (const float4 *)(qs + h * hd);
             const act *kv = ks + j * kst;
             d = 0.f;
-            #pragma unroll (U)
+            #pragma unroll 1
             for (int e = 0; e < h4; e += 8) {
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
@@ -1874,26 +1855,26 @@ __device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const
         }
     }
     bsync(nt);
-    // weighted sums: thread -> (head, DPT consecutive dims), one chain per dim over the
-    // positions
-    const int hq = hd / DPT;
+    // weighted sums: thread -> (head, 4 consecutive dims), one chain per dim over the positions
     #pragma unroll 1
-    for (int i = threadIdx.x; i < G * hq; i += nt) {
-        int h = i / hq, d = (i % hq) * DPT;
+    for (int i = threadIdx.x; i < G * h4; i += nt) {
+        int h = i / h4, d = (i % h4) * 4;
         const float *pr = ps + h * ATS_CHUNK;
-        float a[DPT];
-#pragma unroll
-        for (int k = 0; k < DPT; k++) a[k] = 0.f;
+        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll 4
         for (int j = 0; j < n; j++) {
-            float w = pr[j], v[DPT];
-            ats_ldn<DPT>(vs + j * hd + d, v);
-#pragma unroll
-            for (int k = 0; k < DPT; k++) a[k] = fmaf(w, v[k], a[k]);
+            float w = pr[j];
+            float4 v = ats_ld4(vs + j * hd + d);
+            a0 = fmaf(w, v.x, a0);
+            a1 = fmaf(w, v.y, a1);
+            a2 = fmaf(w, v.z, a2);
+            a3 = fmaf(w, v.w, a3);
         }
         float *dst = part + o0 + h * hstride + d;
-#pragma unroll
-        for (int k = 0; k < DPT; k++) dst[k] = a[k];
+        dst[0] = a0;
+        dst[1] = a1;
+        dst[2] = a2;
+        dst[3] = a3;
     }
 }
 
@@ -2369,7 +2350,7 @@ __device__ __forceinline__ void ra_v_from_raw(const act *raw, act *vc, int hd, i
 // ATS_THREADS threads, launched only for such a node: hd, rot, the norm's block (cuda_ops.c
 // norm_block) and the block size become constants, so the stages' index arithmetic (divisions
 // by hd, half, rv and h4) folds; the same expressions in the same order, so the same bits.
-template <bool CP, bool MC = false, bool CL = false, int HD = 0, int GC = 0>
+template <bool CP, bool MC = false, bool CL = false, int HD = 0>
 __device__ __forceinline__ void rope_attention_body(
     const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,
     const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,
@@ -2407,7 +2388,7 @@ __device__ __forceinline__ void rope_attention_body(
     const bool kw = (gy & ((1 << qsh) - 1)) == 0;
     __shared__ int ra_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
-    const int G = GC ? GC : (Hq / Hkv) >> qsh;
+    const int G = (Hq / Hkv) >> qsh;
     const unsigned inv = STAGE_LAUNCH(); // stage trace (trace builds): this launch's slot
     STAGE_MARK(inv, 0);
     BLOCK_START();
@@ -2618,10 +2599,7 @@ __device__ __forceinline__ void rope_attention_body(
         // split merges the cluster's live splits into a group record in part (combine_group's
         // first level), counts in, and the last to arrive merges the groups (ra_merge_groups).
         float *mine = X;
-        // the forms of constant head size and heads: the sums over 128 threads, the scores'
-        // loop over the dims unrolled
-        constexpr int DPT = HD && GC ? (GC * HD >= 512 ? 4 : GC * HD >= 256 ? 2 : 1) : 4;
-        ats_attend<DPT, HD ? HD / 32 : 1>(qs, ks, vs, ps, mine, 0, pstride, G, hd, n, nt);
+        ats_attend(qs, ks, vs, ps, mine, 0, pstride, G, hd, n, nt);
         STAGE_MARK(inv, 4);
         BLOCK_ATTENDED();
         cluster_sync(); // every split's partials written
@@ -2735,15 +2713,14 @@ __device__ __forceinline__ void rope_attention_body(
 // (docs/perf/batch1.md, 16:20-16:33 UTC). Those counts are from K and V staged as floats; staged
 // as stored, with RoPE's cosines and norm weights staged before the wait (NVRTC, bf16): plain
 // 76, _cp 78, _at 80, _cp_at 77, _mc 79, _cp_mc 77, _mc4 and _cp_mc4 64.
-#define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC, CL, HD, GC)                                      \
+#define WEFT_ROPE_ATTENTION(NAME, BOUNDS, CP, MC, CL, HD)                                          \
     extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
         const act *qsrc, const act *ksrc, const act *vsrc, const wgt *qn, const wgt *kn,           \
         const int *pos, const float *inv_freq, const int *slots, act *kc, act *vc, float *part,    \
         unsigned *counters, act *o, int Hq, int Hkv, int hd, int rot, int layout, float eps,       \
         int nnorm, int max_seq, int window, float scale, int S) {                                  \
         ABLATE_ATTENTION();                                                                        \
-        rope_attention_body<CP, MC, CL, HD, GC>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots,    \
-                                                kc,                                                \
+        rope_attention_body<CP, MC, CL, HD>(qsrc, ksrc, vsrc, qn, kn, pos, inv_freq, slots, kc,    \
                                             vc, part, counters, o, Hq, Hkv, hd, rot, layout, eps,  \
                                             nnorm, max_seq, window, scale, S, blockIdx.y,          \
                                             blockIdx.z, blockDim.x);                               \
@@ -2752,21 +2729,15 @@ __device__ __forceinline__ void rope_attention_body(
 // the _at forms without clusters (merge: atomic; the counter merge), each compiled without the
 // other's merge (with the counter merge compiled in, the cluster form moved by 3% on
 // Llama-3.2-1B whenever that code changed: docs/perf/batch1.md, session of 2026-12-01 08:34).
-WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false, false, true, 0, 0)
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true, false, true, 0, 0)
-WEFT_ROPE_ATTENTION(weft_rope_attention_at, (256), false, false, false, 0, 0)
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false, 0, 0)
-// option attn_hd: the two cluster forms for heads of 64 and 128 dims (rot == hd), 1, 2 or 4 q
-// heads a block (G)
-#define WEFT_ROPE_ATTENTION_HD(HD, GC)                                                            \
-    WEFT_ROPE_ATTENTION(weft_rope_attention_d##HD##_g##GC, (256), false, false, true, HD, GC)     \
-    WEFT_ROPE_ATTENTION(weft_rope_attention_cp_d##HD##_g##GC, (256, 3), true, false, true, HD, GC)
-WEFT_ROPE_ATTENTION_HD(64, 1)
-WEFT_ROPE_ATTENTION_HD(64, 2)
-WEFT_ROPE_ATTENTION_HD(64, 4)
-WEFT_ROPE_ATTENTION_HD(128, 1)
-WEFT_ROPE_ATTENTION_HD(128, 2)
-WEFT_ROPE_ATTENTION_HD(128, 4)
+WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false, false, true, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true, false, true, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_at, (256), false, false, false, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false, 0)
+// option attn_hd: the two cluster forms for heads of 64 and of 128 dims (rot == hd)
+WEFT_ROPE_ATTENTION(weft_rope_attention_d64, (256), false, false, true, 64)
+WEFT_ROPE_ATTENTION(weft_rope_attention_d128, (256), false, false, true, 128)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_d64, (256, 3), true, false, true, 64)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_d128, (256, 3), true, false, true, 128)
 // The MC forms (S > 8 splits as clusters of 8, launched when the step's KV-length bucket passes
 // 512 positions; each of both kernels above measured slower with the MC logic compiled in,
 // Llama-3.2-1B by 3%, hence two more; docs/perf/batch1.md, session of 2026-12-01). With K and
@@ -2780,13 +2751,13 @@ WEFT_ROPE_ATTENTION_HD(128, 4)
 // attn_mc4_from (off by default: by model and length they measured from -5.5% to +10.4%;
 // session of 2026-12-01 16:03 UTC).
 #if WEFT_TA == 2
-WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true, true, 0, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256, 3), false, true, true, 0)
 #else
-WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256), false, true, true, 0, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc, (256), false, true, true, 0)
 #endif
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc, (256, 3), true, true, true, 0, 0)
-WEFT_ROPE_ATTENTION(weft_rope_attention_mc4, (256, 4), false, true, true, 0, 0)
-WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc4, (256, 4), true, true, true, 0, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc, (256, 3), true, true, true, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_mc4, (256, 4), false, true, true, 0)
+WEFT_ROPE_ATTENTION(weft_rope_attention_cp_mc4, (256, 4), true, true, true, 0)
 
 #if WEFT_TA == WEFT_TW
 // ---- staged GEMV (the backend's option gemv_stage) ----------------------------------------
