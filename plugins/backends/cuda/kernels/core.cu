@@ -2085,10 +2085,11 @@ __device__ __forceinline__ float ra_row(const act *raw, const float *X, int i) {
 }
 // One head's sum of squares as block_sum<1> adds it over nn threads (nn a multiple of 32, at
 // most 1024), run by one warp: lane l sums for threads l, l + 32, ... in turn.
-// ILP (weft_rope_attention_cp's form): four of those warps at a time, as independent chains, so
-// their shuffles overlap (same sums). In the plain kernel that form measured 5.7% slower on
-// Qwen3-0.6B with smem_carveout 100 (1,295 against 1,374 tok/s, docs/perf/batch1.md), so the
-// plain kernel keeps the loop.
+// ILP (the attn_cp forms, weft_rope_attention_cp...): four of those warps at a time, as
+// independent chains, so their shuffles overlap (same sums), and the head's values read from raw
+// (ra_row: those forms convert no row into X). In the plain kernel that form measured 5.7%
+// slower on Qwen3-0.6B with smem_carveout 100 (1,295 against 1,374 tok/s, docs/perf/batch1.md),
+// so the plain kernel keeps the loop. raw and X: the head's values in either area.
 template <bool ILP>
 __device__ __forceinline__ float ra_head_sumsq(const act *raw, const float *X, int hd, int nn,
                                                int lane) {
@@ -2733,7 +2734,8 @@ WEFT_ROPE_ATTENTION(weft_rope_attention, (256), false, false, true, 0)
 WEFT_ROPE_ATTENTION(weft_rope_attention_cp, (256, 3), true, false, true, 0)
 WEFT_ROPE_ATTENTION(weft_rope_attention_at, (256), false, false, false, 0)
 WEFT_ROPE_ATTENTION(weft_rope_attention_cp_at, (256, 3), true, false, false, 0)
-// option attn_hd: the two cluster forms for heads of 64 and of 128 dims (rot == hd)
+// option attn_hd: the two cluster forms for heads of 64 and of 128 dims (rot == hd); NVRTC, bf16
+// (2026-12-03): _cp_d64 and _cp_d128 80 registers, _d64 and _d128 64, no spills
 WEFT_ROPE_ATTENTION(weft_rope_attention_d64, (256), false, false, true, 64)
 WEFT_ROPE_ATTENTION(weft_rope_attention_d128, (256), false, false, true, 128)
 WEFT_ROPE_ATTENTION(weft_rope_attention_cp_d64, (256, 3), true, false, true, 64)
