@@ -46,8 +46,8 @@ static const weft_backend_vtable *be;
  * gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused attention's q
  * heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread over
  * distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split
- * grid over buckets down to 128 positions), join_l2 16 and attn_hd set, each with its op
- * table. All retain
+ * grid over buckets down to 128 positions), join_l2 16, attn_hd set and gemv_nl_defer (the
+ * fused join's products in their _d forms), each with its op table. All retain
  * the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1906,7 +1906,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[18] = {
+        weft_option kopt[19] = {
             opt[0],
             opt[1],
             opt[2],
@@ -1975,6 +1975,10 @@ static int setup(void **state) {
             /* the attn_cp cluster form compiled for heads of 64 and 128 dims */
             nk = 18;
             kopt[17] = (weft_option){.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 1};
+            /* fuse.norm_linear's one-row forms whose blocks beside a live attention block load
+             * their first weights after the wait (the _d kernels) */
+            nk = 19;
+            kopt[18] = (weft_option){.key = "gemv_nl_defer", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {

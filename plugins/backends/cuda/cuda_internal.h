@@ -128,6 +128,9 @@ typedef struct cuda_backend {
     /* option attn_dead_exit: the fused attention's splits with no position exit after their
      * wait instead of waiting at the cluster merge's barriers */
     int attn_dead_exit;
+    /* option gemv_nl_defer: fuse.norm_linear's one-row product, on an SM where a live block of
+     * the fused attention runs, issues its first weights only after its wait */
+    int gemv_nl_defer;
     /* option attn_hd: nodes whose heads are 64 or 128 dims, all rotated, take the fused
      * attention's cluster form compiled for that head size (core.cu, rope_attention_body's HD) */
     int attn_hd;

@@ -1282,9 +1282,10 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         int nnorm = (int)norm_block(r.hd);
         /* the kernel reads the cluster flag from bit 16 of S, option attn_cp from bits 17-18,
          * log2 of option attn_qsplit's blocks a kv head from bits 19-20, bit 21 asks its
-         * live blocks to count themselves on their SMs (options gemv_l2_sm, gemv_l2_first),
+         * live blocks to count themselves on their SMs (options gemv_l2_sm, gemv_l2_first,
+         * gemv_nl_defer),
          * and bit 22 lets splits with no position exit before the merge (attn_dead_exit) */
-        const int smc = b->gemv_l2_sm || b->gemv_l2_first;
+        const int smc = b->gemv_l2_sm || b->gemv_l2_first || b->gemv_nl_defer;
         int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19) | (smc << 21) |
                     (b->attn_dead_exit << 22);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
@@ -1516,7 +1517,10 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
     }
     if (one) {
         unsigned xs = gemv_xs_bytes(b, sw, 1, D, dt);
-        const char *name = sw ? "weft_gemv_swiglu_nlp_xs_1" : "weft_gemv_nlp_xs_1";
+        /* option gemv_nl_defer: the _d forms (core.cu gemv_loop's DEFER) */
+        const char *name = b->gemv_nl_defer
+                               ? (sw ? "weft_gemv_swiglu_nlp_xs_d_1" : "weft_gemv_nlp_xs_d_1")
+                               : (sw ? "weft_gemv_swiglu_nlp_xs_1" : "weft_gemv_nlp_xs_1");
         CUfunction f;
         TRY(kern(b, dt, dt, name, &f, err));
         int S = cuda_gemv_split(D), per;

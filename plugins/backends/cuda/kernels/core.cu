@@ -1320,7 +1320,8 @@ __device__ __forceinline__ void lp_groups(const act *x, const wgt *w0, const wgt
 // NT: the block's threads (option gemv_loop_warps; 256 otherwise), a group NT / 32 / S rows.
 // NORM (fuse.norm_linear): x is the residual join's first summand, res its second, wn the
 // norm's weights and r the join's sum (gemv_x_addnorm); the products read the normalised row.
-template <int NW, bool XS, int NT = GEMV_THREADS, bool NORM = false, bool XA = false>
+template <int NW, bool XS, int NT = GEMV_THREADS, bool NORM = false, bool XA = false,
+          bool DEFER = false>
 __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt *w1,
                                           const wgt *bias, void *y, int out_f32, int N, int K,
                                           int S, int per, const act *res = nullptr,
@@ -1335,6 +1336,11 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     const int l2kb = L2 ? (S >> 8) & 0xff : 0, l2sm = L2 ? (S >> 24) & 1 : 0;
     const int l2first = L2 ? (S >> 28) & 1 : 0;
     const int l2delay = L2 ? (S >> 16) & 0xf : 0; // half-microseconds after the block's start
+    // DEFER (option gemv_nl_defer, the NORM forms' _d kernels): a block whose SM's count says a
+    // live block of the fused attention shares it issues its first batch only after its wait,
+    // so the weights landing in its registers do not compete with the attention's shared-memory
+    // reads there; block 0 zeroes the counts after its wait (the attention has completed then)
+    constexpr bool ndefer = NORM && DEFER;
     S &= 0xff;
     const int lane = threadIdx.x & 31, s = (threadIdx.x >> 5) % S;
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
@@ -1344,9 +1350,14 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     const int site = NW == 1 && !NORM && NT == GEMV_THREADS ? gemv_trace_site(N, K) : -1;
     GEMV_MARK(site, 0);
     uint4 wv[4][NW];
-    const bool shared_sm = (l2sm | l2first) && *(volatile unsigned *)&weft_sm_attn[sm_id() %
-                                                                                   WEFT_SM_SLOTS];
+    const bool shared_sm = (l2sm | l2first | ndefer) &&
+                           *(volatile unsigned *)&weft_sm_attn[sm_id() % WEFT_SM_SLOTS];
     const bool late = l2first && shared_sm;
+    // ndefer: the wait first (pdl_enter's, which the join's own call then passes at once), then
+    // the same loads. Chosen at run time (a bit of S) this took the SwiGLU form from 64 to 77-79
+    // registers (NVRTC, bf16; also with the first batch loaded after the join instead), so it
+    // is a template argument: the _d forms keep 64 and 48 registers, no spills.
+    if (ndefer && shared_sm) pdl_enter();
     if (!late) lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
 #ifdef WEFT_TRACE
     if (site >= 0 && threadIdx.x < 32 && !late) { // warp 0 waits for its first batch, stamps
@@ -1385,6 +1396,8 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     }
     if constexpr (NORM) {
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
+        if (ndefer && blockIdx.x == 0)
+            for (int i = threadIdx.x; i < WEFT_SM_SLOTS; i += NT) weft_sm_attn[i] = 0;
     } else {
         pdl_enter();
         GEMV_MARK(site, 1);
@@ -1494,6 +1507,24 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     ABLATE(4);
     gemv_loop<2, true, GEMV_THREADS, true>(x, wg, wu, nullptr, y, 0, F, K, S, per, res, wn, r,
                                            eps);
+}
+// option gemv_nl_defer: the same two forms, their first batch after the wait on an SM that a
+// live block of the fused attention shares (gemv_loop's DEFER)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    weft_gemv_nlp_xs_d_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
+                         const wgt *w, const wgt *bias, void *y, int out_f32, int N, int K, int S,
+                         int per) {
+    ABLATE(4);
+    gemv_loop<1, true, GEMV_THREADS, true, false, true>(x, w, nullptr, bias, y, out_f32, N, K, S,
+                                                        per, res, wn, r, eps);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    weft_gemv_swiglu_nlp_xs_d_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
+                                const wgt *wg, const wgt *wu, act *y, int F, int K, int S,
+                                int per) {
+    ABLATE(4);
+    gemv_loop<2, true, GEMV_THREADS, true, false, true>(x, wg, wu, nullptr, y, 0, F, K, S, per,
+                                                        res, wn, r, eps);
 }
 #define WEFT_GEMV_MLP(SUF, XA)                                                                     \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
