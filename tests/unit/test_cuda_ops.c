@@ -33,22 +33,23 @@ static const weft_backend_vtable *be;
  * attn_cp 3 (the fused attention's cp.async copies), attn_mc4_from 2048 (its four-block
  * cluster form from a bucket of 2,048 positions) and gemv_loop 3 (the T = 1 GEMVs looped over
  * rows, x in shared memory), attn_hd off too; the others keep attn_hd's default (on: the fused
- * attention's cluster forms compiled for heads of 64 and 128 dims). [2] [1]'s first two with
- * smem_carveout 100, [3] [0]'s first four plus gemv_stage 96 (the T = 1 GEMVs stage their weights
- * in shared memory), prefill_tc off (prefill attention on CUDA cores), attn_mc4_from 512 (the fused
- * attention's four-block cluster forms past 512 positions), attn_qsplit 4 (its q heads of a kv head
- * over up to four blocks) and attn_hd set, [4] [0]'s first four plus gemv_loop 2 (the looped form
- * reading x through L1) and gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and
- * the 12,803-row product, one block a row group), [5] and [6] [1]'s options (attn_hd at its
- * default) with gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [6] also
- * with attn_hd set; [5] also with gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit
- * and join_l2 64 from 256 extra blocks), [7] [1]'s options (attn_hd at its default) with
- * gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused attention's q
- * heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread over
- * distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split
- * grid over buckets down to 128 positions), join_l2 16, attn_hd set and gemv_nl_defer (the
- * fused join's products in their _d forms), each with its op table. All retain
- * the device's primary context, so tensors of one are valid in another's ops. */
+ * attention's cluster forms compiled for heads of 64 and 128 dims). [2] [1]'s options with
+ * smem_carveout 100, gemv_nl_defer and gemv_nl_defer_sums (fuse.norm_linear's _d2 forms, the
+ * attention counting itself out of its SM after its sums), attn_hd at its default, [3] [0]'s first
+ * four plus gemv_stage 96 (the T = 1 GEMVs stage their weights in shared memory), prefill_tc off
+ * (prefill attention on CUDA cores), attn_mc4_from 512 (the fused attention's four-block cluster
+ * forms past 512 positions), attn_qsplit 4 (its q heads of a kv head over up to four blocks) and
+ * attn_hd set, [4] [0]'s first four plus gemv_loop 2 (the looped form reading x through L1) and
+ * gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and the 12,803-row product, one
+ * block a row group), [5] and [6] [1]'s options (attn_hd at its default) with gemv_loop_warps 24
+ * and 32 (the looped forms in blocks of 24 and 32 warps; [6] also with attn_hd set; [5] also with
+ * gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit and join_l2 64 from 256 extra
+ * blocks), [7] [1]'s options (attn_hd at its default) with gemv_x_async (the looped forms copy x by
+ * cp.async), attn_qsplit 2 (the fused attention's q heads of a kv head over two blocks),
+ * attn_cluster_policy 1 (its clusters spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm,
+ * gemv_l2_join 48, attn_bucket_min 128 (its split grid over buckets down to 128 positions), join_l2
+ * 16, attn_hd set and gemv_nl_defer (the fused join's products in their _d forms), each with its op
+ * table. All retain the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
@@ -1933,6 +1934,14 @@ static int setup(void **state) {
         if (k == 1) { /* the attn_cp forms for any head size */
             nk = 10;
             kopt[9] = (weft_option){.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 0};
+        }
+        if (k == 2) { /* with the carveout also attn_mc4_from 2048 and gemv_loop 3 (as
+                       * -smem-loop runs), and fuse.norm_linear's one-row forms whose blocks
+                       * beside a live attention block wait until its sums are written (the
+                       * _d2 kernels, which the attention's blocks count themselves out for) */
+            nk = 11;
+            kopt[9] = (weft_option){.key = "gemv_nl_defer", .type = WEFT_OPTION_BOOL, .i = 1};
+            kopt[10] = (weft_option){.key = "gemv_nl_defer_sums", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         if (k == 5 || k == 6) { /* [1] with wider looped blocks */
             nk = 10;

@@ -1321,7 +1321,7 @@ __device__ __forceinline__ void lp_groups(const act *x, const wgt *w0, const wgt
 // NORM (fuse.norm_linear): x is the residual join's first summand, res its second, wn the
 // norm's weights and r the join's sum (gemv_x_addnorm); the products read the normalised row.
 template <int NW, bool XS, int NT = GEMV_THREADS, bool NORM = false, bool XA = false,
-          bool DEFER = false>
+          int DEFER = 0>
 __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt *w1,
                                           const wgt *bias, void *y, int out_f32, int N, int K,
                                           int S, int per, const act *res = nullptr,
@@ -1339,8 +1339,12 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     // DEFER (option gemv_nl_defer, the NORM forms' _d kernels): a block whose SM's count says a
     // live block of the fused attention shares it issues its first batch only after its wait,
     // so the weights landing in its registers do not compete with the attention's shared-memory
-    // reads there; block 0 zeroes the counts after its wait (the attention has completed then)
-    constexpr bool ndefer = NORM && DEFER;
+    // reads there; block 0 zeroes the counts after its wait (the attention has completed then).
+    // DEFER 2 (with option gemv_nl_defer_sums, the _d2 kernels): only until the count is zero
+    // again (the attention's blocks count themselves out once their sums are written), at most
+    // 10 us, each warp's lane 0 polling; then the first batch as usual, before the wait.
+    constexpr bool ndefer = NORM && DEFER == 1;
+    constexpr bool nsums = NORM && DEFER == 2;
     S &= 0xff;
     const int lane = threadIdx.x & 31, s = (threadIdx.x >> 5) % S;
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
@@ -1353,6 +1357,18 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     const bool shared_sm = (l2sm | l2first | ndefer) &&
                            *(volatile unsigned *)&weft_sm_attn[sm_id() % WEFT_SM_SLOTS];
     const bool late = l2first && shared_sm;
+    if constexpr (nsums) {
+        const volatile unsigned *cnt = &weft_sm_attn[sm_id() % WEFT_SM_SLOTS];
+        unsigned long long t0 = 0ull;
+        int busy = lane == 0 && *cnt != 0u;
+        if (busy) t0 = globaltimer();
+        busy = __shfl_sync(0xffffffffu, busy, 0);
+        while (busy) {
+            __nanosleep(128);
+            busy = lane == 0 && *cnt != 0u && globaltimer() - t0 < 10000ull;
+            busy = __shfl_sync(0xffffffffu, busy, 0);
+        }
+    }
     // ndefer: the wait first (pdl_enter's, which the join's own call then passes at once), then
     // the same loads. Chosen at run time (a bit of S) this took the SwiGLU form from 64 to 77-79
     // registers (NVRTC, bf16; also with the first batch loaded after the join instead), so it
@@ -1396,7 +1412,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     }
     if constexpr (NORM) {
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
-        if (ndefer && blockIdx.x == 0)
+        if ((ndefer || nsums) && blockIdx.x == 0)
             for (int i = threadIdx.x; i < WEFT_SM_SLOTS; i += NT) weft_sm_attn[i] = 0;
     } else {
         pdl_enter();
@@ -1515,16 +1531,33 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
                          const wgt *w, const wgt *bias, void *y, int out_f32, int N, int K, int S,
                          int per) {
     ABLATE(4);
-    gemv_loop<1, true, GEMV_THREADS, true, false, true>(x, w, nullptr, bias, y, out_f32, N, K, S,
-                                                        per, res, wn, r, eps);
+    gemv_loop<1, true, GEMV_THREADS, true, false, 1>(x, w, nullptr, bias, y, out_f32, N, K, S,
+                                                     per, res, wn, r, eps);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     weft_gemv_swiglu_nlp_xs_d_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
                                 const wgt *wg, const wgt *wu, act *y, int F, int K, int S,
                                 int per) {
     ABLATE(4);
-    gemv_loop<2, true, GEMV_THREADS, true, false, true>(x, wg, wu, nullptr, y, 0, F, K, S, per,
-                                                        res, wn, r, eps);
+    gemv_loop<2, true, GEMV_THREADS, true, false, 1>(x, wg, wu, nullptr, y, 0, F, K, S, per,
+                                                     res, wn, r, eps);
+}
+// option gemv_nl_defer_sums: the _d2 forms (gemv_loop's DEFER 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    weft_gemv_nlp_xs_d2_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
+                          const wgt *w, const wgt *bias, void *y, int out_f32, int N, int K, int S,
+                          int per) {
+    ABLATE(4);
+    gemv_loop<1, true, GEMV_THREADS, true, false, 2>(x, w, nullptr, bias, y, out_f32, N, K, S,
+                                                     per, res, wn, r, eps);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    weft_gemv_swiglu_nlp_xs_d2_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
+                                 const wgt *wg, const wgt *wu, act *y, int F, int K, int S,
+                                 int per) {
+    ABLATE(4);
+    gemv_loop<2, true, GEMV_THREADS, true, false, 2>(x, wg, wu, nullptr, y, 0, F, K, S, per,
+                                                     res, wn, r, eps);
 }
 #define WEFT_GEMV_MLP(SUF, XA)                                                                     \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
@@ -2409,6 +2442,10 @@ __device__ __forceinline__ void rope_attention_body(
     // only live splits' shared memory, so such a block frees its SM's shared memory and
     // registers for the next kernel's blocks at once instead of at the merge.
     const bool dead_exit = (S >> 22) & 1;
+    // bit 23 (option gemv_nl_defer_sums): a live block counted on its SM (bit 21) counts itself
+    // out again once its scores and weighted sums are written, so the fused-join product's _d2
+    // blocks on that SM (gemv_loop's DEFER 2) wait only for those shared-memory stages
+    const bool sdec = smc && ((S >> 23) & 1);
     S &= 0xffff;
     if (HD) {
         hd = HD;
@@ -2635,6 +2672,7 @@ __device__ __forceinline__ void rope_attention_body(
         STAGE_MARK(inv, 4);
         BLOCK_ATTENDED();
         cluster_sync(); // every split's partials written
+        if (sdec && threadIdx.x == 0) atomicSub(&weft_sm_attn[sm_id() % WEFT_SM_SLOTS], 1u);
         STAGE_MARK(inv, 5);
         const int c_lo = multi && s_lo < s / ATS_MAXS * ATS_MAXS ? s / ATS_MAXS * ATS_MAXS : s_lo;
         const int c_hi = multi && s_hi > s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
@@ -2675,6 +2713,7 @@ __device__ __forceinline__ void rope_attention_body(
     // count in; the last of the group's non-empty splits merges them
     __threadfence();
     bsync(nt);
+    if (sdec && threadIdx.x == 0) atomicSub(&weft_sm_attn[sm_id() % WEFT_SM_SLOTS], 1u);
     if (threadIdx.x == 0)
         ra_last = atomicAdd(counters + gy, 1u) == (unsigned)(s_hi - s_lo);
     bsync(nt);
