@@ -304,6 +304,15 @@ __device__ __forceinline__ unsigned sm_id() {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
     return id;
 }
+// Option gemv_nl_defer_sums: a live attention block counts itself out of its SM again, not
+// below zero for longer than a moment (a product's block 0 zeroes the counts once the attention
+// has completed, and a count wiped early must not stay wrapped to a huge one that the _d2
+// blocks would then wait out): a decrement from zero is undone. (A compare-and-swap loop took
+// the _cp_mc4 form's spills from 12 to 32 bytes, NVRTC bf16.)
+__device__ __forceinline__ void sm_count_out() {
+    unsigned *c = &weft_sm_attn[sm_id() % WEFT_SM_SLOTS];
+    if (atomicSub(c, 1u) == 0u) atomicAdd(c, 1u);
+}
 
 // x (T,D) <- table (V,D) rows of tokens; ids outside [0,V) give zero rows (the host refuses them).
 // The bodies' block-strided loops carry `#pragma unroll 1`: with the thread count a parameter
@@ -2672,7 +2681,7 @@ __device__ __forceinline__ void rope_attention_body(
         STAGE_MARK(inv, 4);
         BLOCK_ATTENDED();
         cluster_sync(); // every split's partials written
-        if (sdec && threadIdx.x == 0) atomicSub(&weft_sm_attn[sm_id() % WEFT_SM_SLOTS], 1u);
+        if (sdec && threadIdx.x == 0) sm_count_out();
         STAGE_MARK(inv, 5);
         const int c_lo = multi && s_lo < s / ATS_MAXS * ATS_MAXS ? s / ATS_MAXS * ATS_MAXS : s_lo;
         const int c_hi = multi && s_hi > s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
@@ -2713,7 +2722,7 @@ __device__ __forceinline__ void rope_attention_body(
     // count in; the last of the group's non-empty splits merges them
     __threadfence();
     bsync(nt);
-    if (sdec && threadIdx.x == 0) atomicSub(&weft_sm_attn[sm_id() % WEFT_SM_SLOTS], 1u);
+    if (sdec && threadIdx.x == 0) sm_count_out();
     if (threadIdx.x == 0)
         ra_last = atomicAdd(counters + gy, 1u) == (unsigned)(s_hi - s_lo);
     bsync(nt);
