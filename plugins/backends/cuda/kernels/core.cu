@@ -304,13 +304,20 @@ __device__ __forceinline__ unsigned sm_id() {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
     return id;
 }
+// This SM's count in weft_sm_attn, and all the counts zeroed by a block of NT threads.
+__device__ __forceinline__ unsigned *sm_attn_slot() {
+    return &weft_sm_attn[sm_id() % WEFT_SM_SLOTS];
+}
+template <int NT> __device__ __forceinline__ void sm_attn_zero() {
+    for (int i = threadIdx.x; i < WEFT_SM_SLOTS; i += NT) weft_sm_attn[i] = 0;
+}
 // Option gemv_nl_defer_sums: a live attention block counts itself out of its SM again, not
 // below zero for longer than a moment (a product's block 0 zeroes the counts once the attention
 // has completed, and a count wiped early must not stay wrapped to a huge one that the _d2
 // blocks would then wait out): a decrement from zero is undone. (A compare-and-swap loop took
 // the _cp_mc4 form's spills from 12 to 32 bytes, NVRTC bf16.)
 __device__ __forceinline__ void sm_count_out() {
-    unsigned *c = &weft_sm_attn[sm_id() % WEFT_SM_SLOTS];
+    unsigned *c = sm_attn_slot();
     if (atomicSub(c, 1u) == 0u) atomicAdd(c, 1u);
 }
 
@@ -1364,10 +1371,10 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     GEMV_MARK(site, 0);
     uint4 wv[4][NW];
     const bool shared_sm = (l2sm | l2first | ndefer) &&
-                           *(volatile unsigned *)&weft_sm_attn[sm_id() % WEFT_SM_SLOTS];
+                           *(volatile unsigned *)sm_attn_slot();
     const bool late = l2first && shared_sm;
     if constexpr (nsums) {
-        const volatile unsigned *cnt = &weft_sm_attn[sm_id() % WEFT_SM_SLOTS];
+        const volatile unsigned *cnt = sm_attn_slot();
         unsigned long long t0 = 0ull;
         int busy = lane == 0 && *cnt != 0u;
         if (busy) t0 = globaltimer();
@@ -1421,15 +1428,13 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     }
     if constexpr (NORM) {
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
-        if ((ndefer || nsums) && blockIdx.x == 0)
-            for (int i = threadIdx.x; i < WEFT_SM_SLOTS; i += NT) weft_sm_attn[i] = 0;
+        if ((ndefer || nsums) && blockIdx.x == 0) sm_attn_zero<NT>();
     } else {
         pdl_enter();
         GEMV_MARK(site, 1);
         if (late) lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
         // the attention has finished (the wait): its counts go back to zero for the next one
-        if ((l2sm | l2first) && blockIdx.x == 0)
-            for (int i = threadIdx.x; i < WEFT_SM_SLOTS; i += NT) weft_sm_attn[i] = 0;
+        if ((l2sm | l2first) && blockIdx.x == 0) sm_attn_zero<NT>();
         if (XS) x = gemv_x_shared<NT, XA>(x, K);
     }
     GEMV_MARK(site, 2);
@@ -1517,57 +1522,30 @@ WEFT_GEMV_LP(, false, false)
 WEFT_GEMV_LP(_xs, true, false)
 WEFT_GEMV_LP(_xa, true, true)
 // fuse.norm_linear at one row (cuda_ops.c op_norm_linear): the residual join, then the looped
-// product with x in shared memory
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-    weft_gemv_nlp_xs_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
-                       const wgt *w, const wgt *bias, void *y, int out_f32, int N, int K, int S,
-                       int per) {
-    ABLATE(4);
-    gemv_loop<1, true, GEMV_THREADS, true>(x, w, nullptr, bias, y, out_f32, N, K, S, per, res, wn,
-                                           r, eps);
-}
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-    weft_gemv_swiglu_nlp_xs_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
-                              const wgt *wg, const wgt *wu, act *y, int F, int K, int S, int per) {
-    ABLATE(4);
-    gemv_loop<2, true, GEMV_THREADS, true>(x, wg, wu, nullptr, y, 0, F, K, S, per, res, wn, r,
-                                           eps);
-}
-// option gemv_nl_defer: the same two forms, their first batch after the wait on an SM that a
-// live block of the fused attention shares (gemv_loop's DEFER)
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-    weft_gemv_nlp_xs_d_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
-                         const wgt *w, const wgt *bias, void *y, int out_f32, int N, int K, int S,
-                         int per) {
-    ABLATE(4);
-    gemv_loop<1, true, GEMV_THREADS, true, false, 1>(x, w, nullptr, bias, y, out_f32, N, K, S,
-                                                     per, res, wn, r, eps);
-}
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-    weft_gemv_swiglu_nlp_xs_d_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
-                                const wgt *wg, const wgt *wu, act *y, int F, int K, int S,
-                                int per) {
-    ABLATE(4);
-    gemv_loop<2, true, GEMV_THREADS, true, false, 1>(x, wg, wu, nullptr, y, 0, F, K, S, per,
-                                                     res, wn, r, eps);
-}
-// option gemv_nl_defer_sums: the _d2 forms (gemv_loop's DEFER 2)
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-    weft_gemv_nlp_xs_d2_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
-                          const wgt *w, const wgt *bias, void *y, int out_f32, int N, int K, int S,
-                          int per) {
-    ABLATE(4);
-    gemv_loop<1, true, GEMV_THREADS, true, false, 2>(x, w, nullptr, bias, y, out_f32, N, K, S,
-                                                     per, res, wn, r, eps);
-}
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-    weft_gemv_swiglu_nlp_xs_d2_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
-                                 const wgt *wg, const wgt *wu, act *y, int F, int K, int S,
-                                 int per) {
-    ABLATE(4);
-    gemv_loop<2, true, GEMV_THREADS, true, false, 2>(x, wg, wu, nullptr, y, 0, F, K, S, per,
-                                                     res, wn, r, eps);
-}
+// product with x in shared memory, a LINEAR and gate|up + SwiGLU. DEFER (gemv_loop's): 0, and
+// the _d forms 1 (option gemv_nl_defer: the first batch after the wait on an SM that a live
+// block of the fused attention shares) and _d2 2 (with gemv_nl_defer_sums: until that block has
+// written its sums).
+#define WEFT_GEMV_NLP(SUF, DEFER)                                                                  \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        weft_gemv_nlp_xs##SUF##_1(const act *x, const act *res, const wgt *wn, act *r, float eps,  \
+                                  const wgt *w, const wgt *bias, void *y, int out_f32, int N,      \
+                                  int K, int S, int per) {                                         \
+        ABLATE(4);                                                                                 \
+        gemv_loop<1, true, GEMV_THREADS, true, false, DEFER>(x, w, nullptr, bias, y, out_f32, N,  \
+                                                             K, S, per, res, wn, r, eps);         \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        weft_gemv_swiglu_nlp_xs##SUF##_1(const act *x, const act *res, const wgt *wn, act *r,      \
+                                         float eps, const wgt *wg, const wgt *wu, act *y, int F,   \
+                                         int K, int S, int per) {                                  \
+        ABLATE(4);                                                                                 \
+        gemv_loop<2, true, GEMV_THREADS, true, false, DEFER>(x, wg, wu, nullptr, y, 0, F, K, S,   \
+                                                             per, res, wn, r, eps);               \
+    }
+WEFT_GEMV_NLP(, 0)
+WEFT_GEMV_NLP(_d, 1)
+WEFT_GEMV_NLP(_d2, 2)
 #define WEFT_GEMV_MLP(SUF, XA)                                                                     \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_mlp_nlp##SUF##_1(const act *x, const act *res, const wgt *wn, act *r, float eps, \
@@ -2509,7 +2487,7 @@ __device__ __forceinline__ void rope_attention_body(
         }
         return;
     }
-    if (smc && threadIdx.x == 0) atomicAdd(&weft_sm_attn[sm_id() % WEFT_SM_SLOTS], 1u);
+    if (smc && threadIdx.x == 0) atomicAdd(sm_attn_slot(), 1u);
     const bool own = s == s_hi;    // row p is this chunk's last
     const int nh = G + (own ? 1 : 0); // heads to normalise and rotate
     const long pstride = (long)hd + 2, hstride = (long)S * pstride;
