@@ -1779,7 +1779,7 @@ static void test_rope_attention(void **state) {
         {WEFT_DTYPE_F16, 32, 8, 64, 0, 1, 1, 0, 1100, 100},
     };
     /* on every backend instance: [1] and [2] run the fused kernel with attn_cp 3 (its cp.async
-     * copies), [1] its four-block cluster form from 2,048 positions (the 2,200-position cases),
+     * copies) and their four-block cluster form from 2,048 positions (the 2,200-position cases),
      * [2] without the host batch, [3] the plain four-block form from 512 positions; every
      * instance but [0] and [1] the cluster forms compiled for heads of 64 and 128 dims
      * (attn_hd: every cluster case up to 8 splits), [0] and [1] the forms for any head size;
