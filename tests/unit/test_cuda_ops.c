@@ -34,8 +34,8 @@ static const weft_backend_vtable *be;
  * cluster form from a bucket of 2,048 positions) and gemv_loop 3 (the T = 1 GEMVs looped over
  * rows, x in shared memory), attn_hd off too; the others keep attn_hd's default (on: the fused
  * attention's cluster forms compiled for heads of 64 and 128 dims). [2] [1]'s options with
- * smem_carveout 100, gemv_nl_defer and gemv_nl_defer_sums (fuse.norm_linear's _d2 forms, the
- * attention counting itself out of its SM after its sums), attn_hd at its default, [3] [0]'s first
+ * smem_carveout 100 and gemv_nl_defer (fuse.norm_linear's _d forms beside the carveout), attn_hd
+ * at its default, [3] [0]'s first
  * four plus gemv_stage 96 (the T = 1 GEMVs stage their weights in shared memory), prefill_tc off
  * (prefill attention on CUDA cores), attn_mc4_from 512 (the fused attention's four-block cluster
  * forms past 512 positions), attn_qsplit 4 (its q heads of a kv head over up to four blocks) and
@@ -1937,11 +1937,9 @@ static int setup(void **state) {
         }
         if (k == 2) { /* with the carveout also attn_mc4_from 2048 and gemv_loop 3 (as
                        * -smem-loop runs), and fuse.norm_linear's one-row forms whose blocks
-                       * beside a live attention block wait until its sums are written (the
-                       * _d2 kernels, which the attention's blocks count themselves out for) */
-            nk = 11;
+                       * beside a live attention block load after their wait (the _d kernels) */
+            nk = 10;
             kopt[9] = (weft_option){.key = "gemv_nl_defer", .type = WEFT_OPTION_BOOL, .i = 1};
-            kopt[10] = (weft_option){.key = "gemv_nl_defer_sums", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         if (k == 5 || k == 6) { /* [1] with wider looped blocks */
             nk = 10;

@@ -131,10 +131,6 @@ typedef struct cuda_backend {
     /* option gemv_nl_defer: fuse.norm_linear's one-row product, on an SM where a live block of
      * the fused attention runs, issues its first weights only after its wait */
     int gemv_nl_defer;
-    /* option gemv_nl_defer_sums: with gemv_nl_defer, those blocks wait only until the SM's
-     * attention blocks have written their sums (they count themselves out then), not for the
-     * wait */
-    int gemv_nl_defer_sums;
     /* option attn_hd: nodes whose heads are 64 or 128 dims, all rotated, take the fused
      * attention's cluster form compiled for that head size (core.cu, rope_attention_body's HD) */
     int attn_hd;

@@ -1286,9 +1286,8 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
          * gemv_nl_defer),
          * and bit 22 lets splits with no position exit before the merge (attn_dead_exit) */
         const int smc = b->gemv_l2_sm || b->gemv_l2_first || b->gemv_nl_defer;
-        const int sdec = b->gemv_nl_defer && b->gemv_nl_defer_sums; /* bit 23 */
         int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19) | (smc << 21) |
-                    (b->attn_dead_exit << 22) | (sdec << 23);
+                    (b->attn_dead_exit << 22);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
                         &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
                         &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,
@@ -1518,14 +1517,11 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
     }
     if (one) {
         unsigned xs = gemv_xs_bytes(b, sw, 1, D, dt);
-        /* options gemv_nl_defer (the _d forms) and gemv_nl_defer_sums (_d2; core.cu
-         * gemv_loop's DEFER 1 and 2) */
-        static const char *const nlnames[3][2] = {
+        /* option gemv_nl_defer: the _d forms (core.cu gemv_loop's DEFER) */
+        static const char *const nlnames[2][2] = {
             {"weft_gemv_nlp_xs_1", "weft_gemv_swiglu_nlp_xs_1"},
-            {"weft_gemv_nlp_xs_d_1", "weft_gemv_swiglu_nlp_xs_d_1"},
-            {"weft_gemv_nlp_xs_d2_1", "weft_gemv_swiglu_nlp_xs_d2_1"}};
-        const char *name =
-            nlnames[b->gemv_nl_defer ? 1 + (b->gemv_nl_defer_sums != 0) : 0][sw != 0];
+            {"weft_gemv_nlp_xs_d_1", "weft_gemv_swiglu_nlp_xs_d_1"}};
+        const char *name = nlnames[b->gemv_nl_defer != 0][sw != 0];
         CUfunction f;
         TRY(kern(b, dt, dt, name, &f, err));
         int S = cuda_gemv_split(D), per;

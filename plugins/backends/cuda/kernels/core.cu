@@ -311,16 +311,6 @@ __device__ __forceinline__ unsigned *sm_attn_slot() {
 template <int NT> __device__ __forceinline__ void sm_attn_zero() {
     for (int i = threadIdx.x; i < WEFT_SM_SLOTS; i += NT) weft_sm_attn[i] = 0;
 }
-// Option gemv_nl_defer_sums: a live attention block counts itself out of its SM again, not
-// below zero for longer than a moment (a product's block 0 zeroes the counts once the attention
-// has completed, and a count wiped early must not stay wrapped to a huge one that the _d2
-// blocks would then wait out): a decrement from zero is undone. (A compare-and-swap loop took
-// the _cp_mc4 form's spills from 12 to 32 bytes, NVRTC bf16.)
-__device__ __forceinline__ void sm_count_out() {
-    unsigned *c = sm_attn_slot();
-    if (atomicSub(c, 1u) == 0u) atomicAdd(c, 1u);
-}
-
 // x (T,D) <- table (V,D) rows of tokens; ids outside [0,V) give zero rows (the host refuses them).
 // The bodies' block-strided loops carry `#pragma unroll 1`: with the thread count a parameter
 // instead of blockDim.x the compiler unrolled them 4x, making the small kernels' code 2-3x longer,
@@ -1337,7 +1327,7 @@ __device__ __forceinline__ void lp_groups(const act *x, const wgt *w0, const wgt
 // NORM (fuse.norm_linear): x is the residual join's first summand, res its second, wn the
 // norm's weights and r the join's sum (gemv_x_addnorm); the products read the normalised row.
 template <int NW, bool XS, int NT = GEMV_THREADS, bool NORM = false, bool XA = false,
-          int DEFER = 0>
+          bool DEFER = false>
 __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt *w1,
                                           const wgt *bias, void *y, int out_f32, int N, int K,
                                           int S, int per, const act *res = nullptr,
@@ -1356,11 +1346,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     // live block of the fused attention shares it issues its first batch only after its wait,
     // so the weights landing in its registers do not compete with the attention's shared-memory
     // reads there; block 0 zeroes the counts after its wait (the attention has completed then).
-    // DEFER 2 (with option gemv_nl_defer_sums, the _d2 kernels): only until the count is zero
-    // again (the attention's blocks count themselves out once their sums are written), at most
-    // 10 us, each warp's lane 0 polling; then the first batch as usual, before the wait.
-    constexpr bool ndefer = NORM && DEFER == 1;
-    constexpr bool nsums = NORM && DEFER == 2;
+    constexpr bool ndefer = NORM && DEFER;
     S &= 0xff;
     const int lane = threadIdx.x & 31, s = (threadIdx.x >> 5) % S;
     const int nv = K / GEMV_VEC, stride = S * 32, v0 = s * 32 + lane;
@@ -1373,18 +1359,6 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     const bool shared_sm = (l2sm | l2first | ndefer) &&
                            *(volatile unsigned *)sm_attn_slot();
     const bool late = l2first && shared_sm;
-    if constexpr (nsums) {
-        const volatile unsigned *cnt = sm_attn_slot();
-        unsigned long long t0 = 0ull;
-        int busy = lane == 0 && *cnt != 0u;
-        if (busy) t0 = globaltimer();
-        busy = __shfl_sync(0xffffffffu, busy, 0);
-        while (busy) {
-            __nanosleep(128);
-            busy = lane == 0 && *cnt != 0u && globaltimer() - t0 < 10000ull;
-            busy = __shfl_sync(0xffffffffu, busy, 0);
-        }
-    }
     // ndefer: the wait first (pdl_enter's, which the join's own call then passes at once), then
     // the same loads. Chosen at run time (a bit of S) this took the SwiGLU form from 64 to 77-79
     // registers (NVRTC, bf16; also with the first batch loaded after the join instead), so it
@@ -1428,7 +1402,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     }
     if constexpr (NORM) {
         x = gemv_x_addnorm<NT>(x, res, wn, blockIdx.x ? nullptr : r, K, eps);
-        if ((ndefer || nsums) && blockIdx.x == 0) sm_attn_zero<NT>();
+        if (ndefer && blockIdx.x == 0) sm_attn_zero<NT>();
     } else {
         pdl_enter();
         GEMV_MARK(site, 1);
@@ -1522,10 +1496,9 @@ WEFT_GEMV_LP(, false, false)
 WEFT_GEMV_LP(_xs, true, false)
 WEFT_GEMV_LP(_xa, true, true)
 // fuse.norm_linear at one row (cuda_ops.c op_norm_linear): the residual join, then the looped
-// product with x in shared memory, a LINEAR and gate|up + SwiGLU. DEFER (gemv_loop's): 0, and
-// the _d forms 1 (option gemv_nl_defer: the first batch after the wait on an SM that a live
-// block of the fused attention shares) and _d2 2 (with gemv_nl_defer_sums: until that block has
-// written its sums).
+// product with x in shared memory, a LINEAR and gate|up + SwiGLU; the _d forms with gemv_loop's
+// DEFER (option gemv_nl_defer: the first batch after the wait on an SM that a live block of the
+// fused attention shares).
 #define WEFT_GEMV_NLP(SUF, DEFER)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_nlp_xs##SUF##_1(const act *x, const act *res, const wgt *wn, act *r, float eps,  \
@@ -1543,9 +1516,8 @@ WEFT_GEMV_LP(_xa, true, true)
         gemv_loop<2, true, GEMV_THREADS, true, false, DEFER>(x, wg, wu, nullptr, y, 0, F, K, S,   \
                                                              per, res, wn, r, eps);               \
     }
-WEFT_GEMV_NLP(, 0)
-WEFT_GEMV_NLP(_d, 1)
-WEFT_GEMV_NLP(_d2, 2)
+WEFT_GEMV_NLP(, false)
+WEFT_GEMV_NLP(_d, true)
 #define WEFT_GEMV_MLP(SUF, XA)                                                                     \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_mlp_nlp##SUF##_1(const act *x, const act *res, const wgt *wn, act *r, float eps, \
@@ -2429,10 +2401,6 @@ __device__ __forceinline__ void rope_attention_body(
     // only live splits' shared memory, so such a block frees its SM's shared memory and
     // registers for the next kernel's blocks at once instead of at the merge.
     const bool dead_exit = (S >> 22) & 1;
-    // bit 23 (option gemv_nl_defer_sums): a live block counted on its SM (bit 21) counts itself
-    // out again once its scores and weighted sums are written, so the fused-join product's _d2
-    // blocks on that SM (gemv_loop's DEFER 2) wait only for those shared-memory stages
-    const bool sdec = smc && ((S >> 23) & 1);
     S &= 0xffff;
     if (HD) {
         hd = HD;
@@ -2659,7 +2627,6 @@ __device__ __forceinline__ void rope_attention_body(
         STAGE_MARK(inv, 4);
         BLOCK_ATTENDED();
         cluster_sync(); // every split's partials written
-        if (sdec && threadIdx.x == 0) sm_count_out();
         STAGE_MARK(inv, 5);
         const int c_lo = multi && s_lo < s / ATS_MAXS * ATS_MAXS ? s / ATS_MAXS * ATS_MAXS : s_lo;
         const int c_hi = multi && s_hi > s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
@@ -2700,7 +2667,6 @@ __device__ __forceinline__ void rope_attention_body(
     // count in; the last of the group's non-empty splits merges them
     __threadfence();
     bsync(nt);
-    if (sdec && threadIdx.x == 0) sm_count_out();
     if (threadIdx.x == 0)
         ra_last = atomicAdd(counters + gy, 1u) == (unsigned)(s_hi - s_lo);
     bsync(nt);
