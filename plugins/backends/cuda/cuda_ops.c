@@ -1472,7 +1472,8 @@ static weft_status mlp_launch(cuda_backend *b, uint32_t dt, CUdeviceptr xp, CUde
     const char *name = b->gemv_x_async ? "weft_gemv_mlp_nlp_xa_1" : "weft_gemv_mlp_nlp_xs_1";
     CUfunction f;
     TRY(kern(b, dt, dt, name, &f, err));
-    unsigned xs = (unsigned)((2 * D > F ? 2 * D : F) * (int)elem_size(dt)), g1, g2;
+    /* gemv_x_addnorm's row, norm weights and res, then h */
+    unsigned xs = (unsigned)((3 * D > F ? 3 * D : F) * (int)elem_size(dt)), g1, g2;
     int S = cuda_gemv_split(D), Sd = cuda_gemv_split(F), per, perd;
     TRY(gemv_lp_grid(b, f, 256, xs, F, S, &g1, &per, err));
     TRY(gemv_lp_grid(b, f, 256, xs, D, Sd, &g2, &perd, err));
@@ -1517,16 +1518,18 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
     }
     if (one) {
         unsigned xs = gemv_xs_bytes(b, sw, 1, D, dt);
-        /* option gemv_nl_defer: the _d forms (core.cu gemv_loop's DEFER) */
-        static const char *const nlnames[2][2] = {
-            {"weft_gemv_nlp_xs_1", "weft_gemv_swiglu_nlp_xs_1"},
-            {"weft_gemv_nlp_xs_d_1", "weft_gemv_swiglu_nlp_xs_d_1"}};
-        const char *name = nlnames[b->gemv_nl_defer != 0][sw != 0];
+        /* option gemv_nl_defer: the gate|up product's _d form (core.cu gemv_loop's DEFER), the
+         * fold that runs right after o and so beside the fused attention's last blocks; a
+         * linear fold (q|k|v, after down) never shares an SM with a live attention block and
+         * keeps the plain form (40 registers, six blocks an SM, where the _d one takes 48) */
+        const char *name = !sw                ? "weft_gemv_nlp_xs_1"
+                           : b->gemv_nl_defer ? "weft_gemv_swiglu_nlp_xs_d_1"
+                                              : "weft_gemv_swiglu_nlp_xs_1";
         CUfunction f;
         TRY(kern(b, dt, dt, name, &f, err));
         int S = cuda_gemv_split(D), per;
         unsigned lp;
-        xs *= 2; /* the row, then the norm weights */
+        xs *= 3; /* the row, the norm weights, then res (core.cu gemv_x_addnorm) */
         TRY(gemv_lp_grid(b, f, 256, xs, N, S, &lp, &per, err));
         if (sw) {
             void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &op, &N, &D, &S, &per};

@@ -1220,17 +1220,20 @@ __device__ __forceinline__ void lp_group(const act *x, const wgt *w0, const wgt 
 // 1024 threads for rows of 1,024 to 4,096 elements (cuda_ops.c norm_block): each sum of squares
 // is virtual thread t's (t = threadIdx.x + k NT, elements t, t + 1024, ... in that order, then
 // block_sum over 1024 / NT virtual threads a thread), each r and y the same expression. The
-// row moves as 16-byte vectors: the norm weights by cp.async into the shared memory after the
-// row (ws) before the wait (no kernel writes them), x and res through registers after it; the
-// sums and the normalisation read r back from shared memory, so neither the weights nor r hold
-// registers beside the product's first batch of weights. The norm weights share the
-// activations' dtype (cuda_ops.c launches it only so, with 2 D elements of shared memory).
+// row moves as 16-byte vectors by cp.async, so it holds no registers beside the product's first
+// batch of weights: the norm weights into the shared memory after the row (ws) before the wait
+// (no kernel writes them), x into the row's place (xs) and res after ws after it; each thread
+// adds the vectors it copied (no barrier between), and the sums and the normalisation read r
+// back from shared memory. (Through registers, x and res took fuse.norm_linear's one-row
+// kernels from 40 to 48 registers, five blocks an SM instead of six.) The norm weights share
+// the activations' dtype (cuda_ops.c launches it only so, with 3 D elements of shared memory).
 template <int NT>
 __device__ __forceinline__ const act *gemv_x_addnorm(const act *x, const act *res, const wgt *wn,
                                                      act *r, int D, float eps) {
     extern __shared__ __align__(16) unsigned char gemv_xs[];
     act *xs = (act *)gemv_xs;
     wgt *ws = (wgt *)(xs + D);
+    act *rsm = (act *)(ws + D);
     constexpr int E = 16 / sizeof(act), MV = 4096 / E / NT, KV = 1024 / NT;
     const int nvec = D / E;
 #pragma unroll
@@ -1239,22 +1242,22 @@ __device__ __forceinline__ const act *gemv_x_addnorm(const act *x, const act *re
         if (q < nvec) cp_async<16>(ws + q * E, wn + q * E);
     }
     pdl_enter();
-    uint4 xv[MV], rv[MV];
 #pragma unroll
     for (int j = 0; j < MV; j++) {
         const int q = threadIdx.x + j * NT;
         if (q < nvec) {
-            xv[j] = ((const uint4 *)x)[q];
-            rv[j] = ((const uint4 *)res)[q];
+            cp_async<16>(xs + q * E, x + q * E);
+            cp_async<16>(rsm + q * E, res + q * E);
         }
     }
+    cp_async_wait_all();
 #pragma unroll
     for (int j = 0; j < MV; j++) {
         const int q = threadIdx.x + j * NT;
         if (q < nvec) {
             float a[E], b[E];
-            unpack_vec16<WEFT_TA>(xv[j], a);
-            unpack_vec16<WEFT_TA>(rv[j], b);
+            unpack_vec16<WEFT_TA>(((const uint4 *)xs)[q], a);
+            unpack_vec16<WEFT_TA>(((const uint4 *)rsm)[q], b);
             __align__(16) act o[E];
 #pragma unroll
             for (int e = 0; e < E; e++) A::st(o, e, A::round(a[e] + b[e]));
@@ -1262,7 +1265,6 @@ __device__ __forceinline__ const act *gemv_x_addnorm(const act *x, const act *re
             if (r) ((uint4 *)r)[q] = *(const uint4 *)o;
         }
     }
-    cp_async_wait_all();
     bsync(NT);
     float ss[KV];
 #pragma unroll
@@ -1496,18 +1498,18 @@ WEFT_GEMV_LP(, false, false)
 WEFT_GEMV_LP(_xs, true, false)
 WEFT_GEMV_LP(_xa, true, true)
 // fuse.norm_linear at one row (cuda_ops.c op_norm_linear): the residual join, then the looped
-// product with x in shared memory, a LINEAR and gate|up + SwiGLU; the _d forms with gemv_loop's
-// DEFER (option gemv_nl_defer: the first batch after the wait on an SM that a live block of the
-// fused attention shares).
-#define WEFT_GEMV_NLP(SUF, DEFER)                                                                  \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
-        weft_gemv_nlp_xs##SUF##_1(const act *x, const act *res, const wgt *wn, act *r, float eps,  \
-                                  const wgt *w, const wgt *bias, void *y, int out_f32, int N,      \
-                                  int K, int S, int per) {                                         \
-        ABLATE(4);                                                                                 \
-        gemv_loop<1, true, GEMV_THREADS, true, false, DEFER>(x, w, nullptr, bias, y, out_f32, N,  \
-                                                             K, S, per, res, wn, r, eps);         \
-    }                                                                                              \
+// product with x in shared memory, a LINEAR and gate|up + SwiGLU; gate|up's _d form with
+// gemv_loop's DEFER (option gemv_nl_defer: the first batch after the wait on an SM that a live
+// block of the fused attention shares; the LINEAR fold, q|k|v after down, never runs there).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    weft_gemv_nlp_xs_1(const act *x, const act *res, const wgt *wn, act *r, float eps,
+                       const wgt *w, const wgt *bias, void *y, int out_f32, int N, int K, int S,
+                       int per) {
+    ABLATE(4);
+    gemv_loop<1, true, GEMV_THREADS, true>(x, w, nullptr, bias, y, out_f32, N, K, S, per, res, wn,
+                                           r, eps);
+}
+#define WEFT_GEMV_SWIGLU_NLP(SUF, DEFER)                                                           \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_swiglu_nlp_xs##SUF##_1(const act *x, const act *res, const wgt *wn, act *r,      \
                                          float eps, const wgt *wg, const wgt *wu, act *y, int F,   \
@@ -1516,8 +1518,8 @@ WEFT_GEMV_LP(_xa, true, true)
         gemv_loop<2, true, GEMV_THREADS, true, false, DEFER>(x, wg, wu, nullptr, y, 0, F, K, S,   \
                                                              per, res, wn, r, eps);               \
     }
-WEFT_GEMV_NLP(, false)
-WEFT_GEMV_NLP(_d, true)
+WEFT_GEMV_SWIGLU_NLP(, false)
+WEFT_GEMV_SWIGLU_NLP(_d, true)
 #define WEFT_GEMV_MLP(SUF, XA)                                                                     \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_mlp_nlp##SUF##_1(const act *x, const act *res, const wgt *wn, act *r, float eps, \
