@@ -2310,46 +2310,46 @@ __device__ __noinline__ void ra_merge_groups(const float *src, long hstride, lon
 // loads; after the copies' wait and a barrier the later stages read them there (ra_row,
 // ra_v_from_raw), with no stage converting them first. The other forms: the element loops of
 // A::ld straight into X and vlast.
+// raw's piece i of U elements (rows of hd / U pieces: the G q heads from h0, the k head, then,
+// past nx pieces, the v row): where it comes from in the q|k|v rows
+template <int U>
+__device__ __forceinline__ const act *ra_piece_src(const act *qsrc, const act *ksrc,
+                                                   const act *vsrc, int i, int nx, int g, int h0,
+                                                   int G, int hd) {
+    const int rv = hd / U, hh = i / rv;
+    return i >= nx  ? vsrc + (long)g * hd + (long)(i - nx) * U
+           : hh < G ? qsrc + (long)(h0 + hh) * hd + (long)(i % rv) * U
+                    : ksrc + (long)g * hd + (long)(i % rv) * U;
+}
 template <bool CP>
 __device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, const act *vsrc,
                                              act *vc, int g, int h0, int G, int hd, int nh,
                                              bool own, bool kw, long prow, bool rawok, act *raw,
                                              float *X, act *vlast, int nt) {
-    if (CP && !rawok) {
-        const int nx = nh * hd;
-        #pragma unroll 1
-        for (int i = threadIdx.x; i < nx + (own ? hd : 0); i += nt) {
-            const int hh = i / hd, e = i % hd;
-            raw[i] = i >= nx  ? vsrc[(long)g * hd + (i - nx)]
-                     : hh < G ? qsrc[(long)(h0 + hh) * hd + e]
-                              : ksrc[(long)g * hd + e];
-        }
-        return;
-    }
-    if (rawok) {
-        const int AV = 16 / (int)sizeof(act), rv = hd / AV;
-        const int nx = nh * rv, ntot = nx + (own ? rv : 0);
+    if constexpr (CP) { // raw: by cp.async in 16-byte pieces (rawok), else element by element
+        constexpr int AV = 16 / (int)sizeof(act);
+        const int U = rawok ? AV : 1, nx = nh * (hd / U), ntot = nx + (own ? hd / U : 0);
         #pragma unroll 1
         for (int i = threadIdx.x; i < ntot; i += nt) {
-            const int hh = i / rv;
-            cp_async<16>(raw + (long)i * AV,
-                       i >= nx  ? vsrc + (long)g * hd + (i - nx) * AV
-                       : hh < G ? qsrc + (long)(h0 + hh) * hd + (i % rv) * AV
-                                : ksrc + (long)g * hd + (i % rv) * AV);
+            if (rawok)
+                cp_async<16>(raw + (long)i * AV,
+                             ra_piece_src<AV>(qsrc, ksrc, vsrc, i, nx, g, h0, G, hd));
+            else
+                raw[i] = *ra_piece_src<1>(qsrc, ksrc, vsrc, i, nx, g, h0, G, hd);
         }
-        return;
-    }
-    #pragma unroll 1
-    for (int i = threadIdx.x; i < nh * hd; i += nt) {
-        int hh = i / hd, e = i % hd;
-        X[i] = hh < G ? A::ld(qsrc, (long)(h0 + hh) * hd + e) : A::ld(ksrc, (long)g * hd + e);
-    }
-    if (own) {
+    } else {
         #pragma unroll 1
-        for (int i = threadIdx.x; i < hd; i += nt) {
-            const act v = vsrc[(long)g * hd + i];
-            vlast[i] = v;
-            if (kw) vc[prow + i] = v;
+        for (int i = threadIdx.x; i < nh * hd; i += nt) {
+            int hh = i / hd, e = i % hd;
+            X[i] = hh < G ? A::ld(qsrc, (long)(h0 + hh) * hd + e) : A::ld(ksrc, (long)g * hd + e);
+        }
+        if (own) {
+            #pragma unroll 1
+            for (int i = threadIdx.x; i < hd; i += nt) {
+                const act v = vsrc[(long)g * hd + i];
+                vlast[i] = v;
+                if (kw) vc[prow + i] = v;
+            }
         }
     }
 }
