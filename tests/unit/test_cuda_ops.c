@@ -35,21 +35,21 @@ static const weft_backend_vtable *be;
  * rows, x in shared memory), attn_hd off too; the others keep attn_hd's default (on: the fused
  * attention's cluster forms compiled for heads of 64 and 128 dims). [2] [1]'s options with
  * smem_carveout 100 and gemv_nl_defer (fuse.norm_linear's _d forms beside the carveout), attn_hd
- * at its default, [3] [0]'s first
- * four plus gemv_stage 96 (the T = 1 GEMVs stage their weights in shared memory), prefill_tc off
- * (prefill attention on CUDA cores), attn_mc4_from 512 (the fused attention's four-block cluster
- * forms past 512 positions), attn_qsplit 4 (its q heads of a kv head over up to four blocks) and
- * attn_hd set, [4] [0]'s first four plus gemv_loop 2 (the looped form reading x through L1) and
- * gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and the 12,803-row product, one
- * block a row group), [5] and [6] [1]'s options (attn_hd at its default) with gemv_loop_warps 24
- * and 32 (the looped forms in blocks of 24 and 32 warps; [6] also with attn_hd set; [5] also with
- * gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit and join_l2 64 from 256 extra
- * blocks), [7] [1]'s options (attn_hd at its default) with gemv_x_async (the looped forms copy x by
- * cp.async), attn_qsplit 2 (the fused attention's q heads of a kv head over two blocks),
- * attn_cluster_policy 1 (its clusters spread over distinct SMs), gemv_l2_rest 64, gemv_l2_sm,
- * gemv_l2_join 48, attn_bucket_min 128 (its split grid over buckets down to 128 positions), join_l2
- * 16, attn_hd set and gemv_nl_defer (the fused join's products in their _d forms), each with its op
- * table. All retain the device's primary context, so tensors of one are valid in another's ops. */
+ * at its default, [3] [0]'s first four plus gemv_stage 96 (the T = 1 GEMVs stage their weights in
+ * shared memory), prefill_tc off (prefill attention on CUDA cores), attn_mc4_from 512 (the fused
+ * attention's four-block cluster forms past 512 positions), attn_qsplit 4 (its q heads of a kv head
+ * over up to four blocks) and attn_hd set, [4] [0]'s first four plus gemv_loop 2 (the looped form
+ * reading x through L1) and gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and
+ * the 12,803-row product, one block a row group), [5] and [6] [1]'s options (attn_hd at its
+ * default) with gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [6] also
+ * with attn_hd set; [5] also with gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit
+ * and join_l2 64 from 256 extra blocks), [7] [1]'s options (attn_hd at its default) with
+ * gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused attention's q heads
+ * of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread over distinct SMs),
+ * gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split grid over buckets
+ * down to 128 positions), join_l2 16, attn_hd set and gemv_nl_defer (the fused join's products in
+ * their _d forms), each with its op table. All retain the device's primary context, so tensors of
+ * one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];

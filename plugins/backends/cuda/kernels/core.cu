@@ -2303,13 +2303,6 @@ __device__ __noinline__ void ra_merge_groups(const float *src, long hstride, lon
     }
 }
 
-// The group's G q heads and the k head (nh rows of hd) and, for the block that holds row p
-// (own), the v row. CP (the attn_cp forms): copied as stored into raw (nh + 1 rows of hd), with
-// 16-byte operands (rawok) by cp.async, every copy of the block in flight at once and no
-// registers held while they arrive (the staging's K/V loads are held then), else by element
-// loads; after the copies' wait and a barrier the later stages read them there (ra_row,
-// ra_v_from_raw), with no stage converting them first. The other forms: the element loops of
-// A::ld straight into X and vlast.
 // raw's piece i of U elements (rows of hd / U pieces: the G q heads from h0, the k head, then,
 // past nx pieces, the v row): where it comes from in the q|k|v rows
 template <int U>
@@ -2321,6 +2314,13 @@ __device__ __forceinline__ const act *ra_piece_src(const act *qsrc, const act *k
            : hh < G ? qsrc + (long)(h0 + hh) * hd + (long)(i % rv) * U
                     : ksrc + (long)g * hd + (long)(i % rv) * U;
 }
+// The group's G q heads and the k head (nh rows of hd) and, for the block that holds row p
+// (own), the v row. CP (the attn_cp forms): copied as stored into raw (nh + 1 rows of hd), with
+// 16-byte operands (rawok) by cp.async, every copy of the block in flight at once and no
+// registers held while they arrive (the staging's K/V loads are held then), else by element
+// loads; after the copies' wait and a barrier the later stages read them there (ra_row,
+// ra_v_from_raw), with no stage converting them first. The other forms: the element loops of
+// A::ld straight into X and vlast.
 template <bool CP>
 __device__ __forceinline__ void ra_load_rows(const act *qsrc, const act *ksrc, const act *vsrc,
                                              act *vc, int g, int h0, int G, int hd, int nh,
