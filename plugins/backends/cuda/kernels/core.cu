@@ -1728,11 +1728,12 @@ extern "C" __global__ void weft_copy_words(const unsigned *src, unsigned *dst, i
 // splits. S comes from max_seq (not the step's positions) so a captured graph stays valid as the
 // context grows; splits past a row's position exit at once.
 // Work distribution (docs/perf/fuse-rope-attention.md): every thread of the block takes a
-// (head, position) score and then a (head, 4 dims) slice of the weighted sum, so all warps are
-// busy whatever G is, and each serial chain reads 16-byte vectors from shared memory. The
-// arithmetic is the earlier one-warp-per-head kernel's: each score one FMA chain over the head
-// dims in ascending order, each weighted sum one FMA chain over the positions in ascending
-// order, the softmax of a head by one warp with lane l holding positions l and l + 32.
+// (head, position) score and then a (chain, head, 4 dims) slice of the weighted sum, so all
+// warps are busy whatever G is, and each serial chain reads vectors from shared memory. The
+// arithmetic (ats_attend): each score four FMA chains over the head dims, each weighted sum
+// ATS_PVQ chains over interleaved positions added in order (docs/perf/batch1.md, session of
+// 2026-12-04 11:46 UTC), the softmax of a head by one warp with lane l holding positions l and
+// l + 32.
 // fuse.rope_attention's kernel (weft_rope_attention below) runs the same stages, so both give
 // the same bits.
 #define ATS_CHUNK 64
@@ -1829,6 +1830,14 @@ __device__ __forceinline__ void ats_stage(const act *kc, const act *vc, long bas
 // The chunk's attention for the G heads of a group, from qs (G, hd: scaled queries) and the n
 // staged rows; the block's threads all synchronised before. Writes head h's partial (acc[hd],
 // m, l) at part[o0 + h * hstride].
+// The order of every sum depends on hd alone (not on G, nt or n), so any q-head split of a kv
+// head and the persistent kernel's thread counts give the same bits:
+// - a score: four FMA chains over the head dims (dims 4e, 4e + 1, 4e + 2, 4e + 3 of every 16
+//   bytes), then (c0 + c1) + (c2 + c3);
+// - a weighted sum: ATS_PVQ chains over the positions (chain q takes positions q, q + ATS_PVQ,
+//   ...), each into the staged K area (free once the scores are in ps), then the chains added
+//   in ascending q.
+#define ATS_PVQ 4
 __device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const act *vs,
                                            float *ps, float *part, long o0, long hstride, int G,
                                            int hd, int n, int nt) {
@@ -1842,18 +1851,19 @@ __device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const
         if (j < n) {
             const float4 *qv = (const float4 *)(qs + h * hd);
             const act *kv = ks + j * kst;
-            d = 0.f;
+            float c0 = 0.f, c1 = 0.f, c2 = 0.f, c3 = 0.f;
             #pragma unroll 1
             for (int e = 0; e < h4; e += 8) {
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
                     float4 a = qv[e + u], b = ats_ld4(kv + 4 * (e + u));
-                    d = fmaf(a.x, b.x, d);
-                    d = fmaf(a.y, b.y, d);
-                    d = fmaf(a.z, b.z, d);
-                    d = fmaf(a.w, b.w, d);
+                    c0 = fmaf(a.x, b.x, c0);
+                    c1 = fmaf(a.y, b.y, c1);
+                    c2 = fmaf(a.z, b.z, c2);
+                    c3 = fmaf(a.w, b.w, c3);
                 }
             }
+            d = (c0 + c1) + (c2 + c3);
         }
         ps[h * ATS_CHUNK + j] = d;
     }
@@ -1880,14 +1890,18 @@ __device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const
         }
     }
     bsync(nt);
-    // weighted sums: thread -> (head, 4 consecutive dims), one chain per dim over the positions
+    // weighted sums: thread -> (chain q, head, 4 consecutive dims); chain q's sums of the G * hd
+    // outputs go to cb[q] (float4 a thread), 16-byte aligned at the staged K area's start
+    float4 *cb = (float4 *)const_cast<act *>(ks);
+    const int items = G * h4;
     #pragma unroll 1
-    for (int i = threadIdx.x; i < G * h4; i += nt) {
-        int h = i / h4, d = (i % h4) * 4;
+    for (int i = threadIdx.x; i < ATS_PVQ * items; i += nt) {
+        int q = i / items, it = i % items;
+        int h = it / h4, d = (it % h4) * 4;
         const float *pr = ps + h * ATS_CHUNK;
         float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll 4
-        for (int j = 0; j < n; j++) {
+        for (int j = q; j < n; j += ATS_PVQ) {
             float w = pr[j];
             float4 v = ats_ld4(vs + j * hd + d);
             a0 = fmaf(w, v.x, a0);
@@ -1895,11 +1909,26 @@ __device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const
             a2 = fmaf(w, v.z, a2);
             a3 = fmaf(w, v.w, a3);
         }
+        cb[i] = make_float4(a0, a1, a2, a3);
+    }
+    bsync(nt);
+    #pragma unroll 1
+    for (int it = threadIdx.x; it < items; it += nt) {
+        int h = it / h4, d = (it % h4) * 4;
+        float4 t = cb[it];
+#pragma unroll
+        for (int q = 1; q < ATS_PVQ; q++) {
+            float4 u = cb[q * items + it];
+            t.x += u.x;
+            t.y += u.y;
+            t.z += u.z;
+            t.w += u.w;
+        }
         float *dst = part + o0 + h * hstride + d;
-        dst[0] = a0;
-        dst[1] = a1;
-        dst[2] = a2;
-        dst[3] = a3;
+        dst[0] = t.x;
+        dst[1] = t.y;
+        dst[2] = t.z;
+        dst[3] = t.w;
     }
 }
 
