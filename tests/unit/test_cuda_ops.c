@@ -47,9 +47,10 @@ static const weft_backend_vtable *be;
  * gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused attention's q heads
  * of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread over distinct SMs),
  * gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split grid over buckets
- * down to 128 positions), join_l2 16, attn_hd set and gemv_nl_defer (the fused join's products in
- * their _d forms), each with its op table. All retain the device's primary context, so tensors of
- * one are valid in another's ops. */
+ * down to 128 positions), join_l2 16, attn_hd set, gemv_nl_defer (the fused join's products in
+ * their _d forms), attn_smem_min 120 (its blocks one an SM) and norm_sum_all (block_sum's last
+ * step by every warp), each with its op table. All retain the device's primary context, so tensors
+ * of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
@@ -1907,7 +1908,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[19] = {
+        weft_option kopt[21] = {
             opt[0],
             opt[1],
             opt[2],
@@ -1986,6 +1987,11 @@ static int setup(void **state) {
              * their first weights after the wait (the _d kernels) */
             nk = 19;
             kopt[18] = (weft_option){.key = "gemv_nl_defer", .type = WEFT_OPTION_BOOL, .i = 1};
+            /* the attention's blocks asking for 120 KiB of shared memory (one an SM), the norms'
+             * sums finished by every warp */
+            nk = 21;
+            kopt[19] = (weft_option){.key = "attn_smem_min", .type = WEFT_OPTION_INT, .i = 120};
+            kopt[20] = (weft_option){.key = "norm_sum_all", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {

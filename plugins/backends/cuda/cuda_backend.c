@@ -387,6 +387,7 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->trace = opt_int(host, opts, "trace", 0) != 0;
     b->prefill_tc = opt_int(host, opts, "prefill_tc", 1) != 0;
     b->gemv_x_async = opt_int(host, opts, "gemv_x_async", 0) != 0;
+    b->norm_sum_all = opt_int(host, opts, "norm_sum_all", 0) != 0;
     b->gemv_l2_sm = opt_int(host, opts, "gemv_l2_sm", 0) != 0;
     b->gemv_l2_first = opt_int(host, opts, "gemv_l2_first", 0) != 0;
     b->attn_dead_exit = opt_int(host, opts, "attn_dead_exit", 0) != 0;
@@ -423,6 +424,10 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          " (cluster scheduling policy of the fused attention: 0 "
          "the default, 1 spread, 2 load balancing)",
          &b->attn_cluster_policy},
+        {"attn_smem_min", 0, 0, 227,
+         " (KiB: the fused attention's shared memory a block at least this, so that fewer of "
+         "its blocks share an SM; 0: as its layout needs)",
+         &b->attn_smem_min},
         {"gemv_l2_rest", 0, 0, 64,
          " (KiB of its rows past its first group each block of the looped product after the "
          "fused attention loads into L2 before its wait, one 4-byte load a thread every 256 "

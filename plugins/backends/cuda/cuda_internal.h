@@ -141,6 +141,11 @@ typedef struct cuda_backend {
      * fused attention's): 0 the driver's default, 1 spread (a cluster's blocks on distinct
      * SMs), 2 load balancing (CU_CLUSTER_SCHEDULING_POLICY_*) */
     int attn_cluster_policy;
+    /* option attn_smem_min (KiB, 0 = off): the fused attention's dynamic shared memory at least
+     * this much, so that at most (the SM's shared memory / it) of its blocks share an SM */
+    int attn_smem_min;
+    /* option norm_sum_all: core.cu block_sum's last step by every warp (WEFT_NORM_SUM_ALL) */
+    int norm_sum_all;
     /* weft_copy_words of modules[0] (cb_copy's small copies from pinned memory), looked up at
      * the first such copy after a module is loaded; NULL before */
     CUfunction f_copy_words;

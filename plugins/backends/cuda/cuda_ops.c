@@ -1276,6 +1276,9 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
          * gathers the partials in (core.cu, rope_attention_body's kvf) */
         unsigned smem = ats_smem(r.hd, cl ? elem_size(dt) : 4, 1, b->attn_cp,
                                  cl && !mc ? ATS_MAXG : G / qs);
+        /* option attn_smem_min: a floor on the request (placement only: the kernel uses the
+         * layout's share), so that fewer of its blocks fit an SM beside each other */
+        if (smem < (unsigned)b->attn_smem_min << 10) smem = (unsigned)b->attn_smem_min << 10;
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of the fused rope-attention kernel");
         CUdeviceptr vs = r.merged ? rows.vs : vin;

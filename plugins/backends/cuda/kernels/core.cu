@@ -100,6 +100,18 @@ template <int K> __device__ float block_sum(const float *v, int nt) {
         if (lane == 0) part[warp + k * (np >> 5)] = s;
     }
     bsync(np);
+#ifdef WEFT_NORM_SUM_ALL
+    // the backend's option norm_sum_all: every warp adds the warps' sums itself, in warp 0's
+    // order (the same bits in every warp), so no barrier and shared total follow the sum; the
+    // barrier after lets a later call rewrite part once every warp has read it. Measured: the
+    // joins faster, Qwen3-0.6B's step 9.6% slower as the attention's blocks then packed onto
+    // fewer SMs (docs/perf/batch1.md, session of 2026-12-04 11:46 UTC)
+    (void)total;
+    float s = lane < (nt >> 5) ? part[lane] : 0.f;
+    s = warp_sum(s);
+    bsync(np);
+    return s;
+#else
     if (warp == 0) {
         float s = lane < (nt >> 5) ? part[lane] : 0.f;
         s = warp_sum(s);
@@ -109,6 +121,7 @@ template <int K> __device__ float block_sum(const float *v, int nt) {
     float r = total;
     bsync(np);
     return r;
+#endif
 }
 
 // Programmatic dependent launch (Hopper, sm_90+). With the backend's option pdl the host
