@@ -104,8 +104,9 @@ template <int K> __device__ float block_sum(const float *v, int nt) {
     // the backend's option norm_sum_all: every warp adds the warps' sums itself, in warp 0's
     // order (the same bits in every warp), so no barrier and shared total follow the sum; the
     // barrier after lets a later call rewrite part once every warp has read it. Measured: the
-    // joins faster, Qwen3-0.6B's step 9.6% slower as the attention's blocks then packed onto
-    // fewer SMs (docs/perf/batch1.md, session of 2026-12-04 11:46 UTC)
+    // joins faster, Qwen3-0.6B's step 9.6% slower (the attention, o and down slowed; the
+    // attention's live blocks packed onto fewer SMs; docs/perf/batch1.md, session of 2026-12-04
+    // 11:46 UTC)
     (void)total;
     float s = lane < (nt >> 5) ? part[lane] : 0.f;
     s = warp_sum(s);
