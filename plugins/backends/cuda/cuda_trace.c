@@ -150,6 +150,40 @@ static void report_gemv(CUmodule mod) {
     }
 }
 
+/* The most live blocks an SM of each of the k launches before launch n (core.cu BLOCK_LIVE),
+ * oldest first, and each packing's launches with their mean time from block (0, 0, 0) passing
+ * its wait to the merge done (stages 8 and 6 of t): whether the launches whose live blocks share
+ * SMs are the slow ones. */
+static void report_packing(CUmodule mod, unsigned long long t[64][9], unsigned n, size_t k) {
+    unsigned pack[64];
+    CUdeviceptr pp;
+    size_t pb;
+    if (cuModuleGetGlobal(&pp, &pb, mod, "weft_trace_pack") != CUDA_SUCCESS || pb != sizeof(pack) ||
+        cuMemcpyDtoH(pack, pp, sizeof(pack)) != CUDA_SUCCESS)
+        return;
+    enum { MAXP = 8 };
+    if (k > 32) k = 32; /* a slot is cleared 32 launches after its own */
+    double us[MAXP + 1] = {0};
+    unsigned cnt[MAXP + 1] = {0};
+    char seq[65];
+    size_t ns = 0;
+    for (size_t i = k; i-- > 0;) {
+        unsigned slot = (n - 1 - (unsigned)i) % 64, p = pack[slot] > MAXP ? MAXP : pack[slot];
+        seq[ns++] = p < 10 ? (char)('0' + p) : '+';
+        cnt[p]++;
+        us[p] += ((double)t[slot][6] - (double)t[slot][8]) / 1e3;
+    }
+    seq[ns] = 0;
+    fprintf(stderr,
+            "weft_rope_attention live blocks an SM, most of each of its last %zu launches "
+            "(oldest first): %s\n",
+            k, seq);
+    for (unsigned p = 0; p <= MAXP; p++)
+        if (cnt[p])
+            fprintf(stderr, "  at most %u%s an SM: %u launches, wait -> merge done %.2f us\n", p,
+                    p == MAXP ? " or more" : "", cnt[p], us[p] / cnt[p]);
+}
+
 /* The stages of weft_rope_attention's last `launches` launches (core.cu STAGE_MARK, marks in the
  * kernel's order below): mean time from the last block reaching one mark to the last block
  * reaching the next. */
@@ -188,6 +222,7 @@ static void report_stages(cuda_backend *b, size_t launches) {
                 late / k);
         for (int j = 0; j < 7; j++)
             fprintf(stderr, "  %-45s %7.2f\n", label[j], sum[j] / k);
+        report_packing(b->modules[m].mod, t, n, k);
     }
 }
 

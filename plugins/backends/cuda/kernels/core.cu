@@ -211,6 +211,34 @@ __device__ __forceinline__ unsigned trace_blk_id() {
         if (threadIdx.x == 0 && id_ < WEFT_TRACE_BLOCKS) weft_trace_blk[id_][1] = globaltimer();   \
     } while (0)
 #define STAGE_LAUNCH() (*(volatile unsigned *)&weft_trace_launch)
+// The most live blocks of one launch on one SM, for each of the last 64 launches (the stages'
+// slots): each live block counts itself on its SM in its launch's slot and raises the slot's
+// maximum to its count; block (0, 0, 0) of launch inv clears slot inv + 32, whose launch is long
+// done and which is not used for 32 more launches (cuda_trace.c report_stages sets each launch's
+// time beside it)
+extern "C" __device__ unsigned weft_trace_pack_sm[64][256];
+extern "C" __device__ unsigned weft_trace_pack[64];
+__device__ unsigned weft_trace_pack_sm[64][256];
+__device__ unsigned weft_trace_pack[64];
+#define BLOCK_LIVE(inv)                                                                            \
+    do {                                                                                           \
+        if (threadIdx.x == 0) {                                                                    \
+            unsigned sm_;                                                                          \
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                       \
+            unsigned c_ = atomicAdd(&weft_trace_pack_sm[(inv) % 64][sm_ & 255], 1u) + 1u;          \
+            atomicMax(&weft_trace_pack[(inv) % 64], c_);                                           \
+        }                                                                                          \
+    } while (0)
+#define PACK_CLEAR(inv)                                                                            \
+    do {                                                                                           \
+        if (trace_blk_id() == 0)                                                                   \
+            for (int i_ = threadIdx.x; i_ <= 256; i_ += blockDim.x) {                              \
+                if (i_ < 256)                                                                      \
+                    weft_trace_pack_sm[((inv) + 32) % 64][i_] = 0;                                 \
+                else                                                                               \
+                    weft_trace_pack[((inv) + 32) % 64] = 0;                                        \
+            }                                                                                      \
+    } while (0)
 #define STAGE_NEXT()                                                                               \
     do {                                                                                           \
         if (threadIdx.x == 0) atomicAdd(&weft_trace_launch, 1u);                                   \
@@ -248,6 +276,8 @@ __device__ __forceinline__ int gemv_trace_site(int N, int K) {
 #define BLOCK_START() ((void)0)
 #define BLOCK_ATTENDED() ((void)0)
 #define STAGE_LAUNCH() 0u
+#define BLOCK_LIVE(inv) ((void)(inv))
+#define PACK_CLEAR(inv) ((void)(inv))
 #define STAGE_NEXT() ((void)0)
 #define GEMV_MARK(site, j) ((void)(site))
 __device__ __forceinline__ int gemv_trace_site(int, int) { return -1; }
@@ -2461,6 +2491,7 @@ __device__ __forceinline__ void rope_attention_body(
     const unsigned inv = STAGE_LAUNCH(); // stage trace (trace builds): this launch's slot
     STAGE_MARK(inv, 0);
     BLOCK_START();
+    PACK_CLEAR(inv);
     // Before griddepcontrol.wait (pdl_enter, in the staging's mid() below) this kernel reads
     // only what no kernel of the step writes: the step's positions and kv slots (inputs the
     // engine copies in before the step) and the cache rows below p (earlier steps), so it may
@@ -2501,6 +2532,7 @@ __device__ __forceinline__ void rope_attention_body(
         return;
     }
     if (smc && threadIdx.x == 0) atomicAdd(sm_attn_slot(), 1u);
+    BLOCK_LIVE(inv);
     const bool own = s == s_hi;    // row p is this chunk's last
     const int nh = G + (own ? 1 : 0); // heads to normalise and rotate
     const long pstride = (long)hd + 2, hstride = (long)S * pstride;
