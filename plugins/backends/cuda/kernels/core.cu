@@ -229,10 +229,10 @@ __device__ unsigned weft_trace_pack[64];
             atomicMax(&weft_trace_pack[(inv) % 64], c_);                                           \
         }                                                                                          \
     } while (0)
-#define PACK_CLEAR(inv)                                                                            \
+#define PACK_CLEAR(inv, nt)                                                                        \
     do {                                                                                           \
         if (trace_blk_id() == 0)                                                                   \
-            for (int i_ = threadIdx.x; i_ <= 256; i_ += blockDim.x) {                              \
+            for (int i_ = threadIdx.x; i_ <= 256; i_ += (nt)) {                                    \
                 if (i_ < 256)                                                                      \
                     weft_trace_pack_sm[((inv) + 32) % 64][i_] = 0;                                 \
                 else                                                                               \
@@ -277,7 +277,7 @@ __device__ __forceinline__ int gemv_trace_site(int N, int K) {
 #define BLOCK_ATTENDED() ((void)0)
 #define STAGE_LAUNCH() 0u
 #define BLOCK_LIVE(inv) ((void)(inv))
-#define PACK_CLEAR(inv) ((void)(inv))
+#define PACK_CLEAR(inv, nt) ((void)(inv))
 #define STAGE_NEXT() ((void)0)
 #define GEMV_MARK(site, j) ((void)(site))
 __device__ __forceinline__ int gemv_trace_site(int, int) { return -1; }
@@ -2491,7 +2491,7 @@ __device__ __forceinline__ void rope_attention_body(
     const unsigned inv = STAGE_LAUNCH(); // stage trace (trace builds): this launch's slot
     STAGE_MARK(inv, 0);
     BLOCK_START();
-    PACK_CLEAR(inv);
+    PACK_CLEAR(inv, nt);
     // Before griddepcontrol.wait (pdl_enter, in the staging's mid() below) this kernel reads
     // only what no kernel of the step writes: the step's positions and kv slots (inputs the
     // engine copies in before the step) and the cache rows below p (earlier steps), so it may
