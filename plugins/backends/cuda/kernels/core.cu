@@ -91,7 +91,6 @@ __device__ __forceinline__ void bsync(int nt) {
 // every K, so a 1024-thread norm gives the same bits run by 256 threads (K = 4).
 template <int K> __device__ float block_sum(const float *v, int nt) {
     __shared__ float part[32];
-    __shared__ float total;
     int np = nt / K;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -107,12 +106,12 @@ template <int K> __device__ float block_sum(const float *v, int nt) {
     // joins faster, Qwen3-0.6B's step 9.6% slower (the attention, o and down slowed; the
     // attention's live blocks packed onto fewer SMs; docs/perf/batch1.md, session of 2026-12-04
     // 11:46 UTC)
-    (void)total;
     float s = lane < (nt >> 5) ? part[lane] : 0.f;
     s = warp_sum(s);
     bsync(np);
     return s;
 #else
+    __shared__ float total;
     if (warp == 0) {
         float s = lane < (nt >> 5) ? part[lane] : 0.f;
         s = warp_sum(s);
@@ -223,9 +222,7 @@ __device__ unsigned weft_trace_pack[64];
 #define BLOCK_LIVE(inv)                                                                            \
     do {                                                                                           \
         if (threadIdx.x == 0) {                                                                    \
-            unsigned sm_;                                                                          \
-            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                       \
-            unsigned c_ = atomicAdd(&weft_trace_pack_sm[(inv) % 64][sm_ & 255], 1u) + 1u;          \
+            unsigned c_ = atomicAdd(&weft_trace_pack_sm[(inv) % 64][sm_id() & 255], 1u) + 1u;      \
             atomicMax(&weft_trace_pack[(inv) % 64], c_);                                           \
         }                                                                                          \
     } while (0)
@@ -1882,7 +1879,7 @@ __device__ __forceinline__ void ats_stage(const act *kc, const act *vc, long bas
 //   ...), each into the staged K area (free once the scores are in ps), then the chains added
 //   in ascending q.
 #define ATS_PVQ 4
-__device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const act *vs,
+__device__ __forceinline__ void ats_attend(const float *qs, act *ks, const act *vs,
                                            float *ps, float *part, long o0, long hstride, int G,
                                            int hd, int n, int nt) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
@@ -1936,7 +1933,7 @@ __device__ __forceinline__ void ats_attend(const float *qs, const act *ks, const
     bsync(nt);
     // weighted sums: thread -> (chain q, head, 4 consecutive dims); chain q's sums of the G * hd
     // outputs go to cb[q] (float4 a thread), 16-byte aligned at the staged K area's start
-    float4 *cb = (float4 *)const_cast<act *>(ks);
+    float4 *cb = (float4 *)ks;
     const int items = G * h4;
     #pragma unroll 1
     for (int i = threadIdx.x; i < ATS_PVQ * items; i += nt) {
