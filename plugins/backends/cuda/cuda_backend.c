@@ -407,6 +407,11 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
         {"gemv_head_rows", 0, 0, 1 << 30,
          " (rows past which a batch-1 product runs one plain block a row group; 0: never)",
          &b->gemv_head_rows},
+        {"gemv_split_1024", 1, 1, 8,
+         " (warps a row of the batch-1 GEMVs at K <= 1,024: 1, 2, 4 or 8)", &b->gemv_split_1024},
+        {"gemv_split_2048", 2, 1, 8,
+         " (warps a row of the batch-1 GEMVs at 1,024 < K <= 2,048: 1, 2, 4 or 8)",
+         &b->gemv_split_2048},
         {"gemv_loop_warps", 8, 8, 32,
          " (warps a block of the looped GEMVs that read x from "
          "shared memory: 8, 16, 24 or 32)",
@@ -455,6 +460,12 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     weft_status e = read_int_opts(host, opts, ranged, sizeof(ranged) / sizeof(ranged[0]), err);
     if (e == WEFT_OK && b->attn_qsplit == 3)
         e = cuda_fail(err, WEFT_ERR_INVALID, "option attn_qsplit: 1, 2 or 4, got 3");
+    if (e == WEFT_OK && (b->gemv_split_1024 & (b->gemv_split_1024 - 1)))
+        e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_split_1024: 1, 2, 4 or 8, got %d",
+                      b->gemv_split_1024);
+    if (e == WEFT_OK && (b->gemv_split_2048 & (b->gemv_split_2048 - 1)))
+        e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_split_2048: 1, 2, 4 or 8, got %d",
+                      b->gemv_split_2048);
     if (e == WEFT_OK && b->gemv_loop_warps % 8) /* core.cu WEFT_GEMV_LPW's instances */
         e = cuda_fail(err, WEFT_ERR_INVALID, "option gemv_loop_warps: 8, 16, 24 or 32, got %d",
                       b->gemv_loop_warps);

@@ -87,6 +87,7 @@ typedef struct cuda_backend {
      * shared memory (option gemv_stage's staged form, where set, still comes first); 0 = every
      * product as the other options say */
     int gemv_head_rows;
+    int gemv_split_1024, gemv_split_2048; /* GEMV warps a row at K <= 1024, <= 2048 (0: rule) */
     /* option gemv_loop_warps: warps a block of the looped GEMVs with x in shared memory (8, 16,
      * 24, 32: core.cu weft_gemv_lp_xs_1, weft_gemv_lp_xs_w<warps>_1), so x is copied once for
      * that many warps' rows */
@@ -216,9 +217,9 @@ weft_status cuda_gemm(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w
 
 /* GEMV (cuda_ops.c): y (T,N) = x (T,K) w (N,K)^T [+ bias] for T <= 8 with the kernel of
  * core.cu; dt is the dtype of x, w and bias; y is f32 when out_f32, else dt. split = warps per
- * output row (1, 2, 4 or 8; 0 = cuda_gemv_split(K)). Returns WEFT_ERR_UNSUPPORTED when the
+ * output row (1, 2, 4 or 8; 0 = cuda_gemv_split(b, K)). Returns WEFT_ERR_UNSUPPORTED when the
  * shapes or alignment do not suit the kernel (the caller then uses cuda_gemm). */
-int cuda_gemv_split(int K);
+int cuda_gemv_split(const cuda_backend *b, int K); /* b may be NULL: the default rule */
 int cuda_gemv_fits(uint32_t dt, CUdeviceptr x, CUdeviceptr w, int T, int K);
 weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
                       CUdeviceptr y, int out_f32, uint32_t dt, int T, int N, int K, int split,

@@ -230,8 +230,11 @@ weft_status cuda_gemm(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w
  * warp per row up to K = 1024, two up to 2048, four up to 4096, eight beyond (Llama-3.2-1B's
  * down projection, K = 8192: 10.07 us at eight against 11.79 at four; host-launched it had
  * measured fastest at four, docs/perf/fuse.md, a figure bound by the host's launch rate). */
-int cuda_gemv_split(int K) {
-    return K <= 1024 ? 1 : K <= 2048 ? 2 : K <= 4096 ? 4 : 8;
+int cuda_gemv_split(const cuda_backend *b, int K) {
+    /* options gemv_split_1024 and gemv_split_2048: the rule's first two steps (measurements) */
+    if (K <= 1024) return b && b->gemv_split_1024 ? b->gemv_split_1024 : 1;
+    if (K <= 2048) return b && b->gemv_split_2048 ? b->gemv_split_2048 : 2;
+    return K <= 4096 ? 4 : 8;
 }
 
 /* Whether the GEMV kernel is the faster product for T rows of an (N, K) weight, from the
@@ -373,7 +376,7 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
         return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "gemv: T=%d K=%d dtype %u does not fit the "
                          "kernel (T <= 8, K a multiple of 16 bytes, 16-byte aligned operands)",
                          T, K, dt);
-    int S = split ? split : cuda_gemv_split(K);
+    int S = split ? split : cuda_gemv_split(b, K);
     if (S != 1 && S != 2 && S != 4 && S != 8)
         return cuda_fail(err, WEFT_ERR_INVALID, "gemv: split %d is not 1, 2, 4 or 8", S);
     int rows = 8 / S, rg = 0, maxv = 0;
@@ -546,7 +549,7 @@ static int join_pull_plan(cuda_backend *b, const weft_exec_ctx *c, const weft_no
     const weft_tensor *x = tin(c, m, 0), *w = tin(c, m, 1), *y = &g->tensors[m->out[0]];
     const int N = (int)w->shape[0], K = (int)w->shape[1];
     const CUdeviceptr pw = din(c, m, 1);
-    int S = cuda_gemv_split(K), rg = 0, maxv = 0;
+    int S = cuda_gemv_split(b, K), rg = 0, maxv = 0;
     if (!linear_gemv(b, din(c, m, 0), x->dtype, pw, w->dtype, y->dtype, 1, N, K) ||
         gemv_st_bytes(b, 1, 1, N, K, S, w->dtype, &rg, &maxv) || gemv_head(b, 1, N))
         return 0;
@@ -939,7 +942,7 @@ static weft_status swiglu_gemv(cuda_backend *b, const char *node, uint32_t tx, u
     if (!cuda_gemv_fits(tx, xp, wg, T, K) || wu % 16)
         return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "fuse.linear_swiglu %s: T=%d K=%d does not "
                          "fit the GEMV kernel (T <= 8, 16-byte rows)", node, T, K);
-    int S = cuda_gemv_split(K), rows = 8 / S, rg = 0, maxv = 0;
+    int S = cuda_gemv_split(b, K), rows = 8 / S, rg = 0, maxv = 0;
     CUfunction f;
     CK(cuCtxSetCurrent(b->ctx), "making the context current");
     unsigned stb = gemv_st_bytes(b, 2, T, F, K, S, tx, &rg, &maxv);
@@ -1387,7 +1390,7 @@ static weft_status op_linear_add_rmsnorm(void *st, const weft_exec_ctx *c, const
         cuda_gemv_fits(dt, xp, wp, 1, K)) {
         CUdeviceptr cnt;
         TRY(ln_counter(b, &cnt, err));
-        int S = cuda_gemv_split(K), rows = 8 / S, nt = (int)norm_block(N);
+        int S = cuda_gemv_split(b, K), rows = 8 / S, nt = (int)norm_block(N);
         unsigned xs = gemv_xs_bytes(b, 0, 1, K, dt);
         const char *name = xs ? "weft_gemv_norm_xs_1" : "weft_gemv_norm_1";
         TRY(kern(b, dt, dt, name, &f, err));
@@ -1477,7 +1480,7 @@ static weft_status mlp_launch(cuda_backend *b, uint32_t dt, CUdeviceptr xp, CUde
     TRY(kern(b, dt, dt, name, &f, err));
     /* gemv_x_addnorm's row, norm weights and res, then h */
     unsigned xs = (unsigned)((3 * D > F ? 3 * D : F) * (int)elem_size(dt)), g1, g2;
-    int S = cuda_gemv_split(D), Sd = cuda_gemv_split(F), per, perd;
+    int S = cuda_gemv_split(b, D), Sd = cuda_gemv_split(b, F), per, perd;
     TRY(gemv_lp_grid(b, f, 256, xs, F, S, &g1, &per, err));
     TRY(gemv_lp_grid(b, f, 256, xs, D, Sd, &g2, &perd, err));
     CUdeviceptr bar;
@@ -1530,7 +1533,7 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
                                               : "weft_gemv_swiglu_nlp_xs_1";
         CUfunction f;
         TRY(kern(b, dt, dt, name, &f, err));
-        int S = cuda_gemv_split(D), per;
+        int S = cuda_gemv_split(b, D), per;
         unsigned lp;
         xs *= 3; /* the row, the norm weights, then res (core.cu gemv_x_addnorm) */
         TRY(gemv_lp_grid(b, f, 256, xs, N, S, &lp, &per, err));

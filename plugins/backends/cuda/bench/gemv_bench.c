@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
                    : best == 2 ? "s2"
                    : best == 3 ? "s4"
                                : "s8",
-                   gbps, gbps / copy_gbps, maxrel, us[5], us[6], cuda_gemv_split(s->K));
+                   gbps, gbps / copy_gbps, maxrel, us[5], us[6], cuda_gemv_split(NULL, s->K));
             /* the same product as graph nodes, per split (the batch-1 step replays graphs) */
             double gt[5];
             int gbest = 1;

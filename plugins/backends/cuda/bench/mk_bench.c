@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         const shape *s = &shapes[si];
         if (strcmp(sel, "all") && !strstr(s->name, sel)) continue;
-        int S = cuda_gemv_split(s->K), rows = 8 / S;
+        int S = cuda_gemv_split(NULL, s->K), rows = 8 / S;
         uint64_t mbytes = (uint64_t)s->N * s->K * 2, wbytes = mbytes * (s->swiglu ? 2 : 1);
         int copies = (int)(pool_bytes / wbytes);
         uint32_t off = ((uint32_t)s->K * 2 + 127u) & ~127u;
