@@ -144,7 +144,9 @@ trace_decode() {
   rm -f "$out/trace-src.yaml"
 }
 # manifest $1 with the backend options map $2 ('-' or empty: unchanged), on stdout; the options
-# join a map the manifest already gives its backend (trace_decode's form included)
+# join a map the manifest already gives its backend (trace_decode's form included), which may
+# span lines (a flow map continued on the next line); a manifest whose backend is neither form
+# is an error (exit 1, nothing on stdout), never a silent run without the options
 with_options() {
   local o
   o=$(echo "${2:--}" | sed 's/^ *//; s/ *$//')
@@ -160,10 +162,14 @@ def merged(m):
     kept = [p.strip() for p in m.group(1).split(",") if p.strip()]
     kept = [p for p in kept if p.split(":")[0].strip() not in keys]
     return "backend: {name: cuda, options: {" + ", ".join(kept + pairs) + "}}"
-out, n = re.subn(r"^backend: \{name: cuda, options: \{(.*)\}\}$", merged, text, flags=re.M)
+out, n = re.subn(r"^backend: \{name: cuda, options: \{([^{}]*)\}\}[ \t]*$", merged, text,
+                 flags=re.M)
 if not n:
-    out = re.sub(r"^backend: cuda$", lambda m: "backend: {name: cuda, options: {" +
-                 ", ".join(pairs) + "}}", text, flags=re.M)
+    out, n = re.subn(r"^backend: cuda$", lambda m: "backend: {name: cuda, options: {" +
+                     ", ".join(pairs) + "}}", text, flags=re.M)
+if n != 1:
+    sys.exit(f"with_options: {sys.argv[1]}: no single 'backend: cuda' or 'backend: {{name: cuda, "
+             f"options: {{...}}}}' entry to take {o}")
 sys.stdout.write(out)
 PY
 }
