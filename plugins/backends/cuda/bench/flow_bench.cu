@@ -10,24 +10,29 @@
 //   rB  = rA + Wo . a
 //   h   = silu(Wg . n) * (Wu . n),  n = rmsnorm(rB)
 //   rA  = rB + Wd . h
-// One block an SM (cooperative launch), W consumer warps and one producer warp. Every block owns
-// a fixed share of every product's rows. The producer lane copies the block's rows of every
-// product of every layer, in program order, into a ring of shared memory (cp.async.bulk, a
-// piece of W rows x KP columns a slot, completion on the slot's mbarrier), waiting only for ring
-// space: weights never wait for activations. The consumers wait for a product's input through a
-// counter per (layer, stage) in global memory (every block adds one when its rows are stored),
-// stage the input vector (and its rmsnorm) in shared memory, take the pieces from the ring (warp
-// w = row w of a piece), and store the epilogue.
+// One block an SM (cooperative launch): W consumer warps, one producer warp and one optional L2
+// prefetch warp. Every block owns a fixed share (whole pairs of rows) of every product. The
+// producer lane copies the block's rows of every product of every layer, in program order, into a
+// ring of shared memory (cp.async.bulk, a piece of W / S rows x KP * S columns a slot, completion
+// on the slot's mbarrier), waiting only for ring space: weights never wait for activations. The
+// activations travel as 8-byte words of two bf16 values and a tag naming the (layer, stage) that
+// wrote them: a consumer polls the words of its input until every one carries the tag it needs
+// (no counters, no fences), stages them (times the norm's weights) in shared memory, takes the
+// pieces from the ring (warp w: row w / S of a piece, part w % S of its columns), and stores its
+// outputs as tagged words; the residual stays in f32 in the shared memory of the block that owns
+// its rows. With the prefetch warp (pf_pieces > 0) the same pieces are pulled into L2
+// (prefetch.global.L2, line by line) up to pf_pieces ahead of the producer.
 // Modes: chain (the real dependencies), free (no waits: streaming and arithmetic alone), copy (no
 // waits and no arithmetic: the inputs are still staged and the outputs stored), ring (the pieces
 // alone: consumers only wait for each piece and free it; the producer and the copy engine).
 // Checks: chain mode's final residual against simple reference kernels run one by one, which
 // round to bf16 where the probe does (relative to the largest value; must be under 5e-2: a
 // different summation order flips bf16 roundings, which compound over the layers to ~1e-2, while
-// a wrong row or piece moves the result by O(1); in f32 the same check read ~1e-6), outputs poisoned
-// first. Prints us a layer, the weights' rate, the fraction of the floor's rate (4,251 GB/s, the
-// rate the project's floors use) and each stage's time on the critical path (the latest block's
-// finish minus the previous stage's, the layers' mean).
+// a wrong row or piece moves the result by O(1); in f32 the same check read ~1e-6), outputs
+// poisoned first (NaN words under tag 0). Prints us a layer, the weights' rate, the fraction of
+// the floor's rate (4,251 GB/s, the rate the project's floors use), each stage's time on the
+// critical path (the latest block's finish minus the previous stage's, the layers' mean) and
+// block 0's phases of each stage.
 // Build: nvcc -O3 -std=c++17 -arch=sm_90a -o flow_bench flow_bench.cu
 // Run:   flow_bench [model|all] [reps]
 #include <cuda_runtime.h>
@@ -346,7 +351,10 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
             unsigned long long *tr = b == 0 && tid == 0 ? p.tr + (l * NS + s) * TR : nullptr;
             if (tr) tr[T_START] = gtimer();
             // the input: polled until every value carries its producer's tag, then its rmsnorm
-            const unsigned long long *x = s == S_QKV ? p.rA : s == S_O ? p.a : s == S_GU ? p.rB : p.h;
+            const unsigned long long *x = s == S_QKV ? p.rA
+                                          : s == S_O  ? p.a
+                                          : s == S_GU ? p.rB
+                                                      : p.h;
             const unsigned tin = s == S_QKV ? tag_of(p, l - 1, S_DOWN)
                                  : s == S_O ? tag_of(p, l, S_ATTN)
                                  : s == S_GU ? tag_of(p, l, S_O)
@@ -433,9 +441,10 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
                         for (int j = 0; j < q.S; j++) u[e] += part[(nr + row) * q.S + j];
                     o[e] *= inv, u[e] *= inv;
                 }
-                unsigned long long *dst = (s == S_QKV ? p.qkv : s == S_GU ? p.h : s == S_O ? p.rB
-                                                                                            : p.rA) +
-                                          q.r0 / 2 + t;
+                unsigned long long *dst = q.r0 / 2 + t + (s == S_QKV  ? p.qkv
+                                                          : s == S_GU ? p.h
+                                                          : s == S_O  ? p.rB
+                                                                      : p.rA);
                 if (s == S_QKV) st_ll(dst, o[0], o[1], tout);
                 else if (s == S_GU)
                     st_ll(dst, o[0] / (1.f + __expf(-o[0])) * u[0],
@@ -547,6 +556,7 @@ int main(int argc, char **argv) {
         {"Qwen3-8B", 4096, 4096, 1024, 12288, 36, 32},
     };
     unsigned epoch = 0;
+    int failed = 0; // a chain run whose check failed: exit status 1
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -701,18 +711,20 @@ int main(int argc, char **argv) {
             }
             qsort(ms, reps, sizeof(float), cmp_float);
             const double us_layer = ms[reps / 2] * 1e3 / p.L;
-            printf("  %-5s W %2d slot %2d KiB x %2d split %d defer %d L2 ahead %2d attn %4lld ns: %7.2f"
-                   " us a layer (min %.2f), %5.0f GB/s, %.3f of the floor",
+            printf("  %-5s W %2d slot %2d KiB x %2d split %d defer %d L2 ahead %2d attn %4lld ns: "
+                   "%7.2f us a layer (min %.2f), %5.0f GB/s, %.3f of the floor",
                    mode_name[v.mode], v.W, v.slot_kib, p.nslot, v.split, v.defer_norm, v.pf,
                    v.attn_ns, us_layer,
-                   ms[0] * 1e3 / p.L, layer_mb * 1e3 / us_layer, layer_mb / FLOOR_GBS * 1e3 / us_layer);
+                   ms[0] * 1e3 / p.L, layer_mb * 1e3 / us_layer,
+                   layer_mb / FLOOR_GBS * 1e3 / us_layer);
             if (v.mode == 0) {
                 printf("; check rel err %.2e %s\n    stages (us, critical path):", err,
                        err < 5e-2 ? "ok" : "FAIL");
+                failed |= !(err < 5e-2);
                 for (int s = 0; s < NS; s++) printf(" %s %.2f", stage_name[s], stage_us[s]);
             }
-            printf("\n    block 0 (us: input, first piece, pieces, stores; producer's first and last"
-                   " issue from the stage's start):");
+            printf("\n    block 0 (us: input, first piece, pieces, stores; producer's first and "
+                   "last issue from the stage's start):");
             for (int s = 0; s < NS; s++) {
                 if (s == S_ATTN) continue;
                 printf(" %s", stage_name[s]);
@@ -735,5 +747,5 @@ int main(int argc, char **argv) {
         CK(cudaFree(p.stamp));
         CK(cudaFree(p.tr));
     }
-    return 0;
+    return failed;
 }
