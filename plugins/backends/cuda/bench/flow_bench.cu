@@ -66,6 +66,7 @@ struct Params {
     unsigned long long *tr;    // block 0's phases, [L][NS][TR]
     int defer_norm;            // x * nw staged, the rmsnorm's scale applied to the outputs
     int pf_pieces;             // the prefetch warp's lead over the producer, pieces (0: off)
+    int nw_l2;                 // o and down pull the next norm's weights into L2 first
     float eps;
 };
 
@@ -361,6 +362,13 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
                                              : tag_of(p, l, S_GU);
             const bool norm = s == S_QKV || s == S_GU;
             const float *nw = (s == S_QKV ? p.n1 : p.n2) + (size_t)l * p.H;
+            if (p.nw_l2 && (s == S_O || (s == S_DOWN && l + 1 < p.L))) {
+                // the next norm's weights, into L2 while this stage waits for its input (the
+                // backend's kernels load theirs before griddepcontrol.wait)
+                const float *nx = s == S_O ? p.n2 + (size_t)l * p.H : p.n1 + (size_t)(l + 1) * p.H;
+                for (int k = tid * 32; k < p.H; k += nt * 32)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(nx + k));
+            }
             // deferred: x * nw staged now, the norm's scale applied to the outputs (red read
             // there); otherwise x staged, then scaled by the norm in a second pass
             float ss = stage_ll<W>(x, xs, q.K, tin, wait, norm && p.defer_norm ? nw : nullptr);
@@ -625,19 +633,20 @@ int main(int argc, char **argv) {
         }
         CK(cudaGetLastError());
         struct Variant {
-            int W, slot_kib, mode, split, defer_norm, pf;
+            int W, slot_kib, mode, split, defer_norm, pf, nw_l2;
             long long attn_ns;
         };
-        const Variant vs[] = { // W, slot KiB, mode, split, deferred norm, L2 lead, attention ns
-            {16, 32, 0, 1, 1, 0, 0},  {16, 32, 1, 1, 1, 0, 0}, {16, 32, 2, 1, 1, 0, 0},
-            {16, 32, 3, 1, 1, 0, 0},  {16, 32, 0, 1, 0, 0, 0}, {16, 32, 0, 0, 1, 0, 0},
-            {16, 32, 0, 1, 1, 0, 3000}, {16, 16, 3, 1, 1, 0, 0}, {16, 32, 0, 1, 1, 16, 0},
-            {16, 32, 2, 1, 1, 16, 0},
+        const Variant vs[] = { // W, slot KiB, mode, split, deferred norm, L2 lead, norm
+                               // weights into L2, attention ns
+            {16, 32, 0, 1, 1, 0, 0, 0},  {16, 32, 1, 1, 1, 0, 0, 0}, {16, 32, 2, 1, 1, 0, 0, 0},
+            {16, 32, 3, 1, 1, 0, 0, 0},  {16, 32, 0, 1, 1, 0, 1, 0}, {16, 32, 0, 1, 0, 0, 0, 0},
+            {16, 32, 0, 0, 1, 0, 0, 0},  {16, 32, 0, 1, 1, 0, 0, 3000},
+            {16, 16, 3, 1, 1, 0, 0, 0},  {16, 32, 0, 1, 1, 16, 0, 0},
         };
         const char *mode_name[4] = {"chain", "free", "copy", "ring"};
         for (const Variant &v : vs) {
             p.mode = v.mode, p.nattn = md.nattn, p.attn_ns = v.attn_ns, p.split = v.split;
-            p.defer_norm = v.defer_norm, p.pf_pieces = v.pf;
+            p.defer_norm = v.defer_norm, p.pf_pieces = v.pf, p.nw_l2 = v.nw_l2;
             p.slot_bytes = v.slot_kib * 1024;
             const int maxk = p.I > p.QD ? (p.I > p.H ? p.I : p.H) : (p.QD > p.H ? p.QD : p.H);
             const size_t xb = ((size_t)maxk * 2 + 127) & ~(size_t)127;
@@ -658,6 +667,7 @@ int main(int argc, char **argv) {
                 poison_ll<<<64, 256>>>(p.a, p.QD / 2, poison);
                 poison_ll<<<64, 256>>>(p.h, p.I / 2, poison);
                 CK(cudaMemset(p.stamp, 0, (p.L * NS + 1) * 8));
+                CK(cudaMemset(p.tr, 0, (size_t)p.L * NS * TR * 8));
                 CK(cudaEventRecord(e0));
                 if (v.W == 8) launch<8>(p, sms, smem);
                 else launch<16>(p, sms, smem);
@@ -711,9 +721,10 @@ int main(int argc, char **argv) {
             }
             qsort(ms, reps, sizeof(float), cmp_float);
             const double us_layer = ms[reps / 2] * 1e3 / p.L;
-            printf("  %-5s W %2d slot %2d KiB x %2d split %d defer %d L2 ahead %2d attn %4lld ns: "
-                   "%7.2f us a layer (min %.2f), %5.0f GB/s, %.3f of the floor",
+            printf("  %-5s W %2d slot %2d KiB x %2d split %d defer %d L2 ahead %2d nw %d attn %4lld "
+                   "ns: %7.2f us a layer (min %.2f), %5.0f GB/s, %.3f of the floor",
                    mode_name[v.mode], v.W, v.slot_kib, p.nslot, v.split, v.defer_norm, v.pf,
+                   v.nw_l2,
                    v.attn_ns, us_layer,
                    ms[0] * 1e3 / p.L, layer_mb * 1e3 / us_layer,
                    layer_mb / FLOOR_GBS * 1e3 / us_layer);
