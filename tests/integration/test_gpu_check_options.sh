@@ -2,7 +2,8 @@
 # tools/scripts/gpu-check.sh's with_options, which writes the variants of a kernel A/B (a
 # manifest with a map of backend options merged in): a key the manifest already sets takes the
 # map's value instead of appearing twice (which the manifest parser refuses), new keys are
-# appended, a plain `backend: cuda` gets the map, and '-' copies the manifest unchanged. Where
+# appended, a plain `backend: cuda` gets the map, a map over two lines is taken as one, a manifest
+# with no cuda backend is refused, and '-' copies the manifest unchanged. Where
 # the build has the cuda plugin, each result is frozen with `weft candidate freeze` (no GPU
 # needed) and the lock holds the merged values.
 set -euo pipefail
@@ -35,6 +36,27 @@ with_options manifests/baseline-cuda.yaml "{trace: true}" > "$tmp/plain.yaml"
 grep -qx "backend: {name: cuda, options: {trace: true}}" "$tmp/plain.yaml" ||
     { grep "^backend" "$tmp/plain.yaml"; exit 1; }
 
+# a backend map continued on the next line (fast-cuda-async-smem-loop's form) takes the map too:
+# the previous form matched one line only and passed such a manifest through unchanged, so every
+# option map given with it was silently dropped
+ml=manifests/fast-cuda-async-smem-loop.yaml
+[ "$(sed -n '/^backend: {/,/}}$/p' "$ml" | wc -l)" -gt 1 ] ||
+    { echo "$ml's backend map fits one line now (this check's premise)"; exit 1; }
+with_options "$ml" "{trace: true, gemv_loop: 4}" > "$tmp/multi.yaml"
+line=$(grep "^backend:" "$tmp/multi.yaml")
+grep -q "trace: true" <<< "$line" || { echo "multi-line map: trace not added: $line"; exit 1; }
+grep -q "gemv_loop: 4" <<< "$line" || { echo "multi-line map: gemv_loop not replaced: $line"; exit 1; }
+[ "$(grep -o "gemv_loop:" <<< "$line" | wc -l)" = 1 ] || { echo "gemv_loop twice: $line"; exit 1; }
+grep -q "attn_smem_min: 120" <<< "$line" ||
+    { echo "multi-line map: the second line's key was lost: $line"; exit 1; }
+diff <(sed '/^backend: {/,/}}$/d' "$ml") <(grep -v "^backend:" "$tmp/multi.yaml")
+# a manifest with no cuda backend to take the map is an error naming it, not a silent copy
+printf 'format: 1\ncandidate: x\nmodel: stories260k\nbackend: cpu\n' > "$tmp/cpu.yaml"
+if with_options "$tmp/cpu.yaml" "{trace: true}" > "$tmp/cpu-out.yaml" 2> "$tmp/cpu.err"; then
+    echo "with_options applied a map to a manifest without a cuda backend"; exit 1
+fi
+grep -q "cpu.yaml" "$tmp/cpu.err" || { cat "$tmp/cpu.err"; exit 1; }
+
 with_options "$nl" - > "$tmp/same.yaml"
 cmp "$nl" "$tmp/same.yaml"
 with_options "$nl" " - " > "$tmp/same2.yaml"
@@ -48,6 +70,10 @@ if [ -f "$build/lib/weft/plugins/cuda/manifest.yaml" ]; then
     grep -q '"gemv_loop": 4' "$tmp/merged.lock" || { echo "lock lacks gemv_loop 4"; exit 1; }
     "$weft" candidate freeze "$tmp/plain.yaml" -o "$tmp/plain.lock" > "$tmp/freeze.out" 2>&1 ||
         { cat "$tmp/freeze.out"; exit 1; }
+    "$weft" candidate freeze "$tmp/multi.yaml" -o "$tmp/multi.lock" > "$tmp/freeze.out" 2>&1 ||
+        { cat "$tmp/freeze.out"; exit 1; }
+    grep -q '"attn_smem_min": 120' "$tmp/multi.lock" || { echo "lock lacks attn_smem_min"; exit 1; }
+    grep -q '"gemv_loop": 4' "$tmp/multi.lock" || { echo "multi lock lacks gemv_loop 4"; exit 1; }
     # the failure this replaced: a key twice is refused by name
     sed 's/options: {/options: {attn_cp: 1, /' "$nl" > "$tmp/twice.yaml"
     if "$weft" candidate freeze "$tmp/twice.yaml" -o "$tmp/twice.lock" > "$tmp/twice.out" 2>&1; then

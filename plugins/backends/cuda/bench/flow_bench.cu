@@ -721,8 +721,8 @@ int main(int argc, char **argv) {
             }
             qsort(ms, reps, sizeof(float), cmp_float);
             const double us_layer = ms[reps / 2] * 1e3 / p.L;
-            printf("  %-5s W %2d slot %2d KiB x %2d split %d defer %d L2 ahead %2d nw %d attn %4lld "
-                   "ns: %7.2f us a layer (min %.2f), %5.0f GB/s, %.3f of the floor",
+            printf("  %-5s W %2d slot %2d KiB x %2d split %d defer %d L2 ahead %2d nw %d attn "
+                   "%4lld ns: %7.2f us a layer (min %.2f), %5.0f GB/s, %.3f of the floor",
                    mode_name[v.mode], v.W, v.slot_kib, p.nslot, v.split, v.defer_norm, v.pf,
                    v.nw_l2,
                    v.attn_ns, us_layer,
