@@ -67,6 +67,7 @@ struct Params {
     int defer_norm;            // x * nw staged, the rmsnorm's scale applied to the outputs
     int pf_pieces;             // the prefetch warp's lead over the producer, pieces (0: off)
     int nw_l2;                 // o and down pull the next norm's weights into L2 first
+    int inflight;              // at most this many pieces issued and not yet landed (0: the ring)
     float eps;
 };
 
@@ -263,6 +264,11 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
                             const unsigned slot = i % nslot;
                             if (i >= (unsigned)nslot)
                                 bar_wait(saddr(&empty[slot]), ((i / nslot) - 1) & 1);
+                            // a short queue: the rest of the ring holds landed pieces
+                            if (p.inflight && i >= (unsigned)p.inflight) {
+                                const unsigned o = i - p.inflight;
+                                bar_wait(saddr(&full[o % nslot]), (o / nslot) & 1);
+                            }
                             if (b == 0 && m == 0 && g0 == q.r0 && k0 == 0)
                                 p.tr[(l * NS + s) * TR + T_PFIRST] = gtimer();
                             if (b == 0 && m == q.nm - 1 && g0 + q.R >= q.r1 && k0 + q.KS >= q.K)
@@ -633,20 +639,25 @@ int main(int argc, char **argv) {
         }
         CK(cudaGetLastError());
         struct Variant {
-            int W, slot_kib, mode, split, defer_norm, pf, nw_l2;
+            int W, slot_kib, mode, split, defer_norm, pf, nw_l2, inflight;
             long long attn_ns;
         };
         const Variant vs[] = { // W, slot KiB, mode, split, deferred norm, L2 lead, norm
-                               // weights into L2, attention ns
-            {16, 32, 0, 1, 1, 0, 0, 0},  {16, 32, 1, 1, 1, 0, 0, 0}, {16, 32, 2, 1, 1, 0, 0, 0},
-            {16, 32, 3, 1, 1, 0, 0, 0},  {16, 32, 0, 1, 1, 0, 1, 0}, {16, 32, 0, 1, 0, 0, 0, 0},
-            {16, 32, 0, 0, 1, 0, 0, 0},  {16, 32, 0, 1, 1, 0, 0, 3000},
-            {16, 16, 3, 1, 1, 0, 0, 0},  {16, 32, 0, 1, 1, 16, 0, 0},
+                               // weights into L2, pieces in flight, attention ns
+            {16, 32, 0, 1, 1, 0, 0, 0, 0},    {16, 32, 1, 1, 1, 0, 0, 0, 0},
+            {16, 32, 2, 1, 1, 0, 0, 0, 0},    {16, 32, 3, 1, 1, 0, 0, 0, 0},
+            {16, 32, 0, 1, 1, 0, 0, 2, 0},    {16, 32, 2, 1, 1, 0, 0, 2, 0},
+            {16, 32, 3, 1, 1, 0, 0, 2, 0},    {16, 32, 0, 1, 1, 0, 0, 3, 0},
+            {16, 32, 2, 1, 1, 0, 0, 3, 0},    {16, 32, 0, 1, 1, 0, 0, 4, 0},
+            {16, 32, 0, 1, 1, 0, 1, 0, 0},    {16, 32, 0, 1, 0, 0, 0, 0, 0},
+            {16, 32, 0, 0, 1, 0, 0, 0, 0},    {16, 32, 0, 1, 1, 0, 0, 0, 3000},
+            {16, 16, 3, 1, 1, 0, 0, 0, 0},    {16, 32, 0, 1, 1, 16, 0, 0, 0},
         };
         const char *mode_name[4] = {"chain", "free", "copy", "ring"};
         for (const Variant &v : vs) {
             p.mode = v.mode, p.nattn = md.nattn, p.attn_ns = v.attn_ns, p.split = v.split;
             p.defer_norm = v.defer_norm, p.pf_pieces = v.pf, p.nw_l2 = v.nw_l2;
+            p.inflight = v.inflight;
             p.slot_bytes = v.slot_kib * 1024;
             const int maxk = p.I > p.QD ? (p.I > p.H ? p.I : p.H) : (p.QD > p.H ? p.QD : p.H);
             const size_t xb = ((size_t)maxk * 2 + 127) & ~(size_t)127;
@@ -721,10 +732,10 @@ int main(int argc, char **argv) {
             }
             qsort(ms, reps, sizeof(float), cmp_float);
             const double us_layer = ms[reps / 2] * 1e3 / p.L;
-            printf("  %-5s W %2d slot %2d KiB x %2d split %d defer %d L2 ahead %2d nw %d attn "
-                   "%4lld ns: %7.2f us a layer (min %.2f), %5.0f GB/s, %.3f of the floor",
+            printf("  %-5s W %2d slot %2d KiB x %2d split %d defer %d L2 ahead %2d nw %d in flight "
+                   "%d attn %4lld ns: %7.2f us a layer (min %.2f), %5.0f GB/s, %.3f of the floor",
                    mode_name[v.mode], v.W, v.slot_kib, p.nslot, v.split, v.defer_norm, v.pf,
-                   v.nw_l2,
+                   v.nw_l2, v.inflight,
                    v.attn_ns, us_layer,
                    ms[0] * 1e3 / p.L, layer_mb * 1e3 / us_layer,
                    layer_mb / FLOOR_GBS * 1e3 / us_layer);
