@@ -33,8 +33,8 @@
 // the floor's rate (4,251 GB/s, the rate the project's floors use), each stage's time on the
 // critical path (the latest block's finish minus the previous stage's, the layers' mean) and
 // block 0's phases of each stage.
-// Build: nvcc -O3 -std=c++17 -arch=sm_90a -o flow_bench flow_bench.cu
-// Run:   flow_bench [model|all] [reps]
+// Build: nvcc -O3 -std=c++17 -arch=sm_90a -o flow_bench flow_bench.cu (the cmake build makes it
+// as tests/cuda_flow_bench); run: flow_bench [Qwen3-0.6B|Llama-3.2-1B|Qwen3-8B|all] [reps]
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
