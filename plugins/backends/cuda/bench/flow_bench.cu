@@ -68,6 +68,8 @@ struct Params {
     int pf_pieces;             // the prefetch warp's lead over the producer, pieces (0: off)
     int nw_l2;                 // o and down pull the next norm's weights into L2 first
     int inflight;              // at most this many pieces issued and not yet landed (0: the ring)
+    int skip;                  // free and copy modes only: 1 no input staged, 2 no outputs
+                               // stored, 4 no consumer barriers between the phases
     float eps;
 };
 
@@ -377,7 +379,9 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
             }
             // deferred: x * nw staged now, the norm's scale applied to the outputs (red read
             // there); otherwise x staged, then scaled by the norm in a second pass
-            float ss = stage_ll<W>(x, xs, q.K, tin, wait, norm && p.defer_norm ? nw : nullptr);
+            float ss = p.skip & 1 ? 0.f
+                                  : stage_ll<W>(x, xs, q.K, tin, wait,
+                                                norm && p.defer_norm ? nw : nullptr);
             float inv = 1.f;
             if (norm) {
                 ss = wsum(ss);
@@ -392,7 +396,7 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
                                                 __ldg(nw + k));
                 }
             }
-            cbar<W>();
+            if (!(p.skip & 4)) cbar<W>();
             if (tr) tr[T_INPUT] = gtimer();
             const int nr = q.r1 - q.r0, row = warp / q.S, pt = warp % q.S;
             for (int m = 0; m < q.nm; m++)
@@ -438,7 +442,7 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
                         if (lane == 0) part[(m * nr + (g0 - q.r0) + row) * q.S + pt] = t;
                     }
                 }
-            cbar<W>();
+            if (!(p.skip & 4)) cbar<W>();
             if (tr) tr[T_PIECES] = gtimer();
             const unsigned tout = tag_of(p, l, s);
             if (norm && p.defer_norm) {
@@ -446,7 +450,7 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
                 for (int j = 0; j < W; j++) t += red[j];
                 inv = rsqrtf(t / q.K + p.eps);
             }
-            for (int t = tid; t < nr / 2; t += nt) { // a word: rows r0 + 2t and r0 + 2t + 1
+            for (int t = tid; t < (p.skip & 2 ? 0 : nr / 2); t += nt) { // rows r0 + 2t, + 1
                 float o[2] = {0.f, 0.f}, u[2] = {0.f, 0.f};
                 for (int e = 0; e < 2; e++) {
                     const int row = 2 * t + e;
@@ -468,7 +472,7 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
                     st_ll(dst, res[2 * t], res[2 * t + 1], tout);
                 }
             }
-            cbar<W>();
+            if (!(p.skip & 4)) cbar<W>();
             if (tid == 0) atomicMax(p.stamp + l * NS + s, gtimer());
             if (tr) tr[T_END] = gtimer();
         }
@@ -639,25 +643,25 @@ int main(int argc, char **argv) {
         }
         CK(cudaGetLastError());
         struct Variant {
-            int W, slot_kib, mode, split, defer_norm, pf, nw_l2, inflight;
+            int W, slot_kib, mode, split, defer_norm, pf, nw_l2, inflight, skip;
             long long attn_ns;
         };
         const Variant vs[] = { // W, slot KiB, mode, split, deferred norm, L2 lead, norm
-                               // weights into L2, pieces in flight, attention ns
-            {16, 32, 0, 1, 1, 0, 0, 0, 0},    {16, 32, 1, 1, 1, 0, 0, 0, 0},
-            {16, 32, 2, 1, 1, 0, 0, 0, 0},    {16, 32, 3, 1, 1, 0, 0, 0, 0},
-            {16, 32, 0, 1, 1, 0, 0, 2, 0},    {16, 32, 2, 1, 1, 0, 0, 2, 0},
-            {16, 32, 3, 1, 1, 0, 0, 2, 0},    {16, 32, 0, 1, 1, 0, 0, 3, 0},
-            {16, 32, 2, 1, 1, 0, 0, 3, 0},    {16, 32, 0, 1, 1, 0, 0, 4, 0},
-            {16, 32, 0, 1, 1, 0, 1, 0, 0},    {16, 32, 0, 1, 0, 0, 0, 0, 0},
-            {16, 32, 0, 0, 1, 0, 0, 0, 0},    {16, 32, 0, 1, 1, 0, 0, 0, 3000},
-            {16, 16, 3, 1, 1, 0, 0, 0, 0},    {16, 32, 0, 1, 1, 16, 0, 0, 0},
+                               // weights into L2, pieces in flight, skip, attention ns
+            {16, 32, 0, 1, 1, 0, 0, 0, 0, 0},    {16, 32, 1, 1, 1, 0, 0, 0, 0, 0},
+            {16, 32, 2, 1, 1, 0, 0, 0, 0, 0},    {16, 32, 3, 1, 1, 0, 0, 0, 0, 0},
+            {16, 32, 2, 1, 1, 0, 0, 0, 1, 0},    {16, 32, 2, 1, 1, 0, 0, 0, 2, 0},
+            {16, 32, 2, 1, 1, 0, 0, 0, 4, 0},    {16, 32, 2, 1, 1, 0, 0, 0, 7, 0},
+            {16, 32, 1, 1, 1, 0, 0, 0, 7, 0},    {16, 32, 0, 1, 1, 0, 0, 2, 0, 0},
+            {16, 32, 0, 1, 1, 0, 1, 0, 0, 0},    {16, 32, 0, 1, 0, 0, 0, 0, 0, 0},
+            {16, 32, 0, 0, 1, 0, 0, 0, 0, 0},    {16, 32, 0, 1, 1, 0, 0, 0, 0, 3000},
+            {16, 16, 3, 1, 1, 0, 0, 0, 0, 0},    {16, 32, 0, 1, 1, 16, 0, 0, 0, 0},
         };
         const char *mode_name[4] = {"chain", "free", "copy", "ring"};
         for (const Variant &v : vs) {
             p.mode = v.mode, p.nattn = md.nattn, p.attn_ns = v.attn_ns, p.split = v.split;
             p.defer_norm = v.defer_norm, p.pf_pieces = v.pf, p.nw_l2 = v.nw_l2;
-            p.inflight = v.inflight;
+            p.inflight = v.inflight, p.skip = v.skip;
             p.slot_bytes = v.slot_kib * 1024;
             const int maxk = p.I > p.QD ? (p.I > p.H ? p.I : p.H) : (p.QD > p.H ? p.QD : p.H);
             const size_t xb = ((size_t)maxk * 2 + 127) & ~(size_t)127;
@@ -733,9 +737,10 @@ int main(int argc, char **argv) {
             qsort(ms, reps, sizeof(float), cmp_float);
             const double us_layer = ms[reps / 2] * 1e3 / p.L;
             printf("  %-5s W %2d slot %2d KiB x %2d split %d defer %d L2 ahead %2d nw %d in flight "
-                   "%d attn %4lld ns: %7.2f us a layer (min %.2f), %5.0f GB/s, %.3f of the floor",
+                   "%d skip %d attn %4lld ns: %7.2f us a layer (min %.2f), %5.0f GB/s, %.3f of the "
+                   "floor",
                    mode_name[v.mode], v.W, v.slot_kib, p.nslot, v.split, v.defer_norm, v.pf,
-                   v.nw_l2, v.inflight,
+                   v.nw_l2, v.inflight, v.skip,
                    v.attn_ns, us_layer,
                    ms[0] * 1e3 / p.L, layer_mb * 1e3 / us_layer,
                    layer_mb / FLOOR_GBS * 1e3 / us_layer);
@@ -745,12 +750,14 @@ int main(int argc, char **argv) {
                 failed |= !(err < 5e-2);
                 for (int s = 0; s < NS; s++) printf(" %s %.2f", stage_name[s], stage_us[s]);
             }
-            printf("\n    block 0 (us: input, first piece, pieces, stores; producer's first and "
-                   "last issue from the stage's start):");
-            for (int s = 0; s < NS; s++) {
-                if (s == S_ATTN) continue;
-                printf(" %s", stage_name[s]);
-                for (int j = 1; j < TR; j++) printf(" %.2f", ph[s][j]);
+            if (v.mode != 3) { // ring mode runs no stages
+                printf("\n    block 0 (us: input, first piece, pieces, stores; producer's first "
+                       "and last issue from the stage's start):");
+                for (int s = 0; s < NS; s++) {
+                    if (s == S_ATTN) continue;
+                    printf(" %s", stage_name[s]);
+                    for (int j = 1; j < TR; j++) printf(" %.2f", ph[s][j]);
+                }
             }
             printf("\n");
             free(ms);
