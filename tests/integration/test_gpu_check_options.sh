@@ -3,7 +3,8 @@
 # manifest with a map of backend options merged in): a key the manifest already sets takes the
 # map's value instead of appearing twice (which the manifest parser refuses), new keys are
 # appended, a plain `backend: cuda` gets the map, a map over two lines is taken as one, a manifest
-# with no cuda backend is refused, and '-' copies the manifest unchanged. Where
+# with no cuda backend is refused, and '-' copies the manifest unchanged; and its drop_technique,
+# which takes one technique out of a candidate's list for an ablation. Where
 # the build has the cuda plugin, each result is frozen with `weft candidate freeze` (no GPU
 # needed) and the lock holds the merged values.
 set -euo pipefail
@@ -12,9 +13,13 @@ weft="$build/bin/weft"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# the function alone, as the script defines it
-sed -n '/^with_options() {/,/^}/p' tools/scripts/gpu-check.sh > "$tmp/fn.sh"
-grep -q '^with_options() {' "$tmp/fn.sh" || { echo "with_options not found in gpu-check.sh"; exit 1; }
+# the functions alone, as the script defines them
+sed -n '/^with_options() {/,/^}/p; /^drop_technique() {/,/^}/p' tools/scripts/gpu-check.sh \
+    > "$tmp/fn.sh"
+grep -q '^with_options() {' "$tmp/fn.sh" ||
+    { echo "with_options not found in gpu-check.sh"; exit 1; }
+grep -q '^drop_technique() {' "$tmp/fn.sh" ||
+    { echo "drop_technique not found in gpu-check.sh"; exit 1; }
 # shellcheck source=/dev/null
 source "$tmp/fn.sh"
 
@@ -45,7 +50,8 @@ ml=manifests/fast-cuda-async-smem-loop.yaml
 with_options "$ml" "{trace: true, gemv_loop: 4}" > "$tmp/multi.yaml"
 line=$(grep "^backend:" "$tmp/multi.yaml")
 grep -q "trace: true" <<< "$line" || { echo "multi-line map: trace not added: $line"; exit 1; }
-grep -q "gemv_loop: 4" <<< "$line" || { echo "multi-line map: gemv_loop not replaced: $line"; exit 1; }
+grep -q "gemv_loop: 4" <<< "$line" ||
+    { echo "multi-line map: gemv_loop not replaced: $line"; exit 1; }
 [ "$(grep -o "gemv_loop:" <<< "$line" | wc -l)" = 1 ] || { echo "gemv_loop twice: $line"; exit 1; }
 grep -q "attn_smem_min: 120" <<< "$line" ||
     { echo "multi-line map: the second line's key was lost: $line"; exit 1; }
@@ -56,6 +62,41 @@ if with_options "$tmp/cpu.yaml" "{trace: true}" > "$tmp/cpu-out.yaml" 2> "$tmp/c
     echo "with_options applied a map to a manifest without a cuda backend"; exit 1
 fi
 grep -q "cpu.yaml" "$tmp/cpu.err" || { cat "$tmp/cpu.err"; exit 1; }
+
+# drop_technique (the issue8 phase's ablations): exactly the named entry goes, a plain name or
+# a {name: ..., options: ...} map, from a list over two lines; a name that only prefixes others
+# or is absent is an error, and the manifest is not rewritten then
+all=manifests/fast-cuda-all.yaml
+techs() { # a manifest's techniques list on one line
+    python3 -c 'import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"^techniques: *\[(.*?)\]\n[a-z]", t, re.S | re.M)
+print(re.sub(r"\s+", " ", m.group(1)))' "$1"
+}
+drop_technique fuse.swiglu "$all" "$tmp/no-swiglu.yaml"
+left=$(techs "$tmp/no-swiglu.yaml")
+grep -q "fuse.swiglu" <<< "$left" && { echo "fuse.swiglu still listed: $left"; exit 1; }
+grep -q "fuse.qkv-rope" <<< "$left" || { echo "a neighbour went too: $left"; exit 1; }
+grep -q "{name: fuse.rope-attention, options: {merge: cluster}}" <<< "$left" ||
+    { echo "the map entry was damaged: $left"; exit 1; }
+drop_technique fuse.rope-attention "$tmp/no-swiglu.yaml" "$tmp/no-two.yaml"
+left=$(techs "$tmp/no-two.yaml")
+grep -q "rope-attention\|merge: cluster" <<< "$left" &&
+    { echo "map entry not dropped: $left"; exit 1; }
+orig="fuse.merged-projections, fuse.rmsnorm-residual, fuse.qkv-rope, fuse.swiglu, \
+{name: fuse.rope-attention, options: {merge: cluster}}, exec.cuda-graph, exec.device-sampling"
+[ "$(techs "$all")" = "$orig" ] || { echo "$all's list changed (this check's premise)"; exit 1; }
+[ "$left" = "fuse.merged-projections, fuse.rmsnorm-residual, fuse.qkv-rope, exec.cuda-graph, \
+exec.device-sampling" ] || { echo "not exactly the two entries dropped: $left"; exit 1; }
+diff <(sed '/^techniques:/,/]$/d' "$all") <(sed '/^techniques:/d' "$tmp/no-two.yaml")
+for bad in fuse fuse.nothing; do
+    cp "$all" "$tmp/keep.yaml"
+    if drop_technique "$bad" "$tmp/keep.yaml" "$tmp/keep.yaml" 2> "$tmp/drop.err"; then
+        echo "drop_technique $bad succeeded on a list without it"; exit 1
+    fi
+    grep -q "0 entries named $bad" "$tmp/drop.err" || { cat "$tmp/drop.err"; exit 1; }
+    cmp "$all" "$tmp/keep.yaml"
+done
 
 with_options "$nl" - > "$tmp/same.yaml"
 cmp "$nl" "$tmp/same.yaml"
@@ -73,6 +114,9 @@ if [ -f "$build/lib/weft/plugins/cuda/manifest.yaml" ]; then
     "$weft" candidate freeze "$tmp/multi.yaml" -o "$tmp/multi.lock" > "$tmp/freeze.out" 2>&1 ||
         { cat "$tmp/freeze.out"; exit 1; }
     grep -q '"attn_smem_min": 120' "$tmp/multi.lock" || { echo "lock lacks attn_smem_min"; exit 1; }
+    "$weft" candidate freeze "$tmp/no-two.yaml" -o "$tmp/no-two.lock" > "$tmp/freeze.out" 2>&1 ||
+        { cat "$tmp/freeze.out"; exit 1; }
+    grep -q '"fuse.swiglu"' "$tmp/no-two.lock" && { echo "lock still has fuse.swiglu"; exit 1; }
     grep -q '"gemv_loop": 4' "$tmp/multi.lock" || { echo "multi lock lacks gemv_loop 4"; exit 1; }
     # the failure this replaced: a key twice is refused by name
     sed 's/options: {/options: {attn_cp: 1, /' "$nl" > "$tmp/twice.yaml"

@@ -173,10 +173,45 @@ if n != 1:
 sys.stdout.write(out)
 PY
 }
-# candidate manifest $2 without the technique $1 (a name in its flow list), written to $3
-drop_technique() { # (a plain name or a {name: ..., options: {...}} entry)
-  sed -E "s/ *\{name: $1, options: \{[^}]*\}\},?//; s/ *$1,?//; s/,\]/]/" "$2" > "$3.new" &&
-    mv "$3.new" "$3"
+# candidate manifest $2 without the technique $1 (a plain name or a {name: ..., options: {...}}
+# entry of its techniques flow list, which may span lines), written to $3 ($3 may be $2). Only
+# an entry named exactly $1 goes; a manifest without one, or with more than one, is an error
+# (exit 1, $3 untouched), never a silent run of the unchanged candidate
+drop_technique() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import re, sys
+name, src, dst = sys.argv[1:4]
+text = open(src).read()
+m = re.search(r"^techniques:[ \t]*\[", text, flags=re.M)
+if not m:
+    sys.exit(f"drop_technique: {src}: no 'techniques: [...]' flow list")
+depth, i, start = 1, m.end(), m.end()
+while i < len(text) and depth:
+    depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(text[i], 0)
+    i += 1
+if depth:
+    sys.exit(f"drop_technique: {src}: the techniques list is not closed")
+body, entries, d, cur = text[start:i - 1], [], 0, ""
+for ch in body:  # split at the commas outside any nested map or list
+    d += {"[": 1, "{": 1, "]": -1, "}": -1}.get(ch, 0)
+    if ch == "," and d == 0:
+        entries.append(cur.strip()); cur = ""
+    else:
+        cur += ch
+if cur.strip():
+    entries.append(cur.strip())
+def named(e):
+    if e.startswith("{"):
+        n = re.search(r"(?:^\{|,)\s*name:\s*([^,}\s]+)", e)
+        return n.group(1) if n else None
+    return e
+hits = [e for e in entries if named(e) == name]
+if len(hits) != 1:
+    sys.exit(f"drop_technique: {src}: {len(hits)} entries named {name} in its techniques list")
+kept = [e for e in entries if named(e) != name]
+out = text[:m.start()] + "techniques: [" + ", ".join(kept) + "]" + text[i:]
+open(dst, "w").write(out)
+PY
 }
 
 # runs a command with the bundle in folder $1 (made by gpu-bundle.sh) first on the paths
@@ -391,9 +426,9 @@ issue8)
   cands=(manifests/fast-cuda-all.yaml)
   cp manifests/fast-cuda-all.yaml "$out/cand/without-all.yaml"
   for tech in ${WEFT_ABLATE:-}; do
-    drop_technique "$tech" manifests/fast-cuda-all.yaml "$out/cand/without-$tech.yaml"
+    drop_technique "$tech" manifests/fast-cuda-all.yaml "$out/cand/without-$tech.yaml" || exit 1
     cands+=("$out/cand/without-$tech.yaml")
-    drop_technique "$tech" "$out/cand/without-all.yaml" "$out/cand/without-all.yaml"
+    drop_technique "$tech" "$out/cand/without-all.yaml" "$out/cand/without-all.yaml" || exit 1
   done
   set -- ${WEFT_ABLATE:-}
   [ $# -gt 1 ] && cands+=("$out/cand/without-all.yaml")
