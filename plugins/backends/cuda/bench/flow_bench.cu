@@ -43,8 +43,8 @@
 #include <string.h>
 
 #include "probe_check.cuh"
+#include "probe_device.cuh"
 
-typedef unsigned short bf16_t;
 enum { S_QKV, S_ATTN, S_O, S_GU, S_DOWN, NS };
 // block 0's phases of a stage: its start, input staged and normed, first piece in the ring, last
 // piece taken, outputs stored; and the producer's issue of the stage's first and last pieces
@@ -73,19 +73,6 @@ struct Params {
     float eps;
 };
 
-__device__ __forceinline__ unsigned saddr(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
-    unsigned ok = 0;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
 __device__ __forceinline__ unsigned long long gtimer() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -115,19 +102,6 @@ __host__ __device__ __forceinline__ float bf_round(float f) {
 __device__ __forceinline__ void st_ll(unsigned long long *p, float v0, float v1, unsigned tag) {
     const unsigned long long w = (unsigned long long)tag << 32 | bf_bits(v1) << 16 | bf_bits(v0);
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
-}
-__device__ __forceinline__ void unpack8(uint4 q, float *f) {
-    const unsigned u[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(u[i] << 16);
-        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-}
-__device__ __forceinline__ float wsum(float v) {
-#pragma unroll
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
 }
 // the tag a stage's output carries: unique in a launch, new in every launch (no buffer is reset)
 __device__ __forceinline__ unsigned tag_of(const Params &p, int l, int s) {
@@ -161,6 +135,19 @@ template <int W> __device__ __forceinline__ Plan plan_of(const Params &p, int l,
         while (S < W && most * S * 2 <= W) S *= 2;
     q.S = S, q.R = W / S, q.KS = p.slot_bytes / (2 * W) * S;
     return q;
+}
+
+// Every piece of every product of the step, in program order (the producer's sequence, which the
+// consumers take in the same order), as f(l, s, q, m, g0, k0); the stand-in attention has none.
+template <int W, class F> __device__ __forceinline__ void each_piece(const Params &p, int b, F f) {
+    for (int l = 0; l < p.L; l++)
+        for (int s = 0; s < NS; s++) {
+            if (s == S_ATTN) continue;
+            const Plan q = plan_of<W>(p, l, s, b);
+            for (int m = 0; m < q.nm; m++)
+                for (int g0 = q.r0; g0 < q.r1; g0 += q.R)
+                    for (int k0 = 0; k0 < q.K; k0 += q.KS) f(l, s, q, m, g0, k0);
+        }
 }
 
 template <int W> __device__ __forceinline__ void cbar() {
@@ -231,73 +218,56 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
     if (warp == W + 1) { // the prefetch warp: the same pieces into L2, pf_pieces ahead
         if (p.pf_pieces <= 0) return;
         unsigned j = 0;
-        for (int l = 0; l < p.L; l++)
-            for (int s = 0; s < NS; s++) {
-                if (s == S_ATTN) continue;
-                const Plan q = plan_of<W>(p, l, s, b);
-                for (int m = 0; m < q.nm; m++)
-                    for (int g0 = q.r0; g0 < q.r1; g0 += q.R)
-                        for (int k0 = 0; k0 < q.K; k0 += q.KS, j++) {
-                            while ((int)(j - *(volatile unsigned *)&prod_i) > p.pf_pieces)
-                                __nanosleep(256);
-                            const bf16_t *w = m ? q.w1 : q.w0;
-                            const int rows = min(q.R, q.r1 - g0), kp = min(q.KS, q.K - k0);
-                            for (int r = 0; r < rows; r++) {
-                                const char *src = (const char *)(w + (size_t)(g0 + r) * q.K + k0);
-                                for (int off = lane * 128; off < kp * 2; off += 32 * 128)
-                                    asm volatile("prefetch.global.L2 [%0];" ::"l"(src + off));
-                            }
-                        }
+        each_piece<W>(p, b, [&](int, int, const Plan &q, int m, int g0, int k0) {
+            while ((int)(j - *(volatile unsigned *)&prod_i) > p.pf_pieces) __nanosleep(256);
+            const bf16_t *w = m ? q.w1 : q.w0;
+            const int rows = min(q.R, q.r1 - g0), kp = min(q.KS, q.K - k0);
+            for (int r = 0; r < rows; r++) {
+                const char *src = (const char *)(w + (size_t)(g0 + r) * q.K + k0);
+                for (int off = lane * 128; off < kp * 2; off += 32 * 128)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(src + off));
             }
+            j++;
+        });
         return;
     }
     if (warp == W) { // the producer: every piece of every product, in program order
         if (lane != 0) return;
         unsigned i = 0;
-        for (int l = 0; l < p.L; l++)
-            for (int s = 0; s < NS; s++) {
-                if (s == S_ATTN) continue;
-                const Plan q = plan_of<W>(p, l, s, b);
-                for (int m = 0; m < q.nm; m++)
-                    for (int g0 = q.r0; g0 < q.r1; g0 += q.R)
-                        for (int k0 = 0; k0 < q.K; k0 += q.KS, i++) {
-                            const bf16_t *w = m ? q.w1 : q.w0;
-                            const int rows = min(q.R, q.r1 - g0), kp = min(q.KS, q.K - k0);
-                            const unsigned slot = i % nslot;
-                            if (i >= (unsigned)nslot)
-                                bar_wait(saddr(&empty[slot]), ((i / nslot) - 1) & 1);
-                            // a short queue: the rest of the ring holds landed pieces
-                            if (p.inflight && i >= (unsigned)p.inflight) {
-                                const unsigned o = i - p.inflight;
-                                bar_wait(saddr(&full[o % nslot]), (o / nslot) & 1);
-                            }
-                            if (b == 0 && m == 0 && g0 == q.r0 && k0 == 0)
-                                p.tr[(l * NS + s) * TR + T_PFIRST] = gtimer();
-                            if (b == 0 && m == q.nm - 1 && g0 + q.R >= q.r1 && k0 + q.KS >= q.K)
-                                p.tr[(l * NS + s) * TR + T_PLAST] = gtimer();
-                            *(volatile unsigned *)&prod_i = i;
-                            const unsigned fb = saddr(&full[slot]);
-                            const unsigned dst = saddr(ring + (size_t)slot * p.slot_bytes);
-                            asm volatile(
-                                "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fb),
-                                "r"((unsigned)(rows * kp * 2))
-                                : "memory");
-                            if (kp == q.K) { // the group's rows are contiguous: one copy
-                                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::"
-                                             "complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                                             "l"(w + (size_t)g0 * q.K), "r"(rows * kp * 2), "r"(fb)
-                                             : "memory");
-                            } else {
-                                for (int j = 0; j < rows; j++)
-                                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::"
-                                                 "complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                                                     dst + j * kp * 2),
-                                                 "l"(w + (size_t)(g0 + j) * q.K + k0),
-                                                 "r"(kp * 2), "r"(fb)
-                                                 : "memory");
-                            }
-                        }
+        each_piece<W>(p, b, [&](int l, int s, const Plan &q, int m, int g0, int k0) {
+            const bf16_t *w = m ? q.w1 : q.w0;
+            const int rows = min(q.R, q.r1 - g0), kp = min(q.KS, q.K - k0);
+            const unsigned slot = i % nslot;
+            if (i >= (unsigned)nslot) bar_wait(saddr(&empty[slot]), ((i / nslot) - 1) & 1);
+            // a short queue: the rest of the ring holds landed pieces
+            if (p.inflight && i >= (unsigned)p.inflight) {
+                const unsigned o = i - p.inflight;
+                bar_wait(saddr(&full[o % nslot]), (o / nslot) & 1);
             }
+            if (b == 0 && m == 0 && g0 == q.r0 && k0 == 0)
+                p.tr[(l * NS + s) * TR + T_PFIRST] = gtimer();
+            if (b == 0 && m == q.nm - 1 && g0 + q.R >= q.r1 && k0 + q.KS >= q.K)
+                p.tr[(l * NS + s) * TR + T_PLAST] = gtimer();
+            *(volatile unsigned *)&prod_i = i;
+            const unsigned fb = saddr(&full[slot]);
+            const unsigned dst = saddr(ring + (size_t)slot * p.slot_bytes);
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fb),
+                         "r"((unsigned)(rows * kp * 2))
+                         : "memory");
+            if (kp == q.K) { // the group's rows are contiguous: one copy
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                             "[%0], [%1], %2, [%3];" ::"r"(dst),
+                             "l"(w + (size_t)g0 * q.K), "r"(rows * kp * 2), "r"(fb)
+                             : "memory");
+            } else {
+                for (int j = 0; j < rows; j++)
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+                                 "bytes [%0], [%1], %2, [%3];" ::"r"(dst + j * kp * 2),
+                                 "l"(w + (size_t)(g0 + j) * q.K + k0), "r"(kp * 2), "r"(fb)
+                                 : "memory");
+            }
+            i++;
+        });
         return;
     }
     const int tid = threadIdx.x, nt = W * 32;
@@ -310,22 +280,15 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
     }
     unsigned i = 0; // the consumers' piece count: the producer's sequence
     if (p.mode == 3) { // ring: every piece waited for and freed, nothing else
-        for (int l = 0; l < p.L; l++)
-            for (int s = 0; s < NS; s++) {
-                if (s == S_ATTN) continue;
-                const Plan q = plan_of<W>(p, l, s, b);
-                for (int m = 0; m < q.nm; m++)
-                    for (int g0 = q.r0; g0 < q.r1; g0 += q.R)
-                        for (int k0 = 0; k0 < q.K; k0 += q.KS, i++) {
-                            const unsigned slot = i % nslot;
-                            bar_wait(saddr(&full[slot]), (i / nslot) & 1);
-                            __syncwarp();
-                            if (lane == 0)
-                                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
-                                                 saddr(&empty[slot]))
-                                             : "memory");
-                        }
-            }
+        each_piece<W>(p, b, [&](int, int, const Plan &, int, int, int) {
+            const unsigned slot = i % nslot;
+            bar_wait(saddr(&full[slot]), (i / nslot) & 1);
+            __syncwarp();
+            if (lane == 0)
+                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(saddr(&empty[slot]))
+                             : "memory");
+            i++;
+        });
         return;
     }
     for (int l = 0; l < p.L; l++)
@@ -521,22 +484,14 @@ __global__ void poison_ll(unsigned long long *p, int n, unsigned long long v) {
 __global__ void fill_bf16(bf16_t *p, size_t n, unsigned seed, float scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed ^ (unsigned)(i >> 32) * 40503u;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        const float f = ((h & 0xffff) / 65536.0f - 0.5f) * scale;
+        const float f = probe_uniform(i, seed) * scale;
         p[i] = (bf16_t)(__float_as_uint(f) >> 16);
     }
 }
 __global__ void fill_f32(float *p, size_t n, unsigned seed, float base, float scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        p[i] = base + ((h & 0xffff) / 65536.0f - 0.5f) * scale;
+        p[i] = base + probe_uniform(i, seed) * scale;
     }
 }
 

@@ -21,31 +21,12 @@
 #include <string.h>
 
 #include "probe_check.cuh"
-
-typedef unsigned short bf16_t;
-
-__device__ __forceinline__ void unpack8(uint4 q, float *f) {
-    const unsigned u[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(u[i] << 16);
-        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-}
-__device__ __forceinline__ float wsum(float v) {
-#pragma unroll
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+#include "probe_device.cuh"
 
 __global__ void fill(bf16_t *p, size_t n, unsigned seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        float f = ((h & 0xffff) / 65536.0f - 0.5f) * 0.1f;
+        float f = probe_uniform(i, seed) * 0.1f;
         p[i] = (bf16_t)(__float_as_uint(f) >> 16);
     }
 }
@@ -108,19 +89,6 @@ __global__ void __launch_bounds__(256) gemv_reg(const bf16_t *x, const bf16_t *w
 }
 
 // ---- the bulk ring (bulk and tma) -------------------------------------------------------------
-__device__ __forceinline__ unsigned saddr(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
-    unsigned ok = 0;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
 #define MAXST 16
 // CW consumer warps + 1 producer warp. A stage is R = CW / S rows of K columns (contiguous in w);
 // block b owns groups [b * per, min((b + 1) * per, G)). MATH false: consumers only wait/release.
