@@ -1,7 +1,7 @@
 /* exec.async-pipeline on the GPU (device sampler: ids fed to the next step on the device, tokens
  * collected one step late through pinned memory and an event):
- *   - greedy: fast-cuda-async (and its -smem, -smem-loop, -loop, -xs, -ln, -smem-ln, -nl, -mlp
- *     and -qs forms) give fast-cuda-all's tokens and log-probabilities over 256 steps (EOS
+ *   - greedy: fast-cuda-async (and its -smem, -smem-loop, -loop, -xs, -ln, -smem-ln, -nl, -mlp,
+ *     -qs and -nl-ex forms) give fast-cuda-all's tokens and log-probabilities over 256 steps (EOS
  *     ignored), twice in one
  *     engine (the second run replays captured graphs), on stories260K and every model directory
  *     in WEFT_EXEC_MODELS (colon-separated; the GPU run passes synthetic Qwen3-0.6B and
@@ -136,7 +136,9 @@ static void single_on(const char *model) {
      * its option down (on stories260K's 64-wide rows the node's unfused form); -loop-nl-qs:
      * the backend's attn_qsplit 2 (each kv head's q heads over two attention blocks); -l2:
      * the o projection's rows into L2 during the attention (gemv_l2_rest, gemv_l2_sm); -b128:
-     * the attention's split grid over KV-length buckets from 128 positions (attn_bucket_min) */
+     * the attention's split grid over KV-length buckets from 128 positions (attn_bucket_min);
+     * -smem-loop-nl-ex: the fold's and the attention's blocks kept off each other's SMs
+     * (gemv_nl_smem_min, attn_smem_min) */
     static const char *const cands[] = {"fast-cuda-async",
                                         "fast-cuda-async-smem",
                                         "fast-cuda-async-smem-loop",
@@ -150,7 +152,8 @@ static void single_on(const char *model) {
                                         "fast-cuda-async-loop-nl-qs",
                                         "fast-cuda-async-loop-nl-qs-l2",
                                         "fast-cuda-async-loop-nl-qs-l2-b128",
-                                        "fast-cuda-async-loop-nl-b128"};
+                                        "fast-cuda-async-loop-nl-b128",
+                                        "fast-cuda-async-smem-loop-nl-ex"};
     /* WEFT_TEST_CANDIDATES: a comma-separated subset to run (a device call's budget) */
     const char *only = getenv("WEFT_TEST_CANDIDATES");
     for (size_t c = 0; c < sizeof(cands) / sizeof(cands[0]); c++) {

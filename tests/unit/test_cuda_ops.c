@@ -48,8 +48,9 @@ static const weft_backend_vtable *be;
  * of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread over distinct SMs),
  * gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split grid over buckets
  * down to 128 positions), join_l2 16, attn_hd set, gemv_nl_defer (the fused join's products in
- * their _d forms), attn_smem_min 120 (its blocks one an SM) and norm_sum_all (block_sum's last
- * step by every warp), each with its op table. All retain the device's primary context, so tensors
+ * their _d forms), attn_smem_min 120 (its blocks one an SM), norm_sum_all (block_sum's last
+ * step by every warp) and gemv_nl_smem_min 108 (the fused join's blocks at 108 KiB of shared
+ * memory), each with its op table. All retain the device's primary context, so tensors
  * of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
@@ -1910,7 +1911,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[21] = {
+        weft_option kopt[22] = {
             opt[0],
             opt[1],
             opt[2],
@@ -1994,6 +1995,10 @@ static int setup(void **state) {
             nk = 21;
             kopt[19] = (weft_option){.key = "attn_smem_min", .type = WEFT_OPTION_INT, .i = 120};
             kopt[20] = (weft_option){.key = "norm_sum_all", .type = WEFT_OPTION_BOOL, .i = 1};
+            /* fuse.norm_linear's one-row forms asking for 108 KiB a block (none beside an
+             * attention block of 120 KiB; two an SM, the grid sized so) */
+            nk = 22;
+            kopt[21] = (weft_option){.key = "gemv_nl_smem_min", .type = WEFT_OPTION_INT, .i = 108};
         }
         weft_options kopts = {nk, kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {

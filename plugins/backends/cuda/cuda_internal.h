@@ -145,6 +145,9 @@ typedef struct cuda_backend {
     /* option attn_smem_min (KiB, 0 = off): the fused attention's dynamic shared memory at least
      * this much, so that at most (the SM's shared memory / it) of its blocks share an SM */
     int attn_smem_min;
+    /* option gemv_nl_smem_min (KiB, 0 = off): fuse.norm_linear's one-row kernels' dynamic
+     * shared memory at least this (placement only; their grid is sized for it) */
+    int gemv_nl_smem_min;
     /* option norm_sum_all: core.cu block_sum's last step by every warp (WEFT_NORM_SUM_ALL) */
     int norm_sum_all;
     /* weft_copy_words of modules[0] (cb_copy's small copies from pinned memory), looked up at

@@ -1536,6 +1536,14 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
         int S = cuda_gemv_split(b, D), per;
         unsigned lp;
         xs *= 3; /* the row, the norm weights, then res (core.cu gemv_x_addnorm) */
+        /* option gemv_nl_smem_min: a floor on the request (placement only: the kernel uses the
+         * row's share), so that with attn_smem_min the fold's blocks, launched while the fused
+         * attention still runs, find no room beside its blocks; the grid is sized for it */
+        if (xs < (unsigned)b->gemv_nl_smem_min << 10) xs = (unsigned)b->gemv_nl_smem_min << 10;
+        /* the occupancy that sizes the grid counts blocks of xs only once they may ask for it */
+        if (xs > (32u << 10))
+            CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)xs),
+               "raising the fold's shared memory limit");
         TRY(gemv_lp_grid(b, f, 256, xs, N, S, &lp, &per, err));
         if (sw) {
             void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &op, &N, &D, &S, &per};
