@@ -138,7 +138,7 @@ static void single_on(const char *model) {
      * the o projection's rows into L2 during the attention (gemv_l2_rest, gemv_l2_sm); -b128:
      * the attention's split grid over KV-length buckets from 128 positions (attn_bucket_min);
      * -smem-loop-nl-ex: the fold's and the attention's blocks kept off each other's SMs
-     * (gemv_nl_smem_min, attn_smem_min) */
+     * (gemv_nl_smem_min, attn_smem_min), empty attention splits leaving early (attn_dead_exit) */
     static const char *const cands[] = {"fast-cuda-async",
                                         "fast-cuda-async-smem",
                                         "fast-cuda-async-smem-loop",
