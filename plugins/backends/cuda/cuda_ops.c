@@ -340,6 +340,11 @@ static unsigned lp_name(const cuda_backend *b, char *name, size_t cap, const cha
 static weft_status gemv_lp_grid(const cuda_backend *b, CUfunction f, unsigned nt, unsigned smem,
                                 int N, int S, unsigned *grid, int *per, weft_error *err) {
     int fit = 0;
+    /* the occupancy counts blocks of smem only once the kernel may ask for that much (past 32
+     * KiB, as gemv_launch_nt raises it) */
+    if (smem > (32u << 10))
+        CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
+           "raising the looped GEMV's shared memory limit");
     CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&fit, f, (int)nt, smem),
        "sizing the looped GEMV's grid");
     long per_sm = fit > 0 && fit < b->gemv_loop ? fit : b->gemv_loop;
@@ -1540,10 +1545,6 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
          * row's share), so that with attn_smem_min the fold's blocks, launched while the fused
          * attention still runs, find no room beside its blocks; the grid is sized for it */
         if (xs < (unsigned)b->gemv_nl_smem_min << 10) xs = (unsigned)b->gemv_nl_smem_min << 10;
-        /* the occupancy that sizes the grid counts blocks of xs only once they may ask for it */
-        if (xs > (32u << 10))
-            CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)xs),
-               "raising the fold's shared memory limit");
         TRY(gemv_lp_grid(b, f, 256, xs, N, S, &lp, &per, err));
         if (sw) {
             void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &op, &N, &D, &S, &per};

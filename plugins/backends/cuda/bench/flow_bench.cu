@@ -205,12 +205,7 @@ __global__ void __launch_bounds__((W + 2) * 32, 1) flow(Params p) {
     bf16_t *xs = (bf16_t *)smem; // the product's input, maxk values
     unsigned char *ring = smem + (((size_t)maxk * 2 + 127) & ~(size_t)127);
     if (threadIdx.x == 0) {
-        for (int i = 0; i < nslot; i++) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&full[i])));
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(saddr(&empty[i])),
-                         "r"(W));
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ring_init(full, empty, nslot, W);
         if (b == 0) p.stamp[p.L * NS] = gtimer();
         prod_i = 0;
     }

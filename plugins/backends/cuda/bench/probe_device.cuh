@@ -1,6 +1,6 @@
 // What the standalone nvcc probes' kernels share (read_rate.cu, flow_bench.cu): bf16 words
-// unpacked to f32, the warp's sum, the wait on an mbarrier of a shared-memory ring, and the hash
-// their fill kernels draw random weights from.
+// unpacked to f32, the warp's sum, a shared-memory ring's mbarriers (set up, waited on), and
+// the hash their fill kernels draw random weights from.
 #ifndef WEFT_CUDA_PROBE_DEVICE_CUH
 #define WEFT_CUDA_PROBE_DEVICE_CUH
 
@@ -26,6 +26,18 @@ __device__ __forceinline__ float wsum(float v) {
 }
 __device__ __forceinline__ unsigned saddr(const void *p) {
     return (unsigned)__cvta_generic_to_shared(p);
+}
+// a ring of n slots (one thread calls it): slot i's full[i] completes on one arrival (the
+// producer's, with the copy's bytes) and empty[i] on `consumers` arrivals; fenced so the
+// barriers are initialised before any copy or wait uses them
+__device__ __forceinline__ void ring_init(unsigned long long *full, unsigned long long *empty,
+                                          int n, unsigned consumers) {
+    for (int i = 0; i < n; i++) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&full[i])));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(saddr(&empty[i])),
+                     "r"(consumers));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 // wait until the phase of parity `parity` of the mbarrier at shared address bar has completed
 __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {

@@ -102,14 +102,7 @@ __global__ void __launch_bounds__((CW + 1) * 32, 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int R = CW / S, G = (N + R - 1) / R;
     const int g0 = blockIdx.x * per, g1 = min(g0 + per, G);
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < NST; i++) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&full[i])));
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(saddr(&empty[i])),
-                         "r"(CW));
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) ring_init(full, empty, NST, CW);
     __syncthreads();
     if (warp == CW) { // producer
         if (lane == 0)
