@@ -1191,6 +1191,8 @@ static void test_norm_linear(void **state) {
     check_norm_linear(WEFT_DTYPE_BF16, 1, 4096, 1024, 0, 0);
     check_norm_linear(WEFT_DTYPE_BF16, 1, 3072, 1024, 1, 0);
     check_norm_linear(WEFT_DTYPE_BF16, 1, 2048, 2048, 2, 0);
+    /* Llama-3.2-1B's merged gate|up (2,048 groups of four rows: several a looped block) */
+    check_norm_linear(WEFT_DTYPE_BF16, 1, 8192, 2048, 1, 0);
     check_norm_linear(WEFT_DTYPE_BF16, 1, 6144, 4096, 0, 0);
     check_norm_linear(WEFT_DTYPE_BF16, 1, 1536, 4096, 1, 0);
     check_norm_linear(WEFT_DTYPE_BF16, 1, 1152, 1024, 0, 1);
@@ -2132,5 +2134,9 @@ int main(void) {
         cmocka_unit_test(gpu_test_mlp),
         cmocka_unit_test(gpu_test_copy_pinned),
     };
+    /* WEFT_TEST_FILTER: only the tests whose names match this cmocka pattern (e.g.
+     * "*norm_linear*"), for a short run on the GPU machine */
+    const char *filter = getenv("WEFT_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -623,7 +623,8 @@ verify)
   ;;
 tests)
   # the GPU unit tests named in WEFT_TESTS (gpu_test's models, or the synthetic configs named in
-  # WEFT_TEST_CONFIGS, e.g. Qwen3-8B, made when missing)
+  # WEFT_TEST_CONFIGS, e.g. Qwen3-8B, made when missing); test_cuda_ops runs only the tests whose
+  # names match WEFT_TEST_FILTER when it is set (a cmocka pattern, e.g. '*norm_linear*')
   cfgs=${WEFT_TEST_CONFIGS:-Qwen3-0.6B Llama-3.2-1B}
   # shellcheck disable=SC2086
   synth_bf16 $cfgs
