@@ -50,6 +50,20 @@ __global__ void next(unsigned long long *starts, unsigned *rep, unsigned *arrive
     }
 }
 
+// the global timer's step as one thread reads it: the smallest nonzero difference between two
+// consecutive reads, and the distinct differences seen, over n reads
+__global__ void timer_step(unsigned long long *out, int n) {
+    unsigned long long prev = gtime(), step = ~0ull, big = 0;
+    for (int i = 0; i < n; i++) {
+        const unsigned long long t = gtime(), d = t - prev;
+        if (d && d < step) step = d;
+        if (d > big) big = d;
+        prev = t;
+    }
+    out[0] = step;
+    out[1] = big;
+}
+
 struct gap_stats {
     double med, p90;
 };
@@ -135,6 +149,17 @@ int main(int argc, char **argv) {
     const int skip = 5;
     printf("graph_gap: %d SMs, grids of %d blocks x 256, work spins %.1f us, %d replays\n", sms,
            sms, spin_us, reps);
+    { // the timer's granularity, which every gap below is a multiple of
+        unsigned long long *d, h[2];
+        CK(cudaMalloc(&d, sizeof(h)));
+        timer_step<<<1, 1, 0, st>>>(d, 1 << 20);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
+        CK(cudaFree(d));
+        printf("globaltimer: smallest step between two reads %llu ns, largest %llu ns\n", h[0],
+               h[1]);
+    }
 
     { // two graphs, alternately
         cudaGraphExec_t a = capture([&] { launch_work(0); });
