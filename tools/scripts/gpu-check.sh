@@ -23,8 +23,9 @@
 #                                        WEFT_PROFILE_MODELS, _CANDIDATES pick what to profile
 #   tools/scripts/gpu-check.sh prefetch  exec.l2-prefetch: GPU test, GEMV from L2, decode A/B at
 #                                        several budgets (WEFT_PREFETCH_BUDGETS)
-#   tools/scripts/gpu-check.sh issue8    batch-1 techniques: GPU tests, decode of fast-cuda-all and
-#                                        of it without each of WEFT_ABLATE, in-graph traces
+#   tools/scripts/gpu-check.sh issue8    batch-1 techniques: GPU tests, decode of fast-cuda-all (or
+#                                        WEFT_ISSUE8_BASE) and of it without each of WEFT_ABLATE,
+#                                        in-graph traces
 #   tools/scripts/gpu-check.sh mega      exec.persistent's streaming kernel: GPU test, decode
 #                                        beside fast-cuda-all, node trace (WEFT_MEGA_* knobs)
 #   tools/scripts/gpu-check.sh ab        kernel variants side by side: GPU tests of .gpu, then
@@ -413,7 +414,8 @@ prefetch)
   ;;
 issue8)
   # issue 8's figures in one call: the GPU tests of the batch-1 techniques, then batch-1 decode
-  # (prompt 128, 256 out, 3 repeats) of fast-cuda-all and of fast-cuda-all without each of the
+  # (prompt 128, 256 out, 3 repeats) of fast-cuda-all (or the manifest WEFT_ISSUE8_BASE names:
+  # its removals, not its trace) and of it without each of the
   # techniques named in WEFT_ABLATE (each alone removed, then all of them), on every model of
   # WEFT_PROFILE_MODELS, and the in-graph trace of fast-cuda-all on the small models
   models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
@@ -423,10 +425,11 @@ issue8)
     gpu_test "$t"
   done
   mkdir -p "$out/cand"
-  cands=(manifests/fast-cuda-all.yaml)
-  cp manifests/fast-cuda-all.yaml "$out/cand/without-all.yaml"
+  base=${WEFT_ISSUE8_BASE:-manifests/fast-cuda-all.yaml} # the candidate the removals start from
+  cands=("$base")
+  cp "$base" "$out/cand/without-all.yaml"
   for tech in ${WEFT_ABLATE:-}; do
-    drop_technique "$tech" manifests/fast-cuda-all.yaml "$out/cand/without-$tech.yaml" || exit 1
+    drop_technique "$tech" "$base" "$out/cand/without-$tech.yaml" || exit 1
     cands+=("$out/cand/without-$tech.yaml")
     drop_technique "$tech" "$out/cand/without-all.yaml" "$out/cand/without-all.yaml" || exit 1
   done
