@@ -428,10 +428,15 @@ issue8)
   base=${WEFT_ISSUE8_BASE:-manifests/fast-cuda-all.yaml} # the candidate the removals start from
   cands=("$base")
   cp "$base" "$out/cand/without-all.yaml"
+  # an entry of WEFT_ABLATE is a technique, or several joined by + that leave together (one
+  # that another of the candidate's techniques requires: fuse.qkv-rope+fuse.rope-attention)
   for tech in ${WEFT_ABLATE:-}; do
-    drop_technique "$tech" "$base" "$out/cand/without-$tech.yaml" || exit 1
+    cp "$base" "$out/cand/without-$tech.yaml"
+    for t in ${tech//+/ }; do
+      drop_technique "$t" "$out/cand/without-$tech.yaml" "$out/cand/without-$tech.yaml" || exit 1
+      drop_technique "$t" "$out/cand/without-all.yaml" "$out/cand/without-all.yaml" || exit 1
+    done
     cands+=("$out/cand/without-$tech.yaml")
-    drop_technique "$tech" "$out/cand/without-all.yaml" "$out/cand/without-all.yaml" || exit 1
   done
   set -- ${WEFT_ABLATE:-}
   [ $# -gt 1 ] && cands+=("$out/cand/without-all.yaml")
