@@ -36,7 +36,7 @@ __global__ void work(unsigned long long *ends, unsigned *rep, long ns, int pdl) 
 }
 
 // every block's first thread: after the wait (pdl) the start into starts[rep] by atomicMin;
-// block 0 advances the replay counter once every block has stamped (the grid's last arrival)
+// the last block to arrive advances the replay counter once every block has stamped
 __global__ void next(unsigned long long *starts, unsigned *rep, unsigned *arrive, int pdl) {
     if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
     if (threadIdx.x == 0) {
