@@ -414,10 +414,9 @@ prefetch)
   ;;
 issue8)
   # issue 8's figures in one call: the GPU tests of the batch-1 techniques, then batch-1 decode
-  # (prompt 128, 256 out, 3 repeats) of fast-cuda-all (or the manifest WEFT_ISSUE8_BASE names:
-  # its removals, not its trace) and of it without each of the
-  # techniques named in WEFT_ABLATE (each alone removed, then all of them), on every model of
-  # WEFT_PROFILE_MODELS, and the in-graph trace of fast-cuda-all on the small models
+  # (prompt 128, 256 out, 3 repeats) of fast-cuda-all (or the manifest WEFT_ISSUE8_BASE names)
+  # and of it without each of the techniques named in WEFT_ABLATE (each alone removed, then all
+  # of them), on every model of WEFT_PROFILE_MODELS, and its in-graph trace on the small models
   models=${WEFT_PROFILE_MODELS:-Qwen3-0.6B Llama-3.2-1B Qwen3-8B}
   synth_bf16 $models
   for t in ${WEFT_ISSUE8_TESTS:-test_cuda_ops test_fuse test_exec test_persistent test_async_gpu \
@@ -447,7 +446,7 @@ issue8)
   done
   for cfg in $models; do # WEFT_ISSUE8_TRACE=0 skips the traces
     [ "$cfg" = Qwen3-8B ] || [ "${WEFT_ISSUE8_TRACE:-1}" = 0 ] ||
-      trace_decode "trace_$cfg" manifests/fast-cuda-all.yaml "$cfg"
+      trace_decode "trace_$cfg" "$base" "$cfg"
   done
   cp "$out"/cand/*.yaml "$out/" 2>/dev/null; rm -rf "$out/cand"
   ;;

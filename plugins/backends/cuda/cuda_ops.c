@@ -276,13 +276,17 @@ static unsigned gemv_xs_bytes(const cuda_backend *b, int swiglu, int T, int K, u
     return on && bytes <= (96l << 10) ? (unsigned)bytes : 0u;
 }
 /* blocks of nt threads (256 but for the wide looped kernels) */
-static weft_status gemv_launch_nt(cuda_backend *b, CUfunction f, const char *name,
-                                  unsigned blocks, unsigned nt, unsigned smem, void **args,
-                                  weft_error *err) {
-    /* past 32 KiB, so dynamic plus the kernel's static shared memory may pass 48 KiB */
+/* a GEMV kernel's dynamic shared memory limit raised to smem past 32 KiB, so dynamic plus the
+ * kernel's static shared memory may pass 48 KiB (capture time only) */
+static weft_status gemv_allow_smem(CUfunction f, unsigned smem, weft_error *err) {
     if (smem > (32u << 10))
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the GEMV's shared memory limit");
+    return WEFT_OK;
+}
+static weft_status gemv_launch_nt(cuda_backend *b, CUfunction f, const char *name, unsigned blocks,
+                                  unsigned nt, unsigned smem, void **args, weft_error *err) {
+    TRY(gemv_allow_smem(f, smem, err));
     return cuda_launch_ex(b, f, name, blocks, 1, 1, nt, smem, 1, args, err);
 }
 static weft_status gemv_launch(cuda_backend *b, CUfunction f, const char *name, unsigned blocks,
@@ -340,11 +344,8 @@ static unsigned lp_name(const cuda_backend *b, char *name, size_t cap, const cha
 static weft_status gemv_lp_grid(const cuda_backend *b, CUfunction f, unsigned nt, unsigned smem,
                                 int N, int S, unsigned *grid, int *per, weft_error *err) {
     int fit = 0;
-    /* the occupancy counts blocks of smem only once the kernel may ask for that much (past 32
-     * KiB, as gemv_launch_nt raises it) */
-    if (smem > (32u << 10))
-        CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
-           "raising the looped GEMV's shared memory limit");
+    /* the occupancy counts blocks of smem only once the kernel may ask for that much */
+    TRY(gemv_allow_smem(f, smem, err));
     CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&fit, f, (int)nt, smem),
        "sizing the looped GEMV's grid");
     long per_sm = fit > 0 && fit < b->gemv_loop ? fit : b->gemv_loop;
