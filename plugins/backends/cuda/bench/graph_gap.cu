@@ -17,21 +17,16 @@
 #include <vector>
 
 #include "probe_check.cuh"
-
-static __device__ __forceinline__ unsigned long long gtime() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
+#include "probe_device.cuh"
 
 // every block spins for ns nanoseconds; each block's end goes into ends[rep] by atomicMax
 __global__ void work(unsigned long long *ends, unsigned *rep, long ns, int pdl) {
     if (pdl) asm volatile("griddepcontrol.launch_dependents;");
     if (threadIdx.x == 0) {
-        const unsigned long long t0 = gtime();
-        while (gtime() - t0 < (unsigned long long)ns) {
+        const unsigned long long t0 = gtimer();
+        while (gtimer() - t0 < (unsigned long long)ns) {
         }
-        atomicMax(ends + *(volatile unsigned *)rep, gtime());
+        atomicMax(ends + *(volatile unsigned *)rep, gtimer());
     }
 }
 
@@ -41,7 +36,7 @@ __global__ void next(unsigned long long *starts, unsigned *rep, unsigned *arrive
     if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
     if (threadIdx.x == 0) {
         const unsigned r = *(volatile unsigned *)rep;
-        atomicMin(starts + r, gtime());
+        atomicMin(starts + r, gtimer());
         __threadfence();
         if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
             *arrive = 0;
@@ -53,9 +48,9 @@ __global__ void next(unsigned long long *starts, unsigned *rep, unsigned *arrive
 // the global timer's step as one thread reads it: the smallest nonzero difference between two
 // consecutive reads, and the distinct differences seen, over n reads
 __global__ void timer_step(unsigned long long *out, int n) {
-    unsigned long long prev = gtime(), step = ~0ull, big = 0;
+    unsigned long long prev = gtimer(), step = ~0ull, big = 0;
     for (int i = 0; i < n; i++) {
-        const unsigned long long t = gtime(), d = t - prev;
+        const unsigned long long t = gtimer(), d = t - prev;
         if (d && d < step) step = d;
         if (d > big) big = d;
         prev = t;

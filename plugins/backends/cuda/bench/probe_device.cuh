@@ -1,6 +1,6 @@
-// What the standalone nvcc probes' kernels share (read_rate.cu, flow_bench.cu): bf16 words
-// unpacked to f32, the warp's sum, a shared-memory ring's mbarriers (set up, waited on), and
-// the hash their fill kernels draw random weights from.
+// What the standalone nvcc probes' kernels share (read_rate.cu, flow_bench.cu, graph_gap.cu):
+// bf16 words unpacked to f32, the warp's sum, a shared-memory ring's mbarriers (set up, waited
+// on), the global timer, and the hash their fill kernels draw random weights from.
 #ifndef WEFT_CUDA_PROBE_DEVICE_CUH
 #define WEFT_CUDA_PROBE_DEVICE_CUH
 
@@ -23,6 +23,12 @@ __device__ __forceinline__ float wsum(float v) {
 #pragma unroll
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+// the global timer (ns)
+__device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
 }
 __device__ __forceinline__ unsigned saddr(const void *p) {
     return (unsigned)__cvta_generic_to_shared(p);
