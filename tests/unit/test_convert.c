@@ -497,6 +497,24 @@ static void test_bad_inputs(void **state) {
     assert_non_null(strstr(err.message, "bytes left after 500 tokens"));
     assert_int_equal(weft_llama2c_convert(model_path, bad, dir, &err), WEFT_ERR_FORMAT);
     assert_int_equal(access(dir, F_OK), -1); /* nothing written before inputs are checked */
+    /* A consistent checkpoint of two tokens (dim 2, hidden 1, one layer and head, seq 1, tied)
+     * with a matching tok*.bin: the converted model would name eos 2 outside its vocabulary
+     * (found by fuzz_llama2c). */
+    int32_t tiny[7] = {2, 1, 1, 1, 1, 2, 1};
+    /* embedding 4, rms_att 2, wq 4, wk 4, wv 4, wo 4, rms_ffn 2, w1 2, w2 2, w3 2, rms_final 2,
+     * freq_cis real 1 and imaginary 1 */
+    float w[34] = {0};
+    FILE *f = fopen(bad, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(tiny, sizeof(tiny), 1, f), 1);
+    assert_int_equal(fwrite(w, sizeof(w), 1, f), 1);
+    fclose(f);
+    assert_int_equal(weft_llama2c_open(bad, &m, &err), WEFT_OK);
+    weft_llama2c_close(&m);
+    assert_int_equal(weft_llama2c_convert(bad, tok_path, dir, &err), WEFT_ERR_FORMAT);
+    if (!strstr(err.message, "header vocab_size 2: a llama2.c vocabulary holds at least"))
+        fail_msg("%s", err.message);
+    assert_int_equal(access(dir, F_OK), -1);
     remove(bad);
 }
 

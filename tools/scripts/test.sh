@@ -73,7 +73,8 @@ fi
 
 if [[ $skip != *" valgrind "* ]]; then
   stage "valgrind: loader and parsers"
-  for t in test_manifest test_loader test_lock test_safetensors test_config test_tokenizer test_file test_pull; do
+  for t in test_manifest test_loader test_lock test_safetensors test_config test_tokenizer test_file \
+    test_pull test_convert test_chat; do
     [ -x build/tests/$t ] || continue
     echo "valgrind $t"
     valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \

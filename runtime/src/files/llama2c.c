@@ -522,7 +522,7 @@ static weft_status tokenizer_doc(const weft_llama2c_vocab *v, json_t **out, weft
             cands[n_cands++] = (merge_cand){v->scores[i], i, (uint32_t)k};
         }
     }
-    qsort(cands, n_cands, sizeof(*cands), cmp_merge);
+    if (n_cands) qsort(cands, n_cands, sizeof(*cands), cmp_merge);
     for (size_t c = 0; c < n_cands; c++) {
         const char *p = hf[cands[c].id];
         json_t *pair = json_pack("[s%,s]", p, (size_t)cands[c].split, p + cands[c].split);
@@ -578,6 +578,15 @@ weft_status weft_llama2c_convert(const char *model_path, const char *tokenizer_p
     weft_llama2c_vocab v;
     weft_status rc = weft_llama2c_open(model_path, &m, err);
     if (rc) return rc;
+    if (m.vocab_size < 3) { /* ids 0, 1, 2 are <unk>, <s>, </s> in llama2.c's vocabularies */
+        rc = weft_error_set(err, WEFT_ERR_FORMAT, SRC,
+                            "%s: header vocab_size %d: a llama2.c vocabulary holds at least "
+                            "<unk>, <s> and </s> (ids 0-2), which the converted model's "
+                            "bos_token_id 1 and eos_token_id 2 name",
+                            model_path, m.vocab_size);
+        weft_llama2c_close(&m);
+        return rc;
+    }
     if ((rc = weft_llama2c_vocab_load(tokenizer_path, (uint32_t)m.vocab_size, &v, err))) {
         weft_llama2c_close(&m);
         return rc;
