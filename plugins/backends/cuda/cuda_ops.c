@@ -170,47 +170,68 @@ weft_status cuda_gemm(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w
         gemm_entry ne = {.T = T, .N = N, .K = K, .tx = tx, .tw = tw, .ty = ty, .bias = has_bias};
         cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
         cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-        if (cublasLtMatmulDescCreate(&ne.op, ct, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
-            return cuda_fail(err, WEFT_ERR_DEVICE, "cublasLtMatmulDescCreate failed");
-        cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT));
-        cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN));
+        /* every set-up call is checked; the first failure names itself */
+        cublasStatus_t st = cublasLtMatmulDescCreate(&ne.op, ct, CUDA_R_32F);
+        const char *call = "cublasLtMatmulDescCreate";
+#define LT_STEP(x)                                                                                 \
+    do {                                                                                           \
+        if (st == CUBLAS_STATUS_SUCCESS) {                                                         \
+            st = (x);                                                                              \
+            call = #x;                                                                             \
+        }                                                                                          \
+    } while (0)
+        LT_STEP(
+            cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
+        LT_STEP(
+            cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = cuda_type(tw);
         if (has_bias) {
-            cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-            cudaDataType_t bt = cuda_type(tw);
-            cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep));
-            cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                           sizeof(bt));
+            LT_STEP(cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
+                                                   sizeof(ep)));
+            LT_STEP(cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                   sizeof(bt)));
         }
         /* column-major view: W (row-major N x K) is a K x N matrix with ld K, used transposed */
-        cublasLtMatrixLayoutCreate(&ne.a, cuda_type(tw), K, N, K);
-        cublasLtMatrixLayoutCreate(&ne.bl, cuda_type(tx), K, T, K);
-        cublasLtMatrixLayoutCreate(&ne.c, cuda_type(ty), N, T, N);
-        cublasLtMatmulPreference_t pref;
-        cublasLtMatmulPreferenceCreate(&pref);
+        LT_STEP(cublasLtMatrixLayoutCreate(&ne.a, cuda_type(tw), K, N, K));
+        LT_STEP(cublasLtMatrixLayoutCreate(&ne.bl, cuda_type(tx), K, T, K));
+        LT_STEP(cublasLtMatrixLayoutCreate(&ne.c, cuda_type(ty), N, T, N));
+        cublasLtMatmulPreference_t pref = NULL;
         uint64_t ws = b->lt_ws_bytes;
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                             sizeof(ws));
+        LT_STEP(cublasLtMatmulPreferenceCreate(&pref));
+        LT_STEP(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ws, sizeof(ws)));
         cublasLtMatmulHeuristicResult_t res;
         int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(b->lt, ne.op, ne.a, ne.bl, ne.c, ne.c,
-                                                           pref, 1, &res, &found);
-        cublasLtMatmulPreferenceDestroy(pref);
+        LT_STEP(cublasLtMatmulAlgoGetHeuristic(b->lt, ne.op, ne.a, ne.bl, ne.c, ne.c, pref, 1, &res,
+                                               &found));
+#undef LT_STEP
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
         if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-            cublasLtMatmulDescDestroy(ne.op);
-            cublasLtMatrixLayoutDestroy(ne.a);
-            cublasLtMatrixLayoutDestroy(ne.bl);
-            cublasLtMatrixLayoutDestroy(ne.c);
-            return cuda_fail(err, WEFT_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for linear "
-                             "T=%d N=%d K=%d (dtypes %u,%u -> %u, bias %d): status %d", T, N, K,
-                             tx, tw, ty, has_bias, (int)st);
+            if (ne.op) cublasLtMatmulDescDestroy(ne.op);
+            if (ne.a) cublasLtMatrixLayoutDestroy(ne.a);
+            if (ne.bl) cublasLtMatrixLayoutDestroy(ne.bl);
+            if (ne.c) cublasLtMatrixLayoutDestroy(ne.c);
+            if (st != CUBLAS_STATUS_SUCCESS)
+                return cuda_fail(err, WEFT_ERR_DEVICE,
+                                 "cuBLASLt set-up for linear T=%d N=%d K=%d failed in %.60s: "
+                                 "status %d",
+                                 T, N, K, call, (int)st);
+            return cuda_fail(err, WEFT_ERR_UNSUPPORTED,
+                             "cuBLASLt has no algorithm for linear "
+                             "T=%d N=%d K=%d (dtypes %u,%u -> %u, bias %d)",
+                             T, N, K, tx, tw, ty, has_bias);
         }
         ne.algo = res.algo;
         o->gemm[o->gemm_n++] = ne;
         e = &o->gemm[o->gemm_n - 1];
     }
-    if (has_bias)
-        cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                       sizeof(bias));
+    if (has_bias && cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof(bias)) != CUBLAS_STATUS_SUCCESS)
+        return cuda_fail(err, WEFT_ERR_DEVICE,
+                         "cuBLASLt: setting the bias pointer of linear "
+                         "T=%d N=%d K=%d failed",
+                         T, N, K);
     float alpha = 1.f, beta = 0.f;
     cublasStatus_t st = cublasLtMatmul(b->lt, e->op, &alpha, (const void *)(uintptr_t)w, e->a,
                                        (const void *)(uintptr_t)x, e->bl, &beta,

@@ -8,10 +8,12 @@
 
 #include "cuda_internal.h"
 
-#define CK(call, what)                                                                           \
-    do {                                                                                         \
-        weft_status s_ = cuda_check((call), #call, what, err);                                   \
-        if (s_) goto done;                                                                       \
+/* Checks a driver call; on failure the function's status s holds the error and it leaves
+ * through its clean-up at `done`. */
+#define CK(call, what)                                                                             \
+    do {                                                                                           \
+        s = cuda_check((call), #call, what, err);                                                  \
+        if (s) goto done;                                                                          \
     } while (0)
 
 static int cmp_f(const void *a, const void *b) {
@@ -41,47 +43,47 @@ static weft_status gemm_fp8_time(cuda_backend *b, int M, int N, int K, CUdevicep
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
+    CUevent e0 = NULL, e1 = NULL;
     weft_status s = WEFT_OK;
     cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
+    uint64_t ws = b->lt_ws_bytes;
     if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)) ||
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof(nn)) ||
         cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, K, M, K) ||
         cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, K, N, K) ||
         cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, M, N, M) ||
-        cublasLtMatmulPreferenceCreate(&pref)) {
+        cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof(ws))) {
         s = cuda_fail(err, WEFT_ERR_DEVICE, "cuBLASLt fp8 descriptor setup failed");
-        goto out;
+        goto done;
     }
-    uint64_t ws = b->lt_ws_bytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof(ws));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     if (cublasLtMatmulAlgoGetHeuristic(b->lt, op, la, lb, ld, ld, pref, 1, &res, &found) ||
         !found) {
         s = cuda_fail(err, WEFT_ERR_UNSUPPORTED, "cuBLASLt has no fp8 e4m3 algorithm here");
-        goto out;
+        goto done;
     }
     float alpha = 1.f, beta = 0.f;
-    CUevent e0 = NULL, e1 = NULL;
-    cuEventCreate(&e0, 0);
-    cuEventCreate(&e1, 0);
+    CK(cuEventCreate(&e0, 0), "creating events");
+    CK(cuEventCreate(&e1, 0), "creating events");
     for (int r = -3; r < reps; r++) {
-        cuEventRecord(e0, b->stream);
+        CK(cuEventRecord(e0, b->stream), "recording");
         if (cublasLtMatmul(b->lt, op, &alpha, (void *)(uintptr_t)A, la, (void *)(uintptr_t)B, lb,
                            &beta, (void *)(uintptr_t)D, ld, (void *)(uintptr_t)D, ld, &res.algo,
                            (void *)(uintptr_t)b->lt_ws, b->lt_ws_bytes, b->stream)) {
             s = cuda_fail(err, WEFT_ERR_DEVICE, "cublasLtMatmul (fp8) failed");
-            break;
+            goto done;
         }
-        cuEventRecord(e1, b->stream);
-        cuEventSynchronize(e1);
-        if (r >= 0) cuEventElapsedTime(&ms[r], e0, e1);
+        CK(cuEventRecord(e1, b->stream), "recording");
+        CK(cuEventSynchronize(e1), "waiting");
+        if (r >= 0) CK(cuEventElapsedTime(&ms[r], e0, e1), "reading events");
     }
-    cuEventDestroy(e0);
-    cuEventDestroy(e1);
-out:
+done:
+    if (e0) cuEventDestroy(e0);
+    if (e1) cuEventDestroy(e1);
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (lb) cublasLtMatrixLayoutDestroy(lb);
