@@ -221,6 +221,19 @@ static void test_edited_lock_refused(void **state) {
     assert_string_equal(err.message,
                         "edit.lock: format: expected 1, found 2 (written by another weft)");
     free(edited);
+    /* a plugin or a model file named twice (found by fuzz_lock: diff paired the wrong ones) */
+    edited = replace(text, "\"name\": \"fake.pass\"", "\"name\": \"fake.model\"");
+    assert_int_equal(weft_lock_parse(edited, strlen(edited), "edit.lock", &b, &err),
+                     WEFT_ERR_FORMAT);
+    assert_string_equal(err.message,
+                        "edit.lock: plugins[2].name: \"fake.model\" is also plugins[1]");
+    free(edited);
+    edited = replace(text, "\"name\": \"generation_config.json\"", "\"name\": \"config.json\"");
+    assert_int_equal(weft_lock_parse(edited, strlen(edited), "edit.lock", &b, &err),
+                     WEFT_ERR_FORMAT);
+    assert_string_equal(err.message,
+                        "edit.lock: model.files[1].name: \"config.json\" is also model.files[0]");
+    free(edited);
     assert_int_equal(weft_lock_parse("[1]", 3, "edit.lock", &b, &err), WEFT_ERR_FORMAT);
     assert_string_equal(err.message,
                         "edit.lock: expected a JSON object at the top, found an array");

@@ -601,6 +601,11 @@ static weft_status parse_root(parser *p, json_t *root, weft_lock *l) {
                                           : weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
                                                            "%s: %s: invalid entry", p->file, path);
         f->bytes = (uint64_t)json_integer_value(bytes);
+        for (size_t j = 0; j < i; j++) /* check and diff find files by name */
+            if (!strcmp(l->model_files[j].name, f->name))
+                return weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
+                                      "%s: %s.name: \"%s\" is also model.files[%zu]", p->file, path,
+                                      f->name, j);
         l->n_model_files++;
     }
     json_t *plugins = need(p, root, "plugins", "", JSON_ARRAY);
@@ -610,6 +615,11 @@ static weft_status parse_root(parser *p, json_t *root, weft_lock *l) {
     json_array_foreach(plugins, i, v) {
         l->n_plugins = (uint32_t)i + 1;
         if (parse_plugin(p, v, (uint32_t)i, &l->plugins[i])) return WEFT_ERR_FORMAT;
+        for (size_t j = 0; j < i; j++) /* a candidate holds a plugin once; diff finds by name */
+            if (!strcmp(l->plugins[j].name, l->plugins[i].name))
+                return weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
+                                      "%s: plugins[%zu].name: \"%s\" is also plugins[%zu]", p->file,
+                                      i, l->plugins[i].name, j);
     }
     json_t *serving = need(p, root, "serving", "", JSON_OBJECT);
     if (!serving || get_u32(p, serving, "max_model_len", "serving", &l->max_model_len) ||
