@@ -22,6 +22,7 @@
 #include "files/config.h"
 #include "files/llama2c.h"
 #include "files/safetensors.h"
+#include "fuzz_common.h"
 #include "text/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -47,10 +48,7 @@ static void remove_tree(void) {
 }
 
 static void setup(void) {
-    if (dir[0]) return;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof(dir), "%s/weft-fuzz-llama2c-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) __builtin_trap();
+    if (!fuzz_private_dir(dir, sizeof(dir), "llama2c")) return;
     snprintf(ckpt, sizeof(ckpt), "%s/model.bin", dir);
     snprintf(vocab, sizeof(vocab), "%s/tok.bin", dir);
     snprintf(out, sizeof(out), "%s/hf", dir);
@@ -64,23 +62,11 @@ static void put_file(const char *path, const uint8_t *a, size_t na, const uint8_
     if (fclose(f)) __builtin_trap();
 }
 
-static void refused(const weft_error *err) {
-    if (!err->message[0]) __builtin_trap(); /* every refusal says why */
-    if (getenv("WEFT_FUZZ_VERBOSE")) fprintf(stderr, "refused: %s\n", err->message);
-}
-
 /* A reader refusing what the conversion wrote is a converter bug: say which, then stop. */
 static void must(weft_status st, const weft_error *err, const char *what) {
     if (st == WEFT_OK) return;
     fprintf(stderr, "the converted %s does not load: %s\n", what, err->message);
     __builtin_trap();
-}
-
-static weft_error fresh_error(void) {
-    weft_error e;
-    memset(&e, 0, sizeof(e));
-    e.size = sizeof(e);
-    return e;
 }
 
 static void check_model(const weft_llama2c_model *m) {
@@ -104,9 +90,9 @@ static void check_model(const weft_llama2c_model *m) {
 static void one_checkpoint(const uint8_t *d, size_t n) {
     put_file(ckpt, d, n, NULL, 0);
     weft_llama2c_model m;
-    weft_error err = fresh_error();
+    weft_error err = fuzz_error();
     if (weft_llama2c_open(ckpt, &m, &err) != WEFT_OK) {
-        refused(&err);
+        fuzz_refused(&err);
         return;
     }
     check_model(&m);
@@ -118,10 +104,10 @@ static void one_vocab(const uint8_t *d, size_t n) {
     uint32_t count = 1 + ((uint32_t)d[0] | (uint32_t)d[1] << 8) % 2048;
     put_file(vocab, d + 2, n - 2, NULL, 0);
     weft_llama2c_vocab v;
-    weft_error err = fresh_error();
+    weft_error err = fuzz_error();
     if (weft_llama2c_vocab_load(vocab, count, &v, &err) != WEFT_OK) {
         if (v.pieces) __builtin_trap();
-        refused(&err);
+        fuzz_refused(&err);
         return;
     }
     if (v.n != count || !v.max_token_length) __builtin_trap();
@@ -169,47 +155,47 @@ static void one_conversion(const uint8_t *d, size_t n) {
     put_file(ckpt, (const uint8_t *)hdr, sizeof(hdr), (const uint8_t *)w, floats * sizeof(float));
     free(w);
     put_file(vocab, rest, nrest, NULL, 0);
-    weft_error err = fresh_error();
+    weft_error err = fuzz_error();
     if (weft_llama2c_convert(ckpt, vocab, out, &err) != WEFT_OK) {
-        refused(&err);
+        fuzz_refused(&err);
         return;
     }
     if (getenv("WEFT_FUZZ_VERBOSE")) fprintf(stderr, "converted: %d tokens\n", V);
     /* what the conversion wrote must load with weft's own readers */
     weft_model_config cfg;
     char *raw = NULL;
-    err = fresh_error();
+    err = fuzz_error();
     must(weft_config_load(out, &cfg, &raw, &err), &err, "config.json");
     free(raw);
     if (cfg.hidden_size != (uint32_t)dim || cfg.n_layers != (uint32_t)layers ||
         cfg.vocab_size != (uint32_t)V)
         __builtin_trap();
     weft_safetensors *st = NULL;
-    err = fresh_error();
+    err = fuzz_error();
     must(weft_safetensors_open_dir(out, &st, &err), &err, "model.safetensors");
     weft_safetensors_close(st);
     char tpath[700];
     snprintf(tpath, sizeof(tpath), "%s/tokenizer.json", out);
     weft_tokenizer *tok = NULL;
-    err = fresh_error();
+    err = fuzz_error();
     must(weft_tokenizer_load(tpath, &tok, &err), &err, "tokenizer.json");
     int32_t *ids = NULL;
     size_t nids = 0;
-    err = fresh_error();
+    err = fuzz_error();
     if (weft_tokenizer_encode(tok, (const char *)rest, nrest < 256 ? nrest : 256, 0, 1, &ids, &nids,
                               &err) == WEFT_OK) {
         char *text = NULL;
         size_t len = 0;
         for (size_t i = 0; i < nids; i++)
             if (ids[i] < 0 || ids[i] >= V) __builtin_trap();
-        err = fresh_error();
+        err = fuzz_error();
         if (weft_tokenizer_decode(tok, ids, nids, 0, &text, &len, &err) == WEFT_OK)
             free(text);
         else
-            refused(&err);
+            fuzz_refused(&err);
         free(ids);
     } else {
-        refused(&err);
+        fuzz_refused(&err);
     }
     weft_tokenizer_free(tok);
 }

@@ -12,21 +12,10 @@
 
 #include <jansson.h>
 
+#include "fuzz_common.h"
 #include "plugin/lock.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static weft_error fresh_error(void) {
-    weft_error e;
-    memset(&e, 0, sizeof(e));
-    e.size = sizeof(e);
-    return e;
-}
-
-static void refused(const weft_error *err) {
-    if (!err->message[0]) __builtin_trap(); /* every refusal says why */
-    if (getenv("WEFT_FUZZ_VERBOSE")) fprintf(stderr, "refused: %s\n", err->message);
-}
 
 static void count(void *ctx, const char *line) {
     fprintf(stderr, "diff: %s\n", line);
@@ -35,17 +24,17 @@ static void count(void *ctx, const char *line) {
 
 static void round_trip(const weft_lock *l) {
     char *text = NULL;
-    weft_error err = fresh_error();
+    weft_error err = fuzz_error();
     if (weft_lock_to_json(l, 0, &text, &err) != WEFT_OK) __builtin_trap();
     weft_lock *again = NULL;
-    err = fresh_error();
+    err = fuzz_error();
     if (weft_lock_parse(text, strlen(text), "round trip", &again, &err) != WEFT_OK) {
         fprintf(stderr, "a parsed lock written back does not parse: %s\n", err.message);
         __builtin_trap();
     }
     free(text);
     uint32_t lines = 0, n = 0;
-    err = fresh_error();
+    err = fuzz_error();
     if (weft_lock_diff(l, again, count, &lines, &n, &err) != WEFT_OK || n || lines) {
         fprintf(stderr, "a lock and its round trip differ\n");
         __builtin_trap();
@@ -78,13 +67,13 @@ static int expected_id(const weft_error *err, char id[WEFT_XXH128_HEX_LEN + 1]) 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     weft_lock *l = NULL;
-    weft_error err = fresh_error();
+    weft_error err = fuzz_error();
     if (weft_lock_parse((const char *)data, size, "fuzz.lock", &l, &err) == WEFT_OK) {
         round_trip(l);
         weft_lock_free(l);
         return 0;
     }
-    refused(&err);
+    fuzz_refused(&err);
     char id[WEFT_XXH128_HEX_LEN + 1];
     if (!expected_id(&err, id)) return 0;
     /* the same document with the id its content hashes to */
@@ -94,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = json_dumps(root, 0);
     json_decref(root);
     if (!text) return 0;
-    err = fresh_error();
+    err = fuzz_error();
     if (weft_lock_parse(text, strlen(text), "fuzz.lock", &l, &err) != WEFT_OK) {
         fprintf(stderr, "refused with the id its content hashes to: %s\n", err.message);
         __builtin_trap();

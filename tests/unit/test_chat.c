@@ -401,7 +401,22 @@ static void test_load(void **state) {
     free(out);
     weft_chat_template_free(t);
     unlink(path);
+    /* a chat_template of another type is named (its type was read after the config was freed
+     * until fuzz_modeldir found it; ASan and valgrind runs of this test watch that) */
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    static const char *const bad[][2] = {{"{\"chat_template\": {\"a\": 1}}", "an object"},
+                                         {"{\"chat_template\": 7}", "a scalar"}};
+    for (int i = 0; i < 2; i++) {
+        f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(bad[i][0], f);
+        fclose(f);
+        assert_int_equal(weft_chat_template_load(dir, &t, &err), WEFT_ERR_FORMAT);
+        assert_null(t);
+        char want[96];
+        snprintf(want, sizeof want, "chat_template must be a string or a list, got %s", bad[i][1]);
+        if (!strstr(err.message, want)) fail_msg("%s", err.message);
+    }
     unlink(path);
     rmdir(dir);
     assert_int_equal(weft_chat_template_load(NULL, &t, &err), WEFT_ERR_INVALID);

@@ -340,7 +340,32 @@ static void test_generation_config(void **state) {
     fclose(f);
     assert_int_equal(weft_generation_config_load(dir, &g, &err), WEFT_ERR_FORMAT);
     assert_non_null(strstr(err.message, "generation_config.json: field top_p: expected a "
-                                        "non-negative number, got \"high\""));
+                                        "number in (0, 1], got \"high\""));
+    /* values the sampler would refuse in every request are refused here, naming the file (the
+     * first found by fuzz_modeldir: top_p 1.95) */
+    static const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"top_p\":1.95}", "field top_p: expected a number in (0, 1], got 1.95"},
+        {"{\"top_p\":0}", "field top_p: expected a number in (0, 1], got 0"},
+        {"{\"min_p\":1.5}", "field min_p: expected a number in [0, 1], got 1.5"},
+        {"{\"temperature\":1e300}", "field temperature: expected a finite number >= 0"},
+        {"{\"temperature\":-0.5}", "field temperature: expected a finite number >= 0, got -0.5"},
+        {"{\"repetition_penalty\":0}", "field repetition_penalty: expected a finite number >= "
+                                       "1e-9, got 0"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        f = fopen(path, "w");
+        fputs(bad[i].json, f);
+        fclose(f);
+        assert_int_equal(weft_generation_config_load(dir, &g, &err), WEFT_ERR_FORMAT);
+        if (!strstr(err.message, "generation_config.json: ") || !strstr(err.message, bad[i].want))
+            fail_msg("%s: %s", bad[i].json, err.message);
+    }
+    f = fopen(path, "w");
+    fputs("{\"do_sample\":true,\"top_p\":1,\"min_p\":1,\"temperature\":0}", f); /* the edges */
+    fclose(f);
+    assert_int_equal(weft_generation_config_load(dir, &g, &err), WEFT_OK);
     remove(path);
     rmdir(dir);
 }

@@ -202,10 +202,10 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
             snprintf(name, sizeof name, "%s:chat_template", path);
         }
     } else if (tmpl && !json_is_null(tmpl)) {
+        const char *got = json_is_object(tmpl) ? "an object" : "a scalar"; /* before cfg goes */
         json_decref(cfg);
         return weft_error_set(err, WEFT_ERR_FORMAT, path,
-                              "%s: chat_template must be a string or a list, got %s", path,
-                              json_is_object(tmpl) ? "an object" : "a scalar");
+                              "%s: chat_template must be a string or a list, got %s", path, got);
     }
     if (!text) {
         snprintf(name, sizeof name, "%s/chat_template.jinja", dir);

@@ -1,0 +1,35 @@
+/* Helpers the file-based fuzz targets share: a cleared weft_error, the rule that every refusal
+ * carries a message (printed with WEFT_FUZZ_VERBOSE set, to see what a seed reaches), and a
+ * private directory under $TMPDIR (or /tmp) whose removal at exit the target arranges. */
+#ifndef WEFT_FUZZ_COMMON_H
+#define WEFT_FUZZ_COMMON_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft/plugin.h"
+
+static inline weft_error fuzz_error(void) {
+    weft_error e;
+    memset(&e, 0, sizeof(e));
+    e.size = sizeof(e);
+    return e;
+}
+
+static inline void fuzz_refused(const weft_error *err) {
+    if (!err->message[0]) __builtin_trap(); /* every refusal says why */
+    if (getenv("WEFT_FUZZ_VERBOSE")) fprintf(stderr, "refused: %s\n", err->message);
+}
+
+/* Creates DIR (cap bytes) as $TMPDIR/weft-fuzz-<what>-XXXXXX once; later calls keep it. Returns
+ * 1 on the call that created it, so the caller can register its clean-up then. */
+static inline int fuzz_private_dir(char *dir, size_t cap, const char *what) {
+    if (dir[0]) return 0;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, cap, "%s/weft-fuzz-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", what);
+    if (!mkdtemp(dir)) __builtin_trap();
+    return 1;
+}
+
+#endif
