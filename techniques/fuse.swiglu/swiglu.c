@@ -54,7 +54,7 @@ static weft_status sw_create(const weft_host_services *host, const weft_options 
         host->free(s);
         return err && err->code ? err->code : WEFT_ERR_INTERNAL;
     }
-    s->threads = host->get_service(host, WEFT_SERVICE_THREADS, 1);
+    s->threads = host->get_service ? host->get_service(host, WEFT_SERVICE_THREADS, 1) : NULL;
     *st = s;
     return WEFT_OK;
 }

@@ -460,6 +460,8 @@ FEATURES = [
     ("text", "plain text", {}),
     ("print_int", "{{ 42 }} {{ -7 }} {{ 0x1F }} {{ 0o17 }} {{ 0b101 }} {{ 1_000 }}", {}),
     ("print_float", "{{ 1.5 }} {{ 2.0 }} {{ 1e16 }} {{ 1.5e-5 }} {{ 0.1 + 0.2 }} {{ 1e300 * 1e300 }} {{ -0.0 }}", {}),
+    # literals longer than a fixed buffer: cut at 127 characters they changed value
+    ("print_float_long", "{{ 0." + "0" * 130 + "1 }} {{ 1" + "0" * 200 + ".5 }} {{ 1_0.2_5 }}", {}),
     ("print_consts", "{{ true }} {{ false }} {{ none }} {{ True }} {{ None }}", {}),
     ("print_strings", "{{ 'a' 'b' \"c\" }} {{ '\\n\\t\\\\\\'\\x41\\u00e9\\U0001F600' }}", {}),
     ("print_list", "{{ [1, 'two', 3.0, none, true, [], {}] }}", {}),

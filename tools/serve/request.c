@@ -245,6 +245,8 @@ static int parse_prompts(serve_server *s, json_t *pr, serve_gen *g, serve_err *e
         if (!g->prompts) return serve_err_set(err, 500, "out_of_memory", NULL, "out of memory");
         g->n_prompts = 1;
         g->prompts[0].text = strndup(json_string_value(pr), json_string_length(pr));
+        if (!g->prompts[0].text)
+            return serve_err_set(err, 500, "out_of_memory", NULL, "out of memory");
         g->prompts[0].text_len = json_string_length(pr);
         return encode_text(s, json_string_value(pr), json_string_length(pr), 1, "prompt",
                            &g->prompts[0], err);
@@ -276,6 +278,8 @@ static int parse_prompts(serve_server *s, json_t *pr, serve_gen *g, serve_err *e
         snprintf(param, sizeof(param), "prompt[%zu]", i);
         if (json_is_string(v)) {
             g->prompts[i].text = strndup(json_string_value(v), json_string_length(v));
+            if (!g->prompts[i].text)
+                return serve_err_set(err, 500, "out_of_memory", NULL, "out of memory");
             g->prompts[i].text_len = json_string_length(v);
             if (encode_text(s, json_string_value(v), json_string_length(v), 1, param,
                             &g->prompts[i], err))
@@ -615,8 +619,8 @@ int serve_parse_generation(serve_server *s, serve_req *r, json_t *body, serve_er
     g->sp = s->defaults;
     g->skip_special = 1;
     g->n = 1;
-    double d;
-    long long x;
+    double d = 0; /* set by get_number when it returns 1 */
+    long long x = 0;
     int rc, b;
 #define NUM(key, lo, hi, open, dst)                                                                \
     do {                                                                                           \

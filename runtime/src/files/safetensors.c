@@ -373,7 +373,7 @@ static weft_status parse_image(weft_safetensors *st, uint32_t fi, const uint8_t 
         }
     }
     /* Empty tensors occupy no bytes and may share an offset with anything. */
-    qsort(ranges, n_ranges, sizeof(*ranges), cmp_by_begin);
+    if (n_ranges) qsort(ranges, n_ranges, sizeof(*ranges), cmp_by_begin);
     size_t far = 0; /* the range reaching furthest so far */
     for (size_t i = 1; i < n_ranges; i++) {
         if (ranges[i].b < ranges[far].e) {
@@ -400,7 +400,7 @@ static int cmp_tensor_name(const void *a, const void *b) {
 
 /* Sorts by name and refuses a name that appears twice (two shards holding one tensor). */
 static weft_status finish(weft_safetensors *st, weft_error *err) {
-    qsort(st->tensors, st->n_tensors, sizeof(*st->tensors), cmp_tensor_name);
+    if (st->n_tensors) qsort(st->tensors, st->n_tensors, sizeof(*st->tensors), cmp_tensor_name);
     for (size_t i = 1; i < st->n_tensors; i++)
         if (!strcmp(st->tensors[i].name, st->tensors[i - 1].name)) {
             uint32_t fa = st->tensors[i - 1].file, fb = st->tensors[i].file;
@@ -823,7 +823,7 @@ weft_status weft_st_writer_write_fill(weft_st_writer *w, const char *path,
                                       const char *metadata_json, weft_st_fill_fn fill, void *ctx,
                                       weft_error *err) {
     if (!w || !path) return weft_error_set(err, WEFT_ERR_INVALID, SRC, "writer: no path");
-    qsort(w->t, w->n, sizeof(*w->t), cmp_wtensor);
+    if (w->n) qsort(w->t, w->n, sizeof(*w->t), cmp_wtensor);
     for (size_t i = 1; i < w->n; i++)
         if (!strcmp(w->t[i].name, w->t[i - 1].name))
             return weft_error_set(err, WEFT_ERR_INVALID, SRC,

@@ -199,8 +199,7 @@ static size_t match_int(const char *s, size_t len, size_t i, int64_t *out, int *
             j = k + 1;
             nd++;
         }
-        if (nd == 0) {
-            base = 10; /* just the "0" */
+        if (nd == 0) { /* no digits after the prefix: just the "0" */
             j = i + 1;
             v = 0;
         }
@@ -418,19 +417,23 @@ static int lex_tag(lx *l, size_t *pos, int is_block, size_t tag_start, int *nl) 
         unsigned char c = (unsigned char)s[i];
         size_t m;
         if (is_digit((char)c) && (m = match_float(s, len, i)) > 0) {
-            char num[128];
+            /* the literal without its underscores; a long one (Python reads any length) is
+             * copied whole rather than cut, which would change its value */
+            char small[128], *num = m < sizeof(small) ? small : malloc(m + 1);
+            if (!num) return lx_fail(l, i, "%s", "out of memory");
             size_t k = 0;
-            for (size_t j = i; j < i + m && k < sizeof(num) - 1; j++)
+            for (size_t j = i; j < i + m; j++)
                 if (s[j] != '_') num[k++] = s[j];
             num[k] = '\0';
             jtok *t = lx_push(l, T_FLOAT, i, i + m);
+            if (t) t->f = strtod(num, NULL);
+            if (num != small) free(num);
             if (!t) return -1;
-            t->f = strtod(num, NULL);
             i += m;
             continue;
         }
         if (is_digit((char)c)) {
-            int64_t v;
+            int64_t v = 0; /* match_int sets it: c is a digit, so it matches at least one */
             int ovf;
             m = match_int(s, len, i, &v, &ovf);
             if (ovf) return lx_fail(l, i, "%s", "integer literal does not fit in 64 bits");

@@ -498,7 +498,9 @@ static int window_pending(const weft_detok *d) {
     size_t nt = 0; /* bytes collected backwards into tail[8 - nt ..] */
     for (size_t i = d->n; i-- > 0 && nt < 4;) {
         if (d->skip_special && tok->is_special[d->ids[i]]) continue;
-        size_t pn;
+        /* every id in the window has a piece (push and prime check); 0 keeps the analyzer
+         * from assuming a NULL piece with an unset length */
+        size_t pn = 0;
         const char *p = piece_of(tok, d->ids[i], &pn);
         if (tok->byte_decoding == 1) {
             int v = byte_piece_value(p, pn);
