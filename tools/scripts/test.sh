@@ -55,7 +55,9 @@ if [[ $skip != *" fuzz "* ]]; then
     work=$(mktemp -d)
     echo "fuzzing $name"
     mkdir "$work/new"
-    if ! "$f" -max_total_time="${WEFT_FUZZ_SECONDS:-20}" -seed="${WEFT_FUZZ_SEED:-1}" \
+    dict=()  # a target's dictionary, when it has one (tests/fuzz/<name>.dict)
+    [ -f "tests/fuzz/${name#fuzz_}.dict" ] && dict=(-dict="tests/fuzz/${name#fuzz_}.dict")
+    if ! "$f" "${dict[@]}" -max_total_time="${WEFT_FUZZ_SECONDS:-20}" -seed="${WEFT_FUZZ_SEED:-1}" \
         -timeout=60 -max_len=65536 -rss_limit_mb=2048 -print_final_stats=0 \
         -artifact_prefix="$work/" "$work/new" "$corpus" > "$work/out" 2>&1; then
       tail -n 60 "$work/out"
