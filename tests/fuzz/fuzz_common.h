@@ -1,6 +1,7 @@
 /* Helpers the file-based fuzz targets share: a cleared weft_error, the rule that every refusal
  * carries a message (printed with WEFT_FUZZ_VERBOSE set, to see what a seed reaches), and a
- * private directory under $TMPDIR (or /tmp) whose removal at exit the target arranges. */
+ * private directory under $TMPDIR (or /tmp) whose removal at exit the target arranges; and the
+ * checks every accepted safetensors set must pass. */
 #ifndef WEFT_FUZZ_COMMON_H
 #define WEFT_FUZZ_COMMON_H
 
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "files/safetensors.h"
 #include "weft/plugin.h"
 
 static inline weft_error fuzz_error(void) {
@@ -30,6 +32,20 @@ static inline int fuzz_private_dir(char *dir, size_t cap, const char *what) {
     snprintf(dir, cap, "%s/weft-fuzz-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", what);
     if (!mkdtemp(dir)) __builtin_trap();
     return 1;
+}
+
+/* Every tensor of an accepted safetensors set: its byte count matches its dtype and shape, its
+ * first and last byte can be read (ASan or the mapping's end catch an offset the checks missed),
+ * and it is found again by name. */
+static inline void fuzz_touch_tensors(const weft_safetensors *st) {
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < weft_safetensors_count(st); i++) {
+        const weft_st_tensor *t = weft_safetensors_at(st, i);
+        if (t->bytes != weft_dtype_bytes(t->dtype, t->rank, t->shape)) __builtin_trap();
+        if (t->bytes) sink ^= t->data[0] ^ t->data[t->bytes - 1];
+        if (weft_safetensors_find(st, t->name) != t) __builtin_trap();
+    }
+    (void)sink;
 }
 
 #endif

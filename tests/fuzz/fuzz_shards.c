@@ -89,18 +89,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map) || json_object_size(map) != weft_safetensors_count(st))
         __builtin_trap();
-    volatile uint8_t sink = 0;
-    for (size_t i = 0; i < weft_safetensors_count(st); i++) {
+    fuzz_touch_tensors(st);
+    for (size_t i = 0; i < weft_safetensors_count(st); i++) { /* each in the shard named */
         const weft_st_tensor *t = weft_safetensors_at(st, i);
-        if (t->bytes != weft_dtype_bytes(t->dtype, t->rank, t->shape)) __builtin_trap();
-        if (t->bytes) sink ^= t->data[0] ^ t->data[t->bytes - 1];
-        if (weft_safetensors_find(st, t->name) != t) __builtin_trap();
         const char *want = json_string_value(json_object_get(map, t->name));
         const char *have = weft_safetensors_file_path(st, t->file);
         const char *slash = have ? strrchr(have, '/') : NULL;
         if (!want || !slash || strcmp(slash + 1, want)) __builtin_trap();
     }
-    (void)sink;
     json_decref(root);
     weft_safetensors_close(st);
     return 0;

@@ -188,6 +188,19 @@ static char *replace(const char *text, const char *from, const char *to) {
     return out;
 }
 
+/* The lock text with one edit is refused as malformed, with exactly this message. */
+static void refused_edit(const char *text, const char *from, const char *to, const char *want) {
+    char *edited = replace(text, from, to);
+    weft_lock *b = NULL;
+    weft_error err;
+    weft_error_clear(&err);
+    assert_int_equal(weft_lock_parse(edited, strlen(edited), "edit.lock", &b, &err),
+                     WEFT_ERR_FORMAT);
+    assert_null(b);
+    assert_string_equal(err.message, want);
+    free(edited);
+}
+
 static void test_edited_lock_refused(void **state) {
     weft_lock *a = freeze(DATA "/candidate.yaml");
     char path[512];
@@ -209,31 +222,16 @@ static void test_edited_lock_refused(void **state) {
     assert_non_null(strstr(err.message, a->id));
     free(edited);
 
-    edited = replace(text, a->plugins[0].library.sha256, "xyz");
-    assert_int_equal(weft_lock_parse(edited, strlen(edited), "edit.lock", &b, &err),
-                     WEFT_ERR_FORMAT);
-    assert_string_equal(err.message, "edit.lock: plugins[0].library.sha256: expected 64 lowercase "
-                                     "hex digits, found \"xyz\"");
-    free(edited);
-    edited = replace(text, "\"format\": 1", "\"format\": 2");
-    assert_int_equal(weft_lock_parse(edited, strlen(edited), "edit.lock", &b, &err),
-                     WEFT_ERR_FORMAT);
-    assert_string_equal(err.message,
-                        "edit.lock: format: expected 1, found 2 (written by another weft)");
-    free(edited);
+    refused_edit(text, a->plugins[0].library.sha256, "xyz",
+                 "edit.lock: plugins[0].library.sha256: expected 64 lowercase hex digits, found "
+                 "\"xyz\"");
+    refused_edit(text, "\"format\": 1", "\"format\": 2",
+                 "edit.lock: format: expected 1, found 2 (written by another weft)");
     /* a plugin or a model file named twice (found by fuzz_lock: diff paired the wrong ones) */
-    edited = replace(text, "\"name\": \"fake.pass\"", "\"name\": \"fake.model\"");
-    assert_int_equal(weft_lock_parse(edited, strlen(edited), "edit.lock", &b, &err),
-                     WEFT_ERR_FORMAT);
-    assert_string_equal(err.message,
-                        "edit.lock: plugins[2].name: \"fake.model\" is also plugins[1]");
-    free(edited);
-    edited = replace(text, "\"name\": \"generation_config.json\"", "\"name\": \"config.json\"");
-    assert_int_equal(weft_lock_parse(edited, strlen(edited), "edit.lock", &b, &err),
-                     WEFT_ERR_FORMAT);
-    assert_string_equal(err.message,
-                        "edit.lock: model.files[1].name: \"config.json\" is also model.files[0]");
-    free(edited);
+    refused_edit(text, "\"name\": \"fake.pass\"", "\"name\": \"fake.model\"",
+                 "edit.lock: plugins[2].name: \"fake.model\" is also plugins[1]");
+    refused_edit(text, "\"name\": \"generation_config.json\"", "\"name\": \"config.json\"",
+                 "edit.lock: model.files[1].name: \"config.json\" is also model.files[0]");
     assert_int_equal(weft_lock_parse("[1]", 3, "edit.lock", &b, &err), WEFT_ERR_FORMAT);
     assert_string_equal(err.message,
                         "edit.lock: expected a JSON object at the top, found an array");
