@@ -1,9 +1,10 @@
-/* libFuzzer target for `weft serve`'s request parsing (tools/serve/request.c), the part of weft
- * that reads what a network client sends. The first input byte picks the endpoint, the rest is
- * the body: 0 /v1/completions, 1 /v1/chat/completions, 2 /v1/score. The body goes through the
- * same JSON load as the HTTP layer, then through the endpoint's parser with a server that has a
- * real tokenizer (tests/data/tokenizer/bytelevel_small.json) and chat template
- * (tests/data/chat/llama3.jinja) but no engine: parsing never reaches it. A refusal must be a
+/* libFuzzer target for `weft serve`'s request parsing (tools/serve/request.c, handlers.c), the
+ * part of weft that reads what a network client sends. The first input byte picks the endpoint,
+ * the rest is the body: 0 /v1/completions, 1 /v1/chat/completions, 2 /v1/score (the body goes
+ * through the same JSON load as the HTTP layer, then the endpoint's parser), 3 /tokenize and 4
+ * /detokenize (through the server's dispatcher, serve_handle, which answers them on the spot).
+ * The server has a real tokenizer (tests/data/tokenizer/bytelevel_small.json) and chat template
+ * (tests/data/chat/llama3.jinja) but no engine, which none of these reach. A refusal must be a
  * client error (4xx) with a message, or a 500 for memory; an accepted request must hold only
  * ids inside the vocabulary, prompts within max_model_len, and sampling parameters the sampler
  * accepts. The schemathesis run over the OpenAPI document (tests/integration) covers the same
@@ -65,6 +66,7 @@ static void setup(void) {
     srv.tok = tok;
     srv.vocab = weft_tokenizer_vocab_size(tok);
     srv.max_model_len = 256;
+    atomic_store(&srv.state, SERVE_READY);
     weft_sampler_params_default(&srv.defaults);
     snprintf(srv.model_name, sizeof(srv.model_name), "m");
 }
@@ -75,9 +77,49 @@ static void check_prompt(const serve_prompt *p) {
         if (p->ids[i] < 0 || (uint32_t)p->ids[i] >= srv.vocab) __builtin_trap();
 }
 
+/* /tokenize and /detokenize, answered on the spot by the server's own dispatcher. */
+static void one_tokenizer_endpoint(const uint8_t *body, size_t n, const char *path) {
+    serve_req *r = calloc(1, sizeof(*r));
+    if (!r) __builtin_trap();
+    r->srv = &srv;
+    r->path = path;
+    snprintf(r->url, sizeof(r->url), "%s", path);
+    if (serve_buf_append(&r->body, body, n)) __builtin_trap();
+    serve_reply out;
+    memset(&out, 0, sizeof(out));
+    serve_handle(&srv, r, "POST", &out);
+    if (out.suspend || out.stream || !out.json) __builtin_trap(); /* never the engine's */
+    if (out.status != 200) {
+        json_t *e = json_object_get(out.json, "error");
+        if (out.status < 400 || out.status >= 500 || !json_is_string(json_object_get(e, "message")))
+            __builtin_trap();
+    } else if (!strcmp(path, "/tokenize")) {
+        json_t *tokens = json_object_get(out.json, "tokens"), *t;
+        size_t i;
+        if (!json_is_array(tokens)) __builtin_trap();
+        json_array_foreach(tokens, i, t) {
+            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+                json_integer_value(t) >= (json_int_t)srv.vocab)
+                __builtin_trap();
+        }
+    } else if (!json_is_string(json_object_get(out.json, "prompt"))) {
+        __builtin_trap();
+    }
+    json_decref(out.json);
+    free(out.text);
+    serve_gen_free(&r->g);
+    serve_buf_free(&r->body);
+    free(r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     setup();
+    int kind = data[0] % 5;
+    if (kind >= 3) {
+        one_tokenizer_endpoint(data + 1, size - 1, kind == 3 ? "/tokenize" : "/detokenize");
+        return 0;
+    }
     json_t *body = json_loadb((const char *)data + 1, size - 1, JSON_REJECT_DUPLICATES, NULL);
     if (!json_is_object(body)) { /* the HTTP layer answers these 400 itself */
         json_decref(body);
@@ -86,7 +128,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     serve_req *r = calloc(1, sizeof(*r));
     if (!r) __builtin_trap();
     r->srv = &srv;
-    int kind = data[0] % 3;
     r->kind = kind == 0 ? SERVE_KIND_COMPLETION : kind == 1 ? SERVE_KIND_CHAT : SERVE_KIND_SCORE;
     serve_err err;
     memset(&err, 0, sizeof(err));
