@@ -5,9 +5,11 @@
 #ifndef WEFT_FUZZ_COMMON_H
 #define WEFT_FUZZ_COMMON_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "files/safetensors.h"
 #include "weft/plugin.h"
@@ -32,6 +34,39 @@ static inline int fuzz_private_dir(char *dir, size_t cap, const char *what) {
     snprintf(dir, cap, "%s/weft-fuzz-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", what);
     if (!mkdtemp(dir)) __builtin_trap();
     return 1;
+}
+
+/* Removes every entry of DIR (files only; the targets make no deeper trees there). */
+static inline void fuzz_empty_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[4200];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+}
+
+/* Splits an input at the lines "#--" into n parts: part[i] and len[i] (NULL and 0 for a part the
+ * input does not reach), for targets whose input is several files. */
+static inline void fuzz_split(const uint8_t *data, size_t size, const uint8_t **part, size_t *len,
+                              int n) {
+    static const char sep[] = "\n#--\n";
+    const size_t k = sizeof(sep) - 1;
+    const uint8_t *at = data, *end = data + size;
+    for (int i = 0; i < n; i++) {
+        part[i] = at;
+        len[i] = 0;
+        if (!at) continue;
+        const uint8_t *cut = NULL;
+        for (const uint8_t *q = at; !cut && (size_t)(end - q) >= k; q++)
+            if (!memcmp(q, sep, k)) cut = q;
+        len[i] = (size_t)((cut ? cut : end) - at);
+        at = cut ? cut + k : NULL;
+    }
 }
 
 /* Every tensor of an accepted safetensors set: its byte count matches its dtype and shape, its

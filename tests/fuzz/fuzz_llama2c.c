@@ -12,7 +12,6 @@
  *      encode and decode the input's text.
  * Files go to a private directory under $TMPDIR (or /tmp), removed at exit. With
  * WEFT_FUZZ_VERBOSE set, each refusal's message is printed (to see what a seed reaches). */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,18 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char dir[512], ckpt[600], vocab[600], out[600];
 
 static void remove_tree(void) {
-    DIR *d = opendir(out);
-    if (d) {
-        struct dirent *e;
-        char p[1200];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof(p), "%s/%s", out, e->d_name);
-                unlink(p);
-            }
-        closedir(d);
-        rmdir(out);
-    }
+    fuzz_empty_dir(out);
+    rmdir(out);
     unlink(ckpt);
     unlink(vocab);
     rmdir(dir);

@@ -36,28 +36,19 @@ static void remove_all(void) {
     rmdir(dir);
 }
 
-static const uint8_t *find(const uint8_t *at, const uint8_t *end, const char *what, size_t n) {
-    for (; (size_t)(end - at) >= n; at++)
-        if (!memcmp(at, what, n)) return at;
-    return NULL;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (fuzz_private_dir(dir, sizeof(dir), "modeldir")) atexit(remove_all);
-    static const char sep[] = "\n#--\n";
-    const uint8_t *at = data, *end = data + size;
+    const uint8_t *part[3];
+    size_t len[3];
+    fuzz_split(data, size, part, len, 3);
     for (int i = 0; i < 3; i++) {
         char p[700];
         path_of(p, sizeof(p), names[i]);
         unlink(p);
-        if (!at) continue;
-        const uint8_t *cut = find(at, end, sep, sizeof(sep) - 1);
-        size_t len = (size_t)((cut ? cut : end) - at);
-        if (len) { /* an empty part is a file left out */
+        if (len[i]) { /* an empty part is a file left out */
             FILE *f = fopen(p, "wb");
-            if (!f || (len && fwrite(at, 1, len, f) != len) || fclose(f)) __builtin_trap();
+            if (!f || fwrite(part[i], 1, len[i], f) != len[i] || fclose(f)) __builtin_trap();
         }
-        at = cut ? cut + sizeof(sep) - 1 : NULL;
     }
 
     weft_model_config cfg;

@@ -36,28 +36,15 @@ static void write_file(const char *dir, const char *name, const void *data, size
     if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f)) __builtin_trap();
 }
 
-static void empty_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1400];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-    closedir(d);
-}
-
 static void remove_all(void) {
     char p[800];
-    empty_dir(dest);
+    fuzz_empty_dir(dest);
     rmdir(dest);
-    empty_dir(model);
+    fuzz_empty_dir(model);
     rmdir(model);
     snprintf(p, sizeof(p), "%s/fz", mirror);
     rmdir(p);
-    empty_dir(mirror);
+    fuzz_empty_dir(mirror);
     rmdir(mirror);
     rmdir(root);
 }
@@ -135,33 +122,18 @@ static int same_bytes(const char *a, const char *b) {
     return same;
 }
 
-static const uint8_t *find(const uint8_t *at, const uint8_t *end, const char *what, size_t n) {
-    for (; (size_t)(end - at) >= n; at++)
-        if (!memcmp(at, what, n)) return at;
-    return NULL;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
-    static const char sep[] = "\n#--\n";
-    const uint8_t *at = data, *end = data + size;
-    const uint8_t *text[3] = {NULL, NULL, NULL};
-    size_t tlen[3] = {0, 0, 0};
+    const uint8_t *text[3];
+    size_t tlen[3];
+    fuzz_split(data, size, text, tlen, 3);
     for (int i = 0; i < 3; i++) {
         char p[1400];
         snprintf(p, sizeof(p), "%s/%s", model, parts[i]);
         unlink(p);
-        if (!at) continue;
-        const uint8_t *cut = find(at, end, sep, sizeof(sep) - 1);
-        size_t len = (size_t)((cut ? cut : end) - at);
-        if (len) {
-            write_file(model, parts[i], at, len);
-            text[i] = at;
-            tlen[i] = len;
-        }
-        at = cut ? cut + sizeof(sep) - 1 : NULL;
+        if (tlen[i]) write_file(model, parts[i], text[i], tlen[i]);
     }
-    empty_dir(dest);
+    fuzz_empty_dir(dest);
     weft_pull_options o;
     weft_pull_options_default(&o);
     o.id = "fz/model";
@@ -204,9 +176,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         weft_error he = fuzz_error();
         if (weft_hash_sha256_file(got, sha, &he) != WEFT_OK) __builtin_trap();
         int conflict = 0;
-        if ((text[0] && sums_for((const char *)text[0], tlen[0], NULL, n, want, &conflict) &&
+        if ((tlen[0] && sums_for((const char *)text[0], tlen[0], NULL, n, want, &conflict) &&
              strcasecmp(sha, want)) ||
-            (text[1] && sums_for((const char *)text[1], tlen[1], "fz/model", n, want, &conflict) &&
+            (tlen[1] && sums_for((const char *)text[1], tlen[1], "fz/model", n, want, &conflict) &&
              strcasecmp(sha, want)) ||
             conflict) {
             fprintf(stderr, "fuzz_pull: %s kept against a SHA256SUMS line\n", n);
