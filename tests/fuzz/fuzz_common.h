@@ -36,6 +36,12 @@ static inline int fuzz_private_dir(char *dir, size_t cap, const char *what) {
     return 1;
 }
 
+/* Writes n bytes (none: an empty file) to path; a target that cannot write its own files stops. */
+static inline void fuzz_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f)) __builtin_trap();
+}
+
 /* Removes every entry of DIR (files only; the targets make no deeper trees there). */
 static inline void fuzz_empty_dir(const char *dir) {
     DIR *d = opendir(dir);

@@ -44,13 +44,6 @@ static void setup(void) {
     atexit(remove_tree);
 }
 
-static void put_file(const char *path, const uint8_t *a, size_t na, const uint8_t *b, size_t nb) {
-    FILE *f = fopen(path, "wb");
-    if (!f) __builtin_trap();
-    if ((na && fwrite(a, 1, na, f) != na) || (nb && fwrite(b, 1, nb, f) != nb)) __builtin_trap();
-    if (fclose(f)) __builtin_trap();
-}
-
 /* A reader refusing what the conversion wrote is a converter bug: say which, then stop. */
 static void must(weft_status st, const weft_error *err, const char *what) {
     if (st == WEFT_OK) return;
@@ -77,7 +70,7 @@ static void check_model(const weft_llama2c_model *m) {
 }
 
 static void one_checkpoint(const uint8_t *d, size_t n) {
-    put_file(ckpt, d, n, NULL, 0);
+    fuzz_write_file(ckpt, d, n);
     weft_llama2c_model m;
     weft_error err = fuzz_error();
     if (weft_llama2c_open(ckpt, &m, &err) != WEFT_OK) {
@@ -91,7 +84,7 @@ static void one_checkpoint(const uint8_t *d, size_t n) {
 static void one_vocab(const uint8_t *d, size_t n) {
     if (n < 2) return;
     uint32_t count = 1 + ((uint32_t)d[0] | (uint32_t)d[1] << 8) % 2048;
-    put_file(vocab, d + 2, n - 2, NULL, 0);
+    fuzz_write_file(vocab, d + 2, n - 2);
     weft_llama2c_vocab v;
     weft_error err = fuzz_error();
     if (weft_llama2c_vocab_load(vocab, count, &v, &err) != WEFT_OK) {
@@ -135,15 +128,19 @@ static void one_conversion(const uint8_t *d, size_t n) {
     uint64_t floats = (uint64_t)V * D + 2 * L * D + 2 * L * D * D + 2 * L * KVD * D +
                       3 * L * H * D + D + (uint64_t)seq * (uint64_t)head +
                       (shared ? 0 : (uint64_t)V * D);
-    float *w = malloc(floats * sizeof(float));
-    if (!w) return;
-    /* weights from the input's bytes, finite and small (the converter copies them as given) */
-    for (uint64_t i = 0; i < floats; i++)
-        w[i] = ((float)(nrest ? rest[i % nrest] : 1) - 128.0f) / 64.0f;
+    /* the 7-int32 header, then weights from the input's bytes, finite and small (the converter
+     * copies them as given) */
     int32_t hdr[7] = {dim, hidden, layers, heads, kv, shared ? V : -V, seq};
-    put_file(ckpt, (const uint8_t *)hdr, sizeof(hdr), (const uint8_t *)w, floats * sizeof(float));
-    free(w);
-    put_file(vocab, rest, nrest, NULL, 0);
+    uint8_t *file = malloc(sizeof(hdr) + floats * sizeof(float));
+    if (!file) return;
+    memcpy(file, hdr, sizeof(hdr));
+    for (uint64_t i = 0; i < floats; i++) {
+        float w = ((float)(nrest ? rest[i % nrest] : 1) - 128.0f) / 64.0f;
+        memcpy(file + sizeof(hdr) + i * sizeof(float), &w, sizeof(w));
+    }
+    fuzz_write_file(ckpt, file, sizeof(hdr) + floats * sizeof(float));
+    free(file);
+    fuzz_write_file(vocab, rest, nrest);
     weft_error err = fuzz_error();
     if (weft_llama2c_convert(ckpt, vocab, out, &err) != WEFT_OK) {
         fuzz_refused(&err);

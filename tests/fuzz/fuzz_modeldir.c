@@ -45,10 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char p[700];
         path_of(p, sizeof(p), names[i]);
         unlink(p);
-        if (len[i]) { /* an empty part is a file left out */
-            FILE *f = fopen(p, "wb");
-            if (!f || fwrite(part[i], 1, len[i], f) != len[i] || fclose(f)) __builtin_trap();
-        }
+        if (len[i]) fuzz_write_file(p, part[i], len[i]); /* an empty part: the file left out */
     }
 
     weft_model_config cfg;

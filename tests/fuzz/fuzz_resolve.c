@@ -85,10 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bundle_dir(d, sizeof(d), i);
         snprintf(p, sizeof(p), "%s/manifest.yaml", d);
         unlink(p);
-        if (!len[1 + i]) continue;
-        FILE *f = fopen(p, "wb");
-        if (!f || fwrite(part[1 + i], 1, len[1 + i], f) != len[1 + i] || fclose(f))
-            __builtin_trap();
+        if (len[1 + i]) fuzz_write_file(p, part[1 + i], len[1 + i]);
     }
     weft_candidate_manifest *m = NULL;
     weft_error err = fuzz_error();

@@ -49,14 +49,11 @@ static void setup(void) {
     size_t n = in ? fread(src, 1, sizeof(src), in) : 0;
     if (!in || fclose(in) || !n) __builtin_trap();
     snprintf(path, sizeof(path), "%s/chat_template.jinja", tmpdir);
-    FILE *out = fopen(path, "wb");
-    if (!out || fwrite(src, 1, n, out) != n || fclose(out)) __builtin_trap();
+    fuzz_write_file(path, src, n);
     snprintf(path, sizeof(path), "%s/tokenizer_config.json", tmpdir);
-    out = fopen(path, "wb");
-    if (!out ||
-        fputs("{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|eot_id|>\"}", out) < 0 ||
-        fclose(out))
-        __builtin_trap();
+    static const char cfg[] =
+        "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|eot_id|>\"}";
+    fuzz_write_file(path, cfg, sizeof(cfg) - 1);
     if (weft_chat_template_load(tmpdir, &srv.chat, &err) != WEFT_OK) {
         fprintf(stderr, "fuzz_serve_request: %s\n", err.message);
         __builtin_trap();

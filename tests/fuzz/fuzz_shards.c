@@ -65,8 +65,7 @@ static void setup(void) {
     write_shard("c.safetensors", c, 1);
     char p[700];
     path_of(p, sizeof(p), "e.safetensors");
-    FILE *f = fopen(p, "wb");
-    if (!f || fclose(f)) __builtin_trap();
+    fuzz_write_file(p, NULL, 0);
     path_of(p, sizeof(p), "d");
     if (mkdir(p, 0755)) __builtin_trap();
 }
@@ -75,8 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
     char p[700];
     path_of(p, sizeof(p), "model.safetensors.index.json");
-    FILE *f = fopen(p, "wb");
-    if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f)) __builtin_trap();
+    fuzz_write_file(p, data, size);
     weft_safetensors *st = NULL;
     weft_error err = fuzz_error();
     if (weft_safetensors_open_dir(dir, &st, &err) != WEFT_OK) {

@@ -184,9 +184,9 @@ weft_status cuda_gemm(cuda_backend *b, CUdeviceptr x, uint32_t tx, CUdeviceptr w
             cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
         LT_STEP(
             cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = cuda_type(tw);
         if (has_bias) {
+            cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+            cudaDataType_t bt = cuda_type(tw);
             LT_STEP(cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
                                                    sizeof(ep)));
             LT_STEP(cublasLtMatmulDescSetAttribute(ne.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,

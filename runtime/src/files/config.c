@@ -370,15 +370,15 @@ weft_status weft_config_load(const char *dir, weft_model_config *cfg, char **raw
 
 /* A sampling default, held to the range the sampler accepts (sampling.c check_params), so that a
  * bad file is named when the model loads rather than in every request that uses its defaults:
- * lo <= value (lo < value when lo_open) and value <= hi, and finite as a float. */
+ * lo <= value (lo < value when lo_open) and value <= hi; every caller's hi is at most FLT_MAX,
+ * so the value also fits a float. */
 static weft_status gen_float(json_t *root, const char *field, const char *path, double lo,
                              int lo_open, double hi, const char *expected, int *has, float *out,
                              weft_error *err) {
     json_t *v = member(root, field);
     if (!v) return WEFT_OK;
     double d = json_number_value(v);
-    if (!json_is_number(v) || !isfinite(d) || d < lo || (lo_open && d == lo) || d > hi ||
-        d > FLT_MAX)
+    if (!json_is_number(v) || !isfinite(d) || d < lo || (lo_open && d == lo) || d > hi)
         return bad_field(err, path, field, expected, v);
     *has = 1;
     *out = (float)d;
