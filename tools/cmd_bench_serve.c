@@ -490,26 +490,43 @@ int weft_cmd_bench_serve(int argc, char **argv) {
         else if (!strcmp(a, "--json"))
             o.json_out = v;
         else if (!strcmp(a, "--requests")) {
-            if (weft_cli_parse_u32("bench serve", a, v, &o.requests) || !o.requests) return 2;
+            if (weft_cli_parse_u32_range("bench serve", a, v, 1, UINT32_MAX, &o.requests)) return 2;
         } else if (!strcmp(a, "--max-tokens")) {
-            if (weft_cli_parse_u32("bench serve", a, v, &o.max_tokens) || !o.max_tokens) return 2;
+            if (weft_cli_parse_u32_range("bench serve", a, v, 1, UINT32_MAX, &o.max_tokens))
+                return 2;
         } else if (!strcmp(a, "--engine-repeats")) {
-            if (weft_cli_parse_u32("bench serve", a, v, &o.engine_repeats) || !o.engine_repeats)
+            if (weft_cli_parse_u32_range("bench serve", a, v, 1, UINT32_MAX, &o.engine_repeats))
                 return 2;
         } else if (!strcmp(a, "--stream-fraction")) {
-            float f;
-            if (weft_cli_parse_f32("bench serve", a, v, &f) || f < 0 || f > 1) return 2;
+            double f;
+            if (weft_cli_parse_f64_range("bench serve", a, v, 0, 1, &f)) return 2;
             o.stream_fraction = f;
         } else if (!strcmp(a, "--concurrency")) {
             o.n_levels = 0;
             char buf[256];
+            if (strlen(v) >= sizeof(buf)) {
+                fprintf(stderr,
+                        "weft bench serve: --concurrency: expected at most %zu characters\n",
+                        sizeof(buf) - 1);
+                return 2;
+            }
             snprintf(buf, sizeof(buf), "%s", v);
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
                 uint32_t c;
-                if (o.n_levels == BS_MAX_LEVELS || weft_cli_parse_u32("bench serve", a, tok, &c) ||
-                    c == 0 || c > 4096)
+                if (o.n_levels == BS_MAX_LEVELS) {
+                    fprintf(stderr,
+                            "weft bench serve: --concurrency: expected at most %d levels, got "
+                            "'%s'\n",
+                            BS_MAX_LEVELS, v);
                     return 2;
+                }
+                if (weft_cli_parse_u32_range("bench serve", a, tok, 1, 4096, &c)) return 2;
                 o.levels[o.n_levels++] = c;
+            }
+            if (!o.n_levels) {
+                fprintf(stderr, "weft bench serve: --concurrency: expected N[,N...], got '%s'\n",
+                        v);
+                return 2;
             }
         } else {
             fprintf(stderr, "weft bench serve: unknown option %s\n", a);

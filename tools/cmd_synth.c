@@ -2,7 +2,6 @@
  * checkpoint with the real tensor names and shapes of a config.json (models/configs/ holds the
  * published ones), for building and benchmarking engines without the real weights. The work is
  * in files/synth.c; this is argument handling. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,15 +21,6 @@ static void usage(FILE *f) {
                "Checkpoints above --shard-gb (default 4) are sharded with an index.\n");
 }
 
-static int parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-') return 0;
-    *out = v;
-    return 1;
-}
-
 int weft_cmd_synth(int argc, char **argv) {
     if (weft_cli_wants_help(argc, argv)) {
         usage(stdout);
@@ -41,7 +31,6 @@ int weft_cmd_synth(int argc, char **argv) {
     weft_synth_options o = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        uint64_t v;
         if (!strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--dtype") ||
             !strcmp(a, "--shard-gb")) {
             if (i + 1 >= argc) {
@@ -59,16 +48,14 @@ int weft_cmd_synth(int argc, char **argv) {
                             val);
                     return 2;
                 }
-            } else if (!parse_u64(val, &v) || (strcmp(a, "--seed") && (v == 0 || v > 1u << 20))) {
-                fprintf(stderr, "weft synth: %s: expected a %s integer, got '%s'\n", a,
-                        strcmp(a, "--seed") ? "positive" : "non-negative", val);
-                return 2;
             } else if (!strcmp(a, "--seed")) {
-                o.seed = v;
+                if (weft_cli_parse_u64("synth", a, val, &o.seed)) return 2;
             } else if (!strcmp(a, "--layers")) {
-                o.layers = (uint32_t)v;
+                if (weft_cli_parse_u32_range("synth", a, val, 1, 1u << 20, &o.layers)) return 2;
             } else {
-                o.shard_bytes = v * 1000ull * 1000 * 1000;
+                uint32_t gb;
+                if (weft_cli_parse_u32_range("synth", a, val, 1, 1u << 20, &gb)) return 2;
+                o.shard_bytes = gb * 1000ull * 1000 * 1000;
             }
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "weft synth: unknown option '%s'\n", a);

@@ -1,8 +1,6 @@
 /* Shared by the commands that open an engine (see engine_cli.h). */
 #include "engine_cli.h"
 
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,41 +60,4 @@ weft_status weft_cli_engine_target(const char *candidate, const char *model_dir,
                           "no candidate given and neither %s nor %s was found in the working "
                           "directory or in %s",
                           WEFT_BASELINE_LOCK, WEFT_BASELINE_MANIFEST, WEFT_SOURCE_DIR);
-}
-
-int weft_cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    if (!s || !*s || *s == '-') goto bad;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end) goto bad;
-    *out = v;
-    return 0;
-bad:
-    fprintf(stderr, "weft %s: %s: expected a non-negative integer, got '%s'\n", cmd, opt,
-            s ? s : "");
-    return -1;
-}
-
-int weft_cli_parse_u32(const char *cmd, const char *opt, const char *s, uint32_t *out) {
-    uint64_t v;
-    if (weft_cli_parse_u64(cmd, opt, s, &v)) return -1;
-    if (v > UINT32_MAX) {
-        fprintf(stderr, "weft %s: %s: expected at most %u, got '%s'\n", cmd, opt, UINT32_MAX, s);
-        return -1;
-    }
-    *out = (uint32_t)v;
-    return 0;
-}
-
-int weft_cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out) {
-    char *end = NULL;
-    errno = 0;
-    float v = s && *s ? strtof(s, &end) : NAN;
-    if (!s || !*s || errno || *end || !isfinite(v)) {
-        fprintf(stderr, "weft %s: %s: expected a number, got '%s'\n", cmd, opt, s ? s : "");
-        return -1;
-    }
-    *out = v;
-    return 0;
 }

@@ -15,10 +15,5 @@
 weft_status weft_cli_engine_target(const char *candidate, const char *model_dir,
                                    weft_engine_options *o, char *path_buf, size_t cap,
                                    weft_error *err);
-/* Parses a non-negative integer / float option value; 0 on success, -1 with a message on
- * stderr naming the option. */
-int weft_cli_parse_u32(const char *cmd, const char *opt, const char *s, uint32_t *out);
-int weft_cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
-int weft_cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out);
 
 #endif

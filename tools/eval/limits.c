@@ -192,34 +192,36 @@ int weft_eval_limits_main(int argc, char **argv) {
         {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *model = NULL, *probe = NULL, *backend = "cuda";
-    long context = 128, prompt = 1024, batch = 1, dbytes = 0, kbytes = 0;
+    uint32_t context = 128, prompt = 1024, batch = 1, dbytes = 0, kbytes = 0;
     int json = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:b:c:P:B:d:k:jh", opts, NULL)) != -1) {
-        char *end = NULL;
+        int bad = 0;
         switch (c) {
         case 'm': model = optarg; break;
         case 'p': probe = optarg; break;
         case 'b': backend = optarg; break;
         case 'j': json = 1; break;
         case 'h': usage(stdout); return 0;
-        case 'c': case 'P': case 'B': case 'd': case 'k': {
-            long v = strtol(optarg, &end, 10);
-            if (!end || *end || v < 0 || v > (1l << 30)) {
-                fprintf(stderr, "weft eval limits: --%s: expected a non-negative integer, got "
-                        "'%s'\n", c == 'c' ? "context" : c == 'P' ? "prompt" : c == 'B' ? "batch"
-                        : c == 'd' ? "dtype-bytes" : "kv-bytes", optarg);
-                return 2;
-            }
-            if (c == 'c') context = v;
-            else if (c == 'P') prompt = v;
-            else if (c == 'B') batch = v;
-            else if (c == 'd') dbytes = v;
-            else kbytes = v;
+        case 'c':
+            bad =
+                weft_cli_parse_u32_range("eval limits", "--context", optarg, 0, 1u << 30, &context);
             break;
-        }
+        case 'P':
+            bad = weft_cli_parse_u32_range("eval limits", "--prompt", optarg, 1, 1u << 30, &prompt);
+            break;
+        case 'B':
+            bad = weft_cli_parse_u32_range("eval limits", "--batch", optarg, 1, 1u << 20, &batch);
+            break;
+        case 'd':
+            bad = weft_cli_parse_u32_range("eval limits", "--dtype-bytes", optarg, 1, 8, &dbytes);
+            break;
+        case 'k':
+            bad = weft_cli_parse_u32_range("eval limits", "--kv-bytes", optarg, 1, 8, &kbytes);
+            break;
         default: usage(stderr); return 2;
         }
+        if (bad) return 2;
     }
     if (!model) {
         fprintf(stderr, "weft eval limits: --model DIR is required\n");
@@ -250,14 +252,14 @@ int weft_eval_limits_main(int argc, char **argv) {
     }
     if (!dbytes) {
         size_t es = weft_dtype_size(ckpt_dtype);
-        dbytes = es ? (long)es : 2;
+        dbytes = es ? (uint32_t)es : 2;
     }
     if (!kbytes) kbytes = dbytes;
     double rate = pf.r.gemm_bf16_flops > 0 ? pf.r.gemm_bf16_flops : pf.r.gemm_f32_flops;
     if (dbytes == 4 && pf.r.gemm_f32_flops > 0) rate = pf.r.gemm_f32_flops;
     weft_limits l;
-    weft_limits_compute(&cfg, disk, (uint32_t)dbytes, (uint32_t)kbytes, pf.r.copy_bytes_per_s,
-                        rate, (uint32_t)context, (uint32_t)prompt, (uint32_t)batch, &l);
+    weft_limits_compute(&cfg, disk, dbytes, kbytes, pf.r.copy_bytes_per_s, rate, context, prompt,
+                        batch, &l);
     if (json) {
         json_t *o = json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f,"
                               " s:f, s:i, s:i, s:i}",

@@ -75,7 +75,7 @@ int weft_eval_parity_main(int argc, char **argv) {
     const char *lock = NULL, *manifest = NULL, *model = NULL, *ref = NULL;
     double max_rel = -1, max_kl = -1;
     int greedy = 1, c;
-    long prompt_len = 0, threads = 0;
+    uint32_t prompt_len = 0, threads = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "c:M:m:r:x:k:gp:t:h", opts, NULL)) != -1) {
         switch (c) {
@@ -83,11 +83,25 @@ int weft_eval_parity_main(int argc, char **argv) {
         case 'M': manifest = optarg; break;
         case 'm': model = optarg; break;
         case 'r': ref = optarg; break;
-        case 'x': max_rel = atof(optarg); break;
-        case 'k': max_kl = atof(optarg); break;
+        case 'x':
+            if (weft_cli_parse_f64_range("eval parity", "--max-rel", optarg, 0, INFINITY, &max_rel))
+                return 2;
+            break;
+        case 'k':
+            if (weft_cli_parse_f64_range("eval parity", "--max-mean-kl", optarg, 0, INFINITY,
+                                         &max_kl))
+                return 2;
+            break;
         case 'g': greedy = 0; break;
-        case 'p': prompt_len = atol(optarg); break;
-        case 't': threads = atol(optarg); break;
+        case 'p':
+            if (weft_cli_parse_u32_range("eval parity", "--prompt-len", optarg, 1, UINT32_MAX,
+                                         &prompt_len))
+                return 2;
+            break;
+        case 't':
+            if (weft_cli_parse_u32_range("eval parity", "--threads", optarg, 1, 1024, &threads))
+                return 2;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -120,7 +134,7 @@ int weft_eval_parity_main(int argc, char **argv) {
     eo.lock_path = lock;
     eo.manifest_path = lock ? NULL : (manifest ? manifest : "manifests/baseline-cpu.yaml");
     eo.model_dir = model;
-    if (threads > 0) eo.threads = (uint32_t)threads;
+    if (threads > 0) eo.threads = threads;
     if (T + 1 > eo.max_model_len) eo.max_model_len = (uint32_t)(T + 64);
     weft_engine *e = NULL;
     if (weft_engine_open(&eo, &e, &err)) {

@@ -200,14 +200,17 @@ int weft_eval_probe_main(int argc, char **argv) {
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *backend = NULL, *out = NULL;
-    long threads = sysconf(_SC_NPROCESSORS_ONLN);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t threads = online > 0 ? (uint32_t)online : 1;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "b:o:t:h", opts, NULL)) != -1) {
         if (c == 'b') backend = optarg;
         else if (c == 'o') out = optarg;
-        else if (c == 't') threads = atol(optarg);
-        else if (c == 'h') {
+        else if (c == 't') {
+            if (weft_cli_parse_u32_range("eval probe", "--threads", optarg, 1, 1024, &threads))
+                return 2;
+        } else if (c == 'h') {
             usage(stdout);
             return 0;
         } else {
@@ -215,7 +218,6 @@ int weft_eval_probe_main(int argc, char **argv) {
             return 2;
         }
     }
-    if (threads < 1) threads = 1;
     weft_error err;
     weft_error_clear(&err);
     weft_host *host = weft_host_new();
@@ -265,7 +267,7 @@ int weft_eval_probe_main(int argc, char **argv) {
     } else {
         pf.r.size = sizeof(pf.r);
         pf.r.copy_bytes = 1ull << 30;
-        pf.r.copy_bytes_per_s = host_copy_rate((unsigned)threads, (size_t)pf.r.copy_bytes);
+        pf.r.copy_bytes_per_s = host_copy_rate(threads, (size_t)pf.r.copy_bytes);
         double rate = 0;
         if ((s = host_gemm_rate(&bp, 1024, &rate, &err))) {
             rc = weft_cli_fail("eval probe", &err);
@@ -274,8 +276,7 @@ int weft_eval_probe_main(int argc, char **argv) {
         pf.r.gemm_f32_flops = rate;
         pf.r.gemm_shape[0] = pf.r.gemm_shape[1] = pf.r.gemm_shape[2] = 1024;
         snprintf(pf.r.notes, sizeof(pf.r.notes),
-                 "host-measured: memcpy over %ld threads, %s linear f32 1024^3", threads,
-                 backend);
+                 "host-measured: memcpy over %u threads, %s linear f32 1024^3", threads, backend);
     }
     char path[1024];
     if (!out) {

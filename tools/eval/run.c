@@ -484,7 +484,7 @@ int weft_eval_run_main(int argc, char **argv) {
     const char *url = NULL, *lock_path = NULL, *model = NULL, *probe = NULL, *ref = NULL;
     const char *baseline = NULL, *api_key = NULL, *served = NULL, *out = NULL, *weft = NULL;
     int quick = 0, no_speed = 0, no_gates = 0, verbose = 0, c;
-    long seed = 1234;
+    uint32_t seed = 1234;
     double startup = 300;
     char *extra[64];
     int n_extra = 0;
@@ -535,20 +535,13 @@ int weft_eval_run_main(int argc, char **argv) {
             verbose = 1;
             break;
         case 's':
-        case 't': {
-            char *end = NULL;
-            double v = strtod(optarg, &end);
-            if (!end || *end || v < 0 || v > 4e9) {
-                fprintf(stderr, "weft eval run: --%s: expected a non-negative number, got '%s'\n",
-                        c == 's' ? "seed" : "startup-timeout", optarg);
-                return 2;
-            }
-            if (c == 's')
-                seed = (long)v;
-            else
-                startup = v;
+            if (weft_cli_parse_u32("eval run", "--seed", optarg, &seed)) return 2;
             break;
-        }
+        case 't':
+            if (weft_cli_parse_f64_range("eval run", "--startup-timeout", optarg, 0, 86400,
+                                         &startup))
+                return 2;
+            break;
         case 'a':
             if (n_extra == 64) {
                 fprintf(stderr, "weft eval run: --serve-arg: at most 64\n");
@@ -571,17 +564,10 @@ int weft_eval_run_main(int argc, char **argv) {
             n_custom++;
             break;
         }
-        case 'R': {
-            char *end = NULL;
-            long v = strtol(optarg, &end, 10);
-            if (!end || *end || v < 1 || v > 100000) {
-                fprintf(stderr, "weft eval run: --requests: expected 1..100000, got '%s'\n",
-                        optarg);
+        case 'R':
+            if (weft_cli_parse_u32_range("eval run", "--requests", optarg, 1, 100000, &requests))
                 return 2;
-            }
-            requests = (uint32_t)v;
             break;
-        }
         case 'h':
             usage(stdout);
             return 0;
@@ -613,7 +599,7 @@ int weft_eval_run_main(int argc, char **argv) {
     x.n_custom = n_custom;
     x.requests = requests;
     x.verbose = verbose;
-    x.seed = (uint32_t)seed;
+    x.seed = seed;
     x.notes = json_array();
     x.gates = json_array();
     x.greedy = json_object();

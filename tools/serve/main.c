@@ -77,20 +77,6 @@ enum {
     F_COUNT
 };
 
-static int parse_u32_range(const char *opt, const char *s, uint32_t lo, uint32_t hi,
-                           uint32_t *out) {
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (!s[0] || !isdigit((unsigned char)s[0]) || !end || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "weft serve: %s: expected an integer from %u to %u, got '%s'\n", opt, lo,
-                hi, s);
-        return -1;
-    }
-    *out = (uint32_t)v;
-    return 0;
-}
-
 /* The lock must be a lock: a manifest (YAML) or anything else gets the command that makes one. */
 static int check_lock_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -194,37 +180,28 @@ int weft_cmd_serve(int argc, char **argv) {
     c->max_waiting = SERVE_MAX_WAITING_DEFAULT;
     int bad = 0;
     if (flags[F_PORT].value)
-        bad |= parse_u32_range("--port", flags[F_PORT].value, 0, 65535, &c->port);
+        bad |= weft_cli_parse_u32_range("serve", "--port", flags[F_PORT].value, 0, 65535, &c->port);
     if (flags[F_MAX_LEN].value)
-        bad |= parse_u32_range("--max-model-len", flags[F_MAX_LEN].value, 2, 1u << 20,
-                               &c->max_model_len);
+        bad |= weft_cli_parse_u32_range("serve", "--max-model-len", flags[F_MAX_LEN].value, 2,
+                                        1u << 20, &c->max_model_len);
     if (flags[F_MAX_CONC].value)
-        bad |= parse_u32_range("--max-concurrency", flags[F_MAX_CONC].value, 1, 4096,
-                               &c->max_concurrency);
+        bad |= weft_cli_parse_u32_range("serve", "--max-concurrency", flags[F_MAX_CONC].value, 1,
+                                        4096, &c->max_concurrency);
     if (flags[F_THREADS].value)
-        bad |= parse_u32_range("--threads", flags[F_THREADS].value, 1, 1024, &c->threads);
+        bad |= weft_cli_parse_u32_range("serve", "--threads", flags[F_THREADS].value, 1, 1024,
+                                        &c->threads);
     if (flags[F_HTTP_THREADS].value)
-        bad |= parse_u32_range("--http-threads", flags[F_HTTP_THREADS].value, 1, 256,
-                               &c->http_threads);
+        bad |= weft_cli_parse_u32_range("serve", "--http-threads", flags[F_HTTP_THREADS].value, 1,
+                                        256, &c->http_threads);
     if (flags[F_MAX_BODY].value)
-        bad |= parse_u32_range("--max-body-bytes", flags[F_MAX_BODY].value, 1024, 1u << 30,
-                               &c->max_body);
+        bad |= weft_cli_parse_u32_range("serve", "--max-body-bytes", flags[F_MAX_BODY].value, 1024,
+                                        1u << 30, &c->max_body);
     if (flags[F_MAX_WAITING].value)
-        bad |= parse_u32_range("--max-waiting", flags[F_MAX_WAITING].value, 1, 1u << 20,
-                               &c->max_waiting);
-    if (flags[F_SHUTDOWN].value) {
-        char *end = NULL;
-        double d = strtod(flags[F_SHUTDOWN].value, &end);
-        if (!end || *end || !(d >= 0 && d <= 86400)) {
-            fprintf(stderr,
-                    "weft serve: --shutdown-timeout: expected seconds from 0 to 86400, "
-                    "got '%s'\n",
-                    flags[F_SHUTDOWN].value);
-            bad = 1;
-        } else {
-            c->shutdown_timeout = d;
-        }
-    }
+        bad |= weft_cli_parse_u32_range("serve", "--max-waiting", flags[F_MAX_WAITING].value, 1,
+                                        1u << 20, &c->max_waiting);
+    if (flags[F_SHUTDOWN].value)
+        bad |= weft_cli_parse_f64_range("serve", "--shutdown-timeout", flags[F_SHUTDOWN].value, 0,
+                                        86400, &c->shutdown_timeout);
     if (c->served_model_name && (strlen(c->served_model_name) == 0 ||
                                  strlen(c->served_model_name) >= sizeof(s->model_name))) {
         fprintf(stderr, "weft serve: --served-model-name: expected 1 to %zu bytes\n",
