@@ -44,7 +44,10 @@
 #                                        transformers with prefill_tc on and off (mean KL), and
 #                                        compute-sanitizer on a tensor-core prefill
 #   tools/scripts/gpu-check.sh sanitize  compute-sanitizer on fast-cuda-async decoding past
-#                                        position 1,024 (the two-level attention merge)
+#                                        position 1,024 (the two-level attention merge), then
+#                                        memcheck, racecheck and synccheck of each model's fastest
+#                                        candidate on two layers of its real shapes
+#                                        (WEFT_SANITIZE_FAST: CONFIG:CANDIDATE pairs)
 #   tools/scripts/gpu-check.sh amdahl    each model's fastest candidate with kernel classes
 #                                        compiled to do no work (the backend's option ablate):
 #                                        the Amdahl bound of the attention, the norms, the GEMVs
@@ -101,18 +104,23 @@ synth_as() {
   wait
 }
 synth_bf16() { synth_as bf16 "$@"; }
-# compute-sanitizer memcheck and racecheck of candidate $1 on tiny-qwen3's shapes in bf16:
-# prompt $2, $3 generated, max_model_len $4
+# compute-sanitizer of candidate $1 on model directory $2: prompt $3, $4 generated,
+# max_model_len $5, log names tagged $6; the tools are memcheck and racecheck, or
+# WEFT_SANITIZE_TOOLS (synccheck: barriers and cluster barriers; initcheck reads of unwritten
+# device memory)
+sanitize_on() {
+  command -v compute-sanitizer >/dev/null || { note "SKIP sanitizer: no compute-sanitizer"; return; }
+  for tool in ${WEFT_SANITIZE_TOOLS:-memcheck racecheck}; do
+    run "sanitize_${tool}_$6" compute-sanitizer --tool $tool --error-exitcode 9 weft bench decode \
+      --candidate "$1" --model "$2" --prompt "$3" --gen "$4" --repeats 1 --max-model-len "$5"
+    note "  $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_${tool}_$6.log")"
+  done
+}
+# the same on tiny-qwen3's shapes in bf16: candidate $1, prompt $2, $3 generated, max_model_len $4
 sanitize_tiny() {
   [ -d "$M/tiny-qwen3-bf16" ] || weft synth "$S/reference/tiny-qwen3/config.json" \
     "$M/tiny-qwen3-bf16" --dtype bf16 --seed 1 >/dev/null
-  command -v compute-sanitizer >/dev/null || { note "SKIP sanitizer: no compute-sanitizer"; return; }
-  for tool in memcheck racecheck; do
-    run "sanitize_${tool}_$2" compute-sanitizer --tool $tool --error-exitcode 9 weft bench decode \
-      --candidate "$1" --model "$M/tiny-qwen3-bf16" --prompt "$2" --gen "$3" --repeats 1 \
-      --max-model-len "$4"
-    note "  $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_${tool}_$2.log")"
-  done
+  sanitize_on "$1" "$M/tiny-qwen3-bf16" "$2" "$3" "$4" "$2"
 }
 # the GPU unit test $1 with the synthetic Qwen3-0.6B and Llama-3.2-1B, stories260K and Qwen3-0.6B
 # for test_fuse's cuda combinations (WEFT_FUSE_MODELS overrides those), prompts of 128 tokens
@@ -574,8 +582,18 @@ prefill-quality)
 sanitize)
   # compute-sanitizer memcheck and racecheck on fast-cuda-async decoding past position 1,024
   # of a 2,048-position cache (tiny-qwen3's shapes, bf16): the fused attention's clusters each
-  # merge a group of splits and the last merges the groups (docs/DESIGN.md, the merge order)
+  # merge a group of splits and the last merges the groups (docs/DESIGN.md, the merge order).
+  # Then each model's fastest batch-1 candidate (their folds' flags, the attention's early exits,
+  # split query heads, L2 loads) on two layers of the real shapes, with synccheck too.
   sanitize_tiny manifests/fast-cuda-async.yaml 1100 8 2048
+  for pair in ${WEFT_SANITIZE_FAST:-Qwen3-0.6B:fast-cuda-async-smem-loop-nl-ex \
+      Llama-3.2-1B:fast-cuda-async-loop-nl-b128 Qwen3-8B:fast-cuda-async-loop-nl-qs-l2-b128}; do
+    cfg=${pair%%:*} cand=${pair#*:}
+    [ -d "$M/$cfg-bf16-2l" ] || weft synth "models/configs/$cfg.json" "$M/$cfg-bf16-2l" \
+      --dtype bf16 --seed 1 --layers 2 >/dev/null
+    WEFT_SANITIZE_TOOLS=${WEFT_SANITIZE_TOOLS:-memcheck racecheck synccheck} \
+      sanitize_on "manifests/$cand.yaml" "$M/$cfg-bf16-2l" 128 8 512 "${cand}_$cfg"
+  done
   ;;
 carveout)
   # batch1.md's open question: with smem_carveout 100 the products of Llama-3.2-1B and Qwen3-8B
