@@ -93,6 +93,19 @@ static weft_status encode_prompt(weft_engine *e, const char *prompt, int chat, i
     return s;
 }
 
+/* A probability option: a number from 0 to 1 (above 0 when open_low). */
+static int parse_unit(const char *opt, const char *val, int open_low, float *out) {
+    double v;
+    if (weft_cli_parse_f64_range("run", opt, val, 0, 1, &v)) return -1;
+    if (open_low && v == 0) {
+        fprintf(stderr, "weft run: %s: expected a number above 0 and at most 1, got '%s'\n", opt,
+                val);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
 int weft_cmd_run(int argc, char **argv) {
     const char *candidate = NULL, *model = NULL, *prompt = NULL;
     const char *stops[RUN_MAX_STOPS];
@@ -131,7 +144,7 @@ int weft_cmd_run(int argc, char **argv) {
             have_temp = 1;
         } else if (!strcmp(a, "--top-p")) {
             NEED_VALUE();
-            if (weft_cli_parse_f32("run", a, val, &top_p)) return 2;
+            if (parse_unit("--top-p", val, 1, &top_p)) return 2;
             have_top_p = 1;
         } else if (!strcmp(a, "--top-k")) {
             NEED_VALUE();
@@ -139,10 +152,17 @@ int weft_cmd_run(int argc, char **argv) {
             have_top_k = 1;
         } else if (!strcmp(a, "--min-p")) {
             NEED_VALUE();
-            if (weft_cli_parse_f32("run", a, val, &min_p)) return 2;
+            if (parse_unit("--min-p", val, 0, &min_p)) return 2;
         } else if (!strcmp(a, "--repetition-penalty")) {
             NEED_VALUE();
             if (weft_cli_parse_f32("run", a, val, &rep)) return 2;
+            if (rep == 0) {
+                fprintf(stderr,
+                        "weft run: --repetition-penalty: expected a number above 0, got "
+                        "'%s'\n",
+                        val);
+                return 2;
+            }
         } else if (!strcmp(a, "--seed")) {
             NEED_VALUE();
             if (weft_cli_parse_u64("run", a, val, &seed)) return 2;
@@ -184,11 +204,6 @@ int weft_cmd_run(int argc, char **argv) {
     }
     if (!prompt) {
         usage(stderr);
-        return 2;
-    }
-    if (temperature < 0 || !(top_p > 0 && top_p <= 1) || min_p < 0 || min_p > 1 || !(rep > 0)) {
-        fprintf(stderr, "weft run: expected --temperature >= 0, 0 < --top-p <= 1, "
-                        "0 <= --min-p <= 1 and --repetition-penalty > 0\n");
         return 2;
     }
     if (max_tokens == 0) {

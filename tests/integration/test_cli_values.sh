@@ -38,6 +38,10 @@ done
 for v in nan inf -1 1e40 "" 1,5; do
     refused run --temperature "$v" --model "$tmp/s"
 done
+refused run --top-p 0 --model "$tmp/s"
+refused run --top-p 1.5 --model "$tmp/s"
+refused run --min-p 2 --model "$tmp/s"
+refused run --repetition-penalty 0 --model "$tmp/s"
 refused run --seed 18446744073709551616 --model "$tmp/s"
 refused run --seed " -1" --model "$tmp/s"
 refused "bench decode" --gen abc --model "$tmp/s"
@@ -85,6 +89,12 @@ refused "eval run" --requests 0 --lock "$lock"
 [ "$fails" -eq 0 ] || { echo "$fails refusal(s) wrong"; exit 1; }
 
 # Good values are taken and used.
+out=$("$weft" run --model "$tmp/s" --temperature 0 --top-p 1 --min-p 0 --repetition-penalty 1 \
+    --max-tokens 8 --seed 3 --threads 1 "Once upon a time")
+case "$out" in
+"Once upon a time, there was a"*) ;;
+*) echo "weft run with good values printed: $out"; exit 1 ;;
+esac
 "$weft" eval parity "${p[@]}" --max-rel 1e-3 --max-mean-kl 1e-6 --threads 1 --prompt-len 1 \
     > "$tmp/parity" || { cat "$tmp/parity"; exit 1; }
 grep -q "^PASS" "$tmp/parity" || { cat "$tmp/parity"; exit 1; }
