@@ -684,6 +684,61 @@ static void test_unreachable(void **state) {
     unsetenv("WEFT_CACHE");
 }
 
+/* A revision that is not a plain ref name is refused before anything is fetched, naming
+ * --revision: path tricks, empty components, hidden names, other characters, and one too long
+ * (which must not be cut to a different revision). Good names reach the source. */
+static void test_bad_revision(void **state) {
+    (void)state;
+    char tmp[256], longrev[300];
+    make_tmp(tmp, sizeof(tmp));
+    setenv("WEFT_CACHE", tmp, 1);
+    memset(longrev, 'a', 256);
+    longrev[256] = '\0';
+    const char *bad[] = {"..",      "../../x", "a/../b", "a..b", "/main", "main/", "a//b",
+                         ".hidden", "a/.b",    "v1 0",   "a?b",  "a%2Fb", "a\\b",  longrev};
+    weft_pull_stats st;
+    weft_error err;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        weft_pull_options o;
+        weft_pull_options_default(&o);
+        o.id = "acme/tiny";
+        o.mirror = "";
+        o.endpoint = "http://127.0.0.1:1";
+        o.revision = bad[i];
+        o.progress = 0;
+        weft_error_clear(&err);
+        if (weft_pull_model(&o, &st, &err) != WEFT_ERR_INVALID)
+            fail_msg("revision '%s' was not refused: %s", bad[i], err.message);
+        assert_non_null(strstr(err.message, "--revision '"));
+    }
+    /* accepted names go on to the (unreachable) source */
+    const char *good[] = {"main", "v1.0", "refs/pr/1", "release/2.x", "a-b_c.d"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        weft_pull_options o;
+        weft_pull_options_default(&o);
+        o.id = "acme/tiny";
+        o.mirror = "";
+        o.endpoint = "http://127.0.0.1:1";
+        o.revision = good[i];
+        o.progress = 0;
+        weft_error_clear(&err);
+        if (weft_pull_model(&o, &st, &err) != WEFT_ERR_IO)
+            fail_msg("revision '%s': %s", good[i], err.message);
+        assert_non_null(strstr(err.message, "cannot reach 127.0.0.1"));
+    }
+    longrev[255] = '\0'; /* at the limit: taken */
+    weft_pull_options o;
+    weft_pull_options_default(&o);
+    o.id = "acme/tiny";
+    o.mirror = "";
+    o.endpoint = "http://127.0.0.1:1";
+    o.revision = longrev;
+    o.progress = 0;
+    assert_int_equal(weft_pull_model(&o, &st, &err), WEFT_ERR_IO);
+    rm_rf(tmp);
+    unsetenv("WEFT_CACHE");
+}
+
 int main(void) {
     snprintf(shared_models, sizeof(shared_models), "%s/models", shared_dir());
     unsetenv("WEFT_MODEL_MIRROR");
@@ -693,7 +748,7 @@ int main(void) {
         cmocka_unit_test(test_cache_rule),    cmocka_unit_test(test_folder_mirror),
         cmocka_unit_test(test_folder_resume), cmocka_unit_test(test_corrupt_mirror),
         cmocka_unit_test(test_url_mirror),    cmocka_unit_test(test_hub_layout),
-        cmocka_unit_test(test_unreachable),
+        cmocka_unit_test(test_unreachable),   cmocka_unit_test(test_bad_revision),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,6 +79,24 @@ static int name_char(int c) {
     return isalnum(c) || c == '.' || c == '_' || c == '-';
 }
 
+/* A revision as the hub takes it in a URL and git in a ref name: under cap characters of
+ * [A-Za-z0-9._-] in '/'-separated components, none empty and none starting with '.' (so no "."
+ * or ".." that a URL would resolve, nothing hidden), and no ".." anywhere (git refuses it). A
+ * longer one is refused, never cut to a different revision. */
+static int revision_ok(const char *rev, size_t cap) {
+    size_t n = strlen(rev);
+    if (n == 0 || n >= cap || strstr(rev, "..")) return 0;
+    for (size_t i = 0; i < n; i++) {
+        int start = i == 0 || rev[i - 1] == '/';
+        if (rev[i] == '/') {
+            if (start || i + 1 == n) return 0; /* empty component */
+        } else if (!name_char((unsigned char)rev[i]) || (start && rev[i] == '.')) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* A single path component we are willing to create: [A-Za-z0-9._-]+, not "." or "..". */
 static int safe_component(const char *s, size_t n) {
     if (n == 0 || n > 200) return 0;
@@ -1187,14 +1205,14 @@ weft_status weft_pull_model(const weft_pull_options *o, weft_pull_stats *stats, 
     if (st != WEFT_OK) goto out;
     snprintf(p->repo, sizeof(p->repo), "%s", p->al ? p->al->repo : o->id);
     const char *rev = o->revision && *o->revision ? o->revision : "main";
-    for (const char *c = rev; *c; c++)
-        if (!name_char((unsigned char)*c) && *c != '/') {
-            st = weft_error_set(err, WEFT_ERR_INVALID, SRC,
-                                "--revision '%s': expected a branch, tag or commit made of "
-                                "letters, digits, '.', '_', '-' and '/'",
-                                rev);
-            goto out;
-        }
+    if (!revision_ok(rev, sizeof(p->revision))) {
+        st = weft_error_set(err, WEFT_ERR_INVALID, SRC,
+                            "--revision '%.300s': expected a branch, tag or commit of at most %zu "
+                            "characters: letters, digits, '.', '_', '-', and '/' between "
+                            "components, none empty or starting with '.'",
+                            rev, sizeof(p->revision) - 1);
+        goto out;
+    }
     snprintf(p->revision, sizeof(p->revision), "%s", rev);
     {
         size_t j = 0;
