@@ -392,8 +392,8 @@ static int report_arrival(weft_engine *e, const weft_bench_conc *b, int32_t *pro
 
 int weft_bench_concurrency(weft_engine *e, const weft_bench_conc *b) {
     const weft_model_config *cfg = weft_engine_config(e);
-    uint32_t need = b->prompt + b->gen;
-    if (b->arrival && b->arrival + 1 > need) need = b->arrival + 1;
+    uint64_t need = (uint64_t)b->prompt + b->gen; /* in 64 bits: no wrap to a small sum */
+    if (b->arrival && (uint64_t)b->arrival + 1 > need) need = (uint64_t)b->arrival + 1;
     if (need > weft_engine_max_model_len(e)) {
         fprintf(stderr,
                 "weft bench decode: --prompt %u + --gen %u (or --arrival %u) exceed "

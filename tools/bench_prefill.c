@@ -71,7 +71,9 @@ int weft_bench_prefill_main(int argc, char **argv) {
         else if (!strcmp(a, "--model")) model = val;
         else if (!strcmp(a, "--probe")) probe = val;
         else if (!strcmp(a, "--prompt")) {
-            if (weft_cli_parse_u32("bench prefill", a, val, &n_prompt)) return 2;
+            /* below UINT32_MAX: the engine's max_model_len is set to the prompt + 1 */
+            if (weft_cli_parse_u32_range("bench prefill", a, val, 1, UINT32_MAX - 1, &n_prompt))
+                return 2;
         } else if (!strcmp(a, "--threads")) {
             if (weft_cli_parse_u32("bench prefill", a, val, &threads)) return 2;
         } else if (!strcmp(a, "--repeats")) {

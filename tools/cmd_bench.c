@@ -214,7 +214,7 @@ static int bench_decode(int argc, char **argv) {
         return crc;
     }
     const weft_model_config *cfg = weft_engine_config(e);
-    if (n_prompt + gen > weft_engine_max_model_len(e)) {
+    if ((uint64_t)n_prompt + gen > weft_engine_max_model_len(e)) {
         fprintf(stderr, "weft bench decode: --prompt %u + --gen %u exceed max_model_len %u\n",
                 n_prompt, gen, weft_engine_max_model_len(e));
         weft_engine_close(e);

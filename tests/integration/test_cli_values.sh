@@ -86,6 +86,23 @@ refused "eval run" --seed 1.5 --lock "$lock"
 refused "eval run" --startup-timeout -1 --lock "$lock"
 refused "eval run" --requests 0 --lock "$lock"
 
+refused "bench prefill" --prompt 4294967295 --model "$tmp/s"
+
+# Lengths whose sum passes 32 bits are refused at once, before a prompt is built (the sum once
+# wrapped to a small number, and a 4-billion-token prompt was allocated and filled first).
+for a in "--prompt 4294967295" "--gen 4294967295" "--prompt 4294967295 --concurrency 2" \
+         "--arrival 4294967295 --concurrency 2"; do
+    rc=0
+    # shellcheck disable=SC2086
+    timeout 20 "$weft" bench decode --model "$tmp/s" $a --repeats 1 > "$tmp/out" 2> "$tmp/err" ||
+        rc=$?
+    if [ "$rc" -ne 2 ] || ! grep -q "exceed max_model_len" "$tmp/err"; then
+        echo "FAIL: weft bench decode $a: rc $rc (expected 2), stderr:"
+        sed 's/^/    /' "$tmp/err"
+        fails=$((fails + 1))
+    fi
+done
+
 [ "$fails" -eq 0 ] || { echo "$fails refusal(s) wrong"; exit 1; }
 
 # Good values are taken and used.
