@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "../../plugins/sdk/weft/sdk.h"
+#include "util/error.h"
 
 static int64_t bucket_of(const int32_t *pos, uint32_t n) {
     weft_batch b = {.size = sizeof(b), .n_tokens = n, .positions = pos};
@@ -90,11 +91,37 @@ static void test_node_helpers(void **state) {
     assert_int_equal(weft_sdk_only_reader(&g, &uses_svc, 9, 0), -1); /* not a tensor */
 }
 
+/* An error wrapped with context passes its own message (and source) back to the setter:
+ * `weft_sdk_error(err, s, name, "layer %u: %s", l, err->message)`. Formatting into the buffer
+ * being read gave garbage ("layer 0: layer 0: ... es", kv.paged's pool, 2026-12-05); every setter
+ * now formats apart first. */
+static void test_error_wraps_itself(void **state) {
+    (void)state;
+    weft_error e = {.size = sizeof(e)};
+    weft_sdk_error(&e, WEFT_ERR_IO, "inner", "alloc: out of host memory for %d bytes", 4096);
+    weft_sdk_error(&e, WEFT_ERR_NOMEM, e.source, "layer %u: %s", 3u, e.message);
+    assert_int_equal(e.code, WEFT_ERR_NOMEM);
+    assert_string_equal(e.source, "inner");
+    assert_string_equal(e.message, "layer 3: alloc: out of host memory for 4096 bytes");
+    /* the runtime's setter, and a message that fills the record: cut, never overrun */
+    char longmsg[sizeof(e.message) + 64];
+    memset(longmsg, 'x', sizeof(longmsg) - 1);
+    longmsg[sizeof(longmsg) - 1] = '\0';
+    weft_error_set(&e, WEFT_ERR_FORMAT, "runtime-inner", "%s", longmsg);
+    weft_error_set(&e, WEFT_ERR_INVALID, e.source, "wrapped: %s", e.message);
+    assert_int_equal(e.code, WEFT_ERR_INVALID);
+    assert_string_equal(e.source, "runtime-inner");
+    assert_int_equal(strlen(e.message), sizeof(e.message) - 1);
+    assert_memory_equal(e.message, "wrapped: xxxx", 13);
+    for (size_t k = 9; k < sizeof(e.message) - 1; k++)
+        if (e.message[k] != 'x')
+            fail_msg("byte %zu of the wrapped message is '%c'", k, e.message[k]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kv_bucket_edges),
-        cmocka_unit_test(test_kv_bucket_rows),
-        cmocka_unit_test(test_kv_bucket_unknown),
+        cmocka_unit_test(test_kv_bucket_edges), cmocka_unit_test(test_error_wraps_itself),
+        cmocka_unit_test(test_kv_bucket_rows),  cmocka_unit_test(test_kv_bucket_unknown),
         cmocka_unit_test(test_node_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,15 +16,17 @@
 static weft_status cpu_error_v(weft_error *err, weft_status code, const char *prefix,
                                const char *fmt, va_list ap) {
     if (!err || (err->size != 0 && err->size < sizeof(*err))) return code;
+    char msg[sizeof(err->message)]; /* apart: err->message may be an argument */
+    size_t n = 0;
+    if (prefix) {
+        int w = snprintf(msg, sizeof(msg), "%s", prefix);
+        n = w < 0 ? 0 : ((size_t)w < sizeof(msg) ? (size_t)w : sizeof(msg) - 1);
+    }
+    vsnprintf(msg + n, sizeof(msg) - n, fmt, ap);
     err->size = sizeof(*err);
     err->code = code;
     snprintf(err->source, sizeof(err->source), "%s", CPU_SOURCE);
-    size_t n = 0;
-    if (prefix) {
-        int w = snprintf(err->message, sizeof(err->message), "%s", prefix);
-        n = w < 0 ? 0 : ((size_t)w < sizeof(err->message) ? (size_t)w : sizeof(err->message) - 1);
-    }
-    vsnprintf(err->message + n, sizeof(err->message) - n, fmt, ap);
+    memcpy(err->message, msg, sizeof(msg));
     return code;
 }
 

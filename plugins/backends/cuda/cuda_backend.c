@@ -16,12 +16,14 @@
 
 weft_status cuda_fail(weft_error *err, weft_status code, const char *fmt, ...) {
     if (!err) return code;
-    err->code = code;
-    snprintf(err->source, sizeof(err->source), "%s", CUDA_NAME);
+    char msg[sizeof(err->message)]; /* apart: err->message may be an argument */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    err->code = code;
+    snprintf(err->source, sizeof(err->source), "%s", CUDA_NAME);
+    memcpy(err->message, msg, sizeof(msg));
     return code;
 }
 

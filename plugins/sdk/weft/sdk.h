@@ -25,7 +25,8 @@
 
 #include "weft/plugin.h"
 
-/* Fills err (when not NULL) and returns code. */
+/* Fills err (when not NULL) and returns code. The text is formatted apart and then copied, so
+ * err's own message or source may be an argument (an error wrapped with context). */
 static inline weft_status weft_sdk_error(weft_error *err, weft_status code, const char *source,
                                          const char *fmt, ...)
 #if defined(__GNUC__)
@@ -35,13 +36,16 @@ static inline weft_status weft_sdk_error(weft_error *err, weft_status code, cons
 static inline weft_status weft_sdk_error(weft_error *err, weft_status code, const char *source,
                                          const char *fmt, ...) {
     if (!err) return code;
+    char src[sizeof(err->source)], msg[sizeof(err->message)];
     va_list ap;
+    snprintf(src, sizeof(src), "%s", source ? source : "plugin");
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
     err->size = sizeof(*err);
     err->code = code;
-    snprintf(err->source, sizeof(err->source), "%s", source ? source : "plugin");
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
-    va_end(ap);
+    memcpy(err->source, src, sizeof(src));
+    memcpy(err->message, msg, sizeof(msg));
     return code;
 }
 

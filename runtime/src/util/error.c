@@ -14,13 +14,18 @@ void weft_error_clear(weft_error *err) {
     err->message[0] = '\0';
 }
 
+/* Formatted apart and then copied: a caller may pass err's own message or source as an
+ * argument (wrapping the error it got), which vsnprintf into the same buffer would overlap. */
 weft_status weft_error_vset(weft_error *err, weft_status code, const char *source,
                             const char *fmt, va_list ap) {
     if (!err) return code;
+    char src[sizeof(err->source)], msg[sizeof(err->message)];
+    snprintf(src, sizeof(src), "%s", source ? source : "runtime");
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     err->size = sizeof(*err);
     err->code = code;
-    snprintf(err->source, sizeof(err->source), "%s", source ? source : "runtime");
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    memcpy(err->source, src, sizeof(src));
+    memcpy(err->message, msg, sizeof(msg));
     return code;
 }
 
