@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "util/error.h"
 
 #define WEAK __attribute__((weak))
 WEAK int weft_cmd_run(int argc, char **argv);
@@ -76,6 +77,7 @@ int main(int argc, char **argv) {
         weft_cli_print_version(stdout);
         return 0;
     }
+    weft_log_threshold(); /* reads WEFT_LOG now, so a value that is no level is named at once */
     int (*fn)(int, char **) = lookup(argv[1]);
     if (!fn) {
         for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)

@@ -103,6 +103,17 @@ for a in "--prompt 4294967295" "--gen 4294967295" "--prompt 4294967295 --concurr
     fi
 done
 
+# WEFT_LOG: a value that is no level is named once, at the start (it used to be ignored).
+WEFT_LOG=debgu "$weft" plugins list > /dev/null 2> "$tmp/err"
+grep -q "WEFT_LOG 'debgu': expected error, warn, info or debug" "$tmp/err" ||
+    { echo "FAIL: WEFT_LOG=debgu was not named:"; cat "$tmp/err"; fails=$((fails + 1)); }
+for lv in error warn WARNING info debug; do
+    WEFT_LOG=$lv "$weft" plugins list > /dev/null 2> "$tmp/err"
+    if grep -q "WEFT_LOG" "$tmp/err"; then
+        echo "FAIL: WEFT_LOG=$lv refused:"; cat "$tmp/err"; fails=$((fails + 1))
+    fi
+done
+
 [ "$fails" -eq 0 ] || { echo "$fails refusal(s) wrong"; exit 1; }
 
 # Good values are taken and used.

@@ -1,6 +1,7 @@
 /* Error records and stderr logging shared by the whole host (see error.h). */
 #include "util/error.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,18 +69,33 @@ const char *weft_status_name(weft_status code) {
     }
 }
 
+/* WEFT_LOG read once; any thread may be first (the server logs from several), so the level is
+ * an atomic and a value that is not a level is named once, by the thread that read it. */
 int weft_log_threshold(void) {
-    static int level = -1;
-    if (level < 0) {
-        const char *s = getenv("WEFT_LOG");
-        level = WEFT_LOG_WARN;
-        if (s) {
-            if (!strcasecmp(s, "error")) level = WEFT_LOG_ERROR;
-            else if (!strcasecmp(s, "info")) level = WEFT_LOG_INFO;
-            else if (!strcasecmp(s, "debug")) level = WEFT_LOG_DEBUG;
-        }
+    static _Atomic int level = -1;
+    int l = atomic_load_explicit(&level, memory_order_relaxed);
+    if (l >= 0) return l;
+    const char *s = getenv("WEFT_LOG");
+    int want = WEFT_LOG_WARN, bad = 0;
+    if (s && *s) {
+        if (!strcasecmp(s, "error"))
+            want = WEFT_LOG_ERROR;
+        else if (!strcasecmp(s, "warn") || !strcasecmp(s, "warning"))
+            want = WEFT_LOG_WARN;
+        else if (!strcasecmp(s, "info"))
+            want = WEFT_LOG_INFO;
+        else if (!strcasecmp(s, "debug"))
+            want = WEFT_LOG_DEBUG;
+        else
+            bad = 1;
     }
-    return level;
+    int expected = -1;
+    if (atomic_compare_exchange_strong(&level, &expected, want) && bad)
+        fprintf(stderr,
+                "weft warn [log] WEFT_LOG '%.64s': expected error, warn, info or debug; logging "
+                "at warn\n",
+                s);
+    return atomic_load_explicit(&level, memory_order_relaxed);
 }
 
 void weft_log_v(int level, const char *source, const char *fmt, va_list ap) {
