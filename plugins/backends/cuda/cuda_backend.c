@@ -15,15 +15,10 @@
 #define STAGE_BYTES (8ull << 20)
 
 weft_status cuda_fail(weft_error *err, weft_status code, const char *fmt, ...) {
-    if (!err) return code;
-    char msg[sizeof(err->message)]; /* apart: err->message may be an argument */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    weft_sdk_verror(err, code, CUDA_NAME, fmt, ap);
     va_end(ap);
-    err->code = code;
-    snprintf(err->source, sizeof(err->source), "%s", CUDA_NAME);
-    memcpy(err->message, msg, sizeof(msg));
     return code;
 }
 

@@ -27,6 +27,19 @@
 
 /* Fills err (when not NULL) and returns code. The text is formatted apart and then copied, so
  * err's own message or source may be an argument (an error wrapped with context). */
+static inline weft_status weft_sdk_verror(weft_error *err, weft_status code, const char *source,
+                                          const char *fmt, va_list ap) {
+    if (!err) return code;
+    char src[sizeof(err->source)], msg[sizeof(err->message)];
+    snprintf(src, sizeof(src), "%s", source ? source : "plugin");
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    err->size = sizeof(*err);
+    err->code = code;
+    memcpy(err->source, src, sizeof(src));
+    memcpy(err->message, msg, sizeof(msg));
+    return code;
+}
+
 static inline weft_status weft_sdk_error(weft_error *err, weft_status code, const char *source,
                                          const char *fmt, ...)
 #if defined(__GNUC__)
@@ -35,17 +48,10 @@ static inline weft_status weft_sdk_error(weft_error *err, weft_status code, cons
     ;
 static inline weft_status weft_sdk_error(weft_error *err, weft_status code, const char *source,
                                          const char *fmt, ...) {
-    if (!err) return code;
-    char src[sizeof(err->source)], msg[sizeof(err->message)];
     va_list ap;
-    snprintf(src, sizeof(src), "%s", source ? source : "plugin");
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    weft_sdk_verror(err, code, source, fmt, ap);
     va_end(ap);
-    err->size = sizeof(*err);
-    err->code = code;
-    memcpy(err->source, src, sizeof(src));
-    memcpy(err->message, msg, sizeof(msg));
     return code;
 }
 
