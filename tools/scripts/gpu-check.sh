@@ -47,7 +47,10 @@
 #                                        position 1,024 (the two-level attention merge), then
 #                                        memcheck, racecheck and synccheck of each model's fastest
 #                                        candidate on two layers of its real shapes
-#                                        (WEFT_SANITIZE_FAST: CONFIG:CANDIDATE pairs)
+#                                        (WEFT_SANITIZE_FAST: CONFIG:CANDIDATE pairs;
+#                                        WEFT_SANITIZE_TINY=0 skips the first), and PyTorch's
+#                                        bf16 products of the same shapes under racecheck
+#                                        (WEFT_SANITIZE_TORCH=0 skips them)
 #   tools/scripts/gpu-check.sh amdahl    each model's fastest candidate with kernel classes
 #                                        compiled to do no work (the backend's option ablate):
 #                                        the Amdahl bound of the attention, the norms, the GEMVs
@@ -114,7 +117,21 @@ sanitize_on() {
     run "sanitize_${tool}_$6" compute-sanitizer --tool $tool --error-exitcode 9 weft bench decode \
       --candidate "$1" --model "$2" --prompt "$3" --gen "$4" --repeats 1 --max-model-len "$5"
     note "  $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_${tool}_$6.log")"
+    [ "$tool" = racecheck ] && race_owners "$out/sanitize_${tool}_$6.log"
   done
+}
+# the kernels racecheck's hazards in log $1 name, split into weft's own (weft_*) and the
+# libraries' (cuBLASLt's nvjet_* and any other); a hazard in a weft kernel is a FAIL line
+race_owners() {
+  local names ours lib
+  names=$(grep -oE 'access at [A-Za-z_][A-Za-z0-9_]*\+0x' "$1" | sed -E 's/access at //; s/\+0x$//' |
+    sort | uniq -c | sort -rn)
+  [ -n "$names" ] || return 0
+  ours=$(echo "$names" | awk '$2 ~ /^weft_/' | awk '{printf "%s %s; ", $2, $1}')
+  lib=$(echo "$names" | awk '$2 !~ /^weft_/' | awk '{printf "%s %s; ", $2, $1}')
+  [ -n "$ours" ] && note "FAIL   racecheck hazards in weft kernels: $ours"
+  [ -n "$lib" ] && note "  racecheck hazards in library kernels (accesses a kernel): $lib"
+  return 0
 }
 # the same on tiny-qwen3's shapes in bf16: candidate $1, prompt $2, $3 generated, max_model_len $4
 sanitize_tiny() {
@@ -585,7 +602,15 @@ sanitize)
   # merge a group of splits and the last merges the groups (docs/DESIGN.md, the merge order).
   # Then each model's fastest batch-1 candidate (their folds' flags, the attention's early exits,
   # split query heads, L2 loads) on two layers of the real shapes, with synccheck too.
-  sanitize_tiny manifests/fast-cuda-async.yaml 1100 8 2048
+  [ "${WEFT_SANITIZE_TINY:-1}" = 0 ] || sanitize_tiny manifests/fast-cuda-async.yaml 1100 8 2048
+  # the library alone: PyTorch's bf16 products on the same prefill shapes under racecheck (no
+  # weft code), to compare with the nvjet_* hazards race_owners lists for weft's prefill
+  if [ "${WEFT_SANITIZE_TORCH:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; then
+    run sanitize_racecheck_torch compute-sanitizer --tool racecheck --error-exitcode 9 \
+      python3 tools/scripts/lt_racecheck.py --tokens 128
+    note "  racecheck: $(grep -m1 'RACECHECK SUMMARY' "$out/sanitize_racecheck_torch.log")"
+    race_owners "$out/sanitize_racecheck_torch.log"
+  fi
   for pair in ${WEFT_SANITIZE_FAST:-Qwen3-0.6B:fast-cuda-async-smem-loop-nl-ex \
       Llama-3.2-1B:fast-cuda-async-loop-nl-b128 Qwen3-8B:fast-cuda-async-loop-nl-qs-l2-b128}; do
     cfg=${pair%%:*} cand=${pair#*:}
