@@ -14,14 +14,43 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # the functions alone, as the script defines them
-sed -n '/^with_options() {/,/^}/p; /^drop_technique() {/,/^}/p' tools/scripts/gpu-check.sh \
-    > "$tmp/fn.sh"
+sed -n '/^with_options() {/,/^}/p; /^drop_technique() {/,/^}/p; /^race_owners() {/,/^}/p' \
+    tools/scripts/gpu-check.sh > "$tmp/fn.sh"
 grep -q '^with_options() {' "$tmp/fn.sh" ||
     { echo "with_options not found in gpu-check.sh"; exit 1; }
 grep -q '^drop_technique() {' "$tmp/fn.sh" ||
     { echo "drop_technique not found in gpu-check.sh"; exit 1; }
+grep -q '^race_owners() {' "$tmp/fn.sh" ||
+    { echo "race_owners not found in gpu-check.sh"; exit 1; }
 # shellcheck source=/dev/null
 source "$tmp/fn.sh"
+
+# race_owners: racecheck's hazards split by the kernel they fall in, in compute-sanitizer's
+# report form; weft's own kernels (weft_*) give a FAIL line, the libraries' are listed apart
+summary=()
+note() { summary+=("$1"); }
+cat > "$tmp/race.log" <<'LOG'
+========= Error: Race reported between Read access at nvjet_sm90_tst_24x64_64x16_4x2_h_bz_TNN+0xb00
+=========     and Write access at nvjet_sm90_tst_24x64_64x16_4x2_h_bz_TNN+0xa80 [16 hazards]
+========= Error: Race reported between Write access at weft_rope_attention_cl+0x1f0
+=========     and Read access at weft_rope_attention_cl+0x2a0 [4 hazards]
+========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)
+LOG
+race_owners "$tmp/race.log"
+[ "${#summary[@]}" = 2 ] || { printf '%s\n' "${summary[@]}"; echo "race_owners: 2 lines"; exit 1; }
+[ "${summary[0]}" = "FAIL   racecheck hazards in weft kernels: weft_rope_attention_cl 2; " ] ||
+    { echo "race_owners, weft line: ${summary[0]}"; exit 1; }
+grep -q "library kernels.*nvjet_sm90_tst_24x64_64x16_4x2_h_bz_TNN 2; " <<< "${summary[1]}" ||
+    { echo "race_owners, library line: ${summary[1]}"; exit 1; }
+summary=()
+grep -v weft_ "$tmp/race.log" > "$tmp/race-lib.log"
+race_owners "$tmp/race-lib.log"
+[ "${#summary[@]}" = 1 ] && ! grep -q FAIL <<< "${summary[0]}" ||
+    { echo "race_owners: library-only hazards gave: ${summary[*]}"; exit 1; }
+summary=()
+echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" > "$tmp/race-0.log"
+race_owners "$tmp/race-0.log"
+[ "${#summary[@]}" = 0 ] || { echo "race_owners: a clean log gave: ${summary[*]}"; exit 1; }
 
 nl=manifests/fast-cuda-async-loop-nl.yaml
 grep -q "^backend: {name: cuda, options: {.*attn_cp: 3" "$nl" ||

@@ -125,7 +125,7 @@ sanitize_on() {
 race_owners() {
   local names ours lib
   names=$(grep -oE 'access at [A-Za-z_][A-Za-z0-9_]*\+0x' "$1" | sed -E 's/access at //; s/\+0x$//' |
-    sort | uniq -c | sort -rn)
+    sort | uniq -c | sort -rn || true)
   [ -n "$names" ] || return 0
   ours=$(echo "$names" | awk '$2 ~ /^weft_/' | awk '{printf "%s %s; ", $2, $1}')
   lib=$(echo "$names" | awk '$2 !~ /^weft_/' | awk '{printf "%s %s; ", $2, $1}')
