@@ -1,5 +1,6 @@
 /* Error records and stderr logging shared by the whole host (see error.h). */
 #include "util/error.h"
+#include "weft/sdk.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,19 +16,11 @@ void weft_error_clear(weft_error *err) {
     err->message[0] = '\0';
 }
 
-/* Formatted apart and then copied: a caller may pass err's own message or source as an
- * argument (wrapping the error it got), which vsnprintf into the same buffer would overlap. */
+/* The SDK's setter, which plugins use too: formatted apart and then copied, so a caller may pass
+ * err's own message or source as an argument (wrapping the error it got). */
 weft_status weft_error_vset(weft_error *err, weft_status code, const char *source,
                             const char *fmt, va_list ap) {
-    if (!err) return code;
-    char src[sizeof(err->source)], msg[sizeof(err->message)];
-    snprintf(src, sizeof(src), "%s", source ? source : "runtime");
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    err->size = sizeof(*err);
-    err->code = code;
-    memcpy(err->source, src, sizeof(src));
-    memcpy(err->message, msg, sizeof(msg));
-    return code;
+    return weft_sdk_verror(err, code, source ? source : "runtime", fmt, ap);
 }
 
 weft_status weft_error_set(weft_error *err, weft_status code, const char *source, const char *fmt,
