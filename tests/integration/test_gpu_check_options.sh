@@ -14,15 +14,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # the functions alone, as the script defines them
-sed -n '/^with_options() {/,/^}/p; /^drop_technique() {/,/^}/p; /^race_owners() {/,/^}/p;
-    /^ablations() {/,/^}/p' tools/scripts/gpu-check.sh > "$tmp/fn.sh"
-grep -q '^with_options() {' "$tmp/fn.sh" ||
-    { echo "with_options not found in gpu-check.sh"; exit 1; }
-grep -q '^drop_technique() {' "$tmp/fn.sh" ||
-    { echo "drop_technique not found in gpu-check.sh"; exit 1; }
-grep -q '^ablations() {' "$tmp/fn.sh" || { echo "ablations not found in gpu-check.sh"; exit 1; }
-grep -q '^race_owners() {' "$tmp/fn.sh" ||
-    { echo "race_owners not found in gpu-check.sh"; exit 1; }
+: > "$tmp/fn.sh"
+for fn in with_options drop_technique race_owners ablations; do
+    sed -n "/^$fn() {/,/^}/p" tools/scripts/gpu-check.sh >> "$tmp/fn.sh"
+    grep -q "^$fn() {" "$tmp/fn.sh" || { echo "$fn not found in gpu-check.sh"; exit 1; }
+done
 # shellcheck source=/dev/null
 source "$tmp/fn.sh"
 
