@@ -351,8 +351,12 @@ static void test_generation_config(void **state) {
         {"{\"min_p\":1.5}", "field min_p: expected a number in [0, 1], got 1.5"},
         {"{\"temperature\":1e300}", "field temperature: expected a finite number >= 0"},
         {"{\"temperature\":-0.5}", "field temperature: expected a finite number >= 0, got -0.5"},
-        {"{\"repetition_penalty\":0}", "field repetition_penalty: expected a finite number >= "
-                                       "1e-9, got 0"},
+        {"{\"repetition_penalty\":0}", "field repetition_penalty: expected a finite number > 0, "
+                                       "got 0"},
+        /* positive, but 0 as the float the sampler gets */
+        {"{\"repetition_penalty\":1e-300}", "field repetition_penalty: expected a finite number "
+                                            "> 0, got 1e-300"},
+        {"{\"top_p\":1e-50}", "field top_p: expected a number in (0, 1], got 1e-50"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         f = fopen(path, "w");

@@ -360,6 +360,37 @@ static void test_errors(void **state) {
     weft_sampler_params_default(&p);
     p.temperature = -1.0f;
     assert_int_equal(weft_sample(l, 3, &p, NULL, 0, NULL, 0, 0, s, &r, &err), WEFT_ERR_INVALID);
+    /* each float parameter's edges, the range and its words shared with generation_config.json's
+     * loader (engine/sampling.h) */
+    static const struct {
+        int which;
+        float v;
+        int ok;
+        const char *want;
+    } edge[] = {
+        {0, 0.0f, 1, NULL},
+        {0, INFINITY, 0, "temperature: expected a finite number >= 0, got inf"},
+        {0, NAN, 0, "temperature: expected a finite number >= 0"},
+        {1, 1.0f, 1, NULL},
+        {1, 1.0001f, 0, "top_p: expected a number in (0, 1], got 1.0001"},
+        {1, 1e-30f, 1, NULL},
+        {2, 0.0f, 1, NULL},
+        {2, 1.0f, 1, NULL},
+        {2, -0.001f, 0, "min_p: expected a number in [0, 1], got -0.001"},
+        {3, 1e-30f, 1, NULL},
+        {3, 0.0f, 0, "repetition_penalty: expected a finite number > 0, got 0"},
+        {3, INFINITY, 0, "repetition_penalty: expected a finite number > 0, got inf"},
+    };
+    for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++) {
+        weft_sampler_params_default(&p);
+        float *f[] = {&p.temperature, &p.top_p, &p.min_p, &p.repetition_penalty};
+        *f[edge[i].which] = edge[i].v;
+        weft_error_clear(&err);
+        weft_status st = weft_sample(l, 3, &p, NULL, 0, NULL, 0, 0, s, &r, &err);
+        if (edge[i].ok ? st != WEFT_OK
+                       : st != WEFT_ERR_INVALID || !strstr(err.message, edge[i].want))
+            fail_msg("edge %zu: status %d, message '%s'", i, (int)st, err.message);
+    }
     weft_sampler_params_default(&p);
     int32_t bad = 3;
     float bv = 1.0f;

@@ -7,6 +7,7 @@
  * order, which a device implementation can reproduce with one prefix sum and no sort. */
 #include "engine/sampling.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,24 +69,32 @@ void weft_sampler_params_default(weft_sampler_params *p) {
     p->repetition_penalty = 1.0f;
 }
 
+const weft_param_range weft_range_temperature = {"temperature", 0.0f, FLT_MAX, 0,
+                                                 "a finite number >= 0"};
+const weft_param_range weft_range_top_p = {"top_p", 0.0f, 1.0f, 1, "a number in (0, 1]"};
+const weft_param_range weft_range_min_p = {"min_p", 0.0f, 1.0f, 0, "a number in [0, 1]"};
+const weft_param_range weft_range_repetition_penalty = {"repetition_penalty", 0.0f, FLT_MAX, 1,
+                                                        "a finite number > 0"};
+
+int weft_param_in_range(const weft_param_range *r, float v) {
+    return isfinite(v) && (r->lo_open ? v > r->lo : v >= r->lo) && v <= r->hi;
+}
+
 static weft_status check_params(const weft_sampler_params *p, uint32_t vocab, weft_error *err) {
-    if (!(p->temperature >= 0.0f) || isinf(p->temperature))
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC,
-                              "temperature: expected a finite value >= 0, got %g",
-                              (double)p->temperature);
-    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "top_p: expected 0 < top_p <= 1, got %g",
-                              (double)p->top_p);
-    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC, "min_p: expected 0 <= min_p <= 1, got %g",
-                              (double)p->min_p);
+    const struct {
+        const weft_param_range *r;
+        float v;
+    } floats[] = {{&weft_range_temperature, p->temperature},
+                  {&weft_range_top_p, p->top_p},
+                  {&weft_range_min_p, p->min_p},
+                  {&weft_range_repetition_penalty, p->repetition_penalty}};
+    for (size_t i = 0; i < sizeof(floats) / sizeof(floats[0]); i++)
+        if (!weft_param_in_range(floats[i].r, floats[i].v))
+            return weft_error_set(err, WEFT_ERR_INVALID, SRC, "%s: expected %s, got %g",
+                                  floats[i].r->name, floats[i].r->expect, (double)floats[i].v);
     if (p->top_k < 0)
         return weft_error_set(err, WEFT_ERR_INVALID, SRC, "top_k: expected >= 0 (0 = off), got %d",
                               (int)p->top_k);
-    if (!(p->repetition_penalty > 0.0f) || isinf(p->repetition_penalty))
-        return weft_error_set(err, WEFT_ERR_INVALID, SRC,
-                              "repetition_penalty: expected a finite value > 0, got %g",
-                              (double)p->repetition_penalty);
     if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
         return weft_error_set(err, WEFT_ERR_INVALID, SRC,
                               "presence_penalty/frequency_penalty: expected finite values, got "

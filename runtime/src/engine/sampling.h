@@ -48,6 +48,20 @@ typedef struct weft_sampler_params {
 
 void weft_sampler_params_default(weft_sampler_params *p);
 
+/* The values the sampler accepts for one float parameter: finite, lo <= v (lo < v when lo_open)
+ * and v <= hi; `expect` says so in words. One definition for the sampler's own check and for
+ * generation_config.json's loader (files/config.c), which holds a file's defaults to the same
+ * range when the model loads, on the float the sampler would see. */
+typedef struct weft_param_range {
+    const char *name; /* the parameter, as in weft_sampler_params and generation_config.json */
+    float lo, hi;
+    int lo_open;
+    const char *expect; /* "a number in (0, 1]" */
+} weft_param_range;
+extern const weft_param_range weft_range_temperature, weft_range_top_p, weft_range_min_p,
+    weft_range_repetition_penalty;
+int weft_param_in_range(const weft_param_range *r, float v);
+
 typedef struct weft_token_logprob {
     int32_t id;
     float logprob;

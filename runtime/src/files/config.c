@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/sampling.h"
 #include "util/error.h"
 #include "util/file.h"
 
@@ -368,18 +369,18 @@ weft_status weft_config_load(const char *dir, weft_model_config *cfg, char **raw
     return rc;
 }
 
-/* A sampling default, held to the range the sampler accepts (sampling.c check_params), so that a
- * bad file is named when the model loads rather than in every request that uses its defaults:
- * lo <= value (lo < value when lo_open) and value <= hi; every caller's hi is at most FLT_MAX,
- * so the value also fits a float. */
-static weft_status gen_float(json_t *root, const char *field, const char *path, double lo,
-                             int lo_open, double hi, const char *expected, int *has, float *out,
-                             weft_error *err) {
-    json_t *v = member(root, field);
+/* A sampling default, held to the range the sampler accepts (engine/sampling.h's table, which
+ * its check_params uses too), so that a bad file is named when the model loads rather than in
+ * every request that uses its defaults. The range is checked on the float the sampler would
+ * see, after a check that the number fits a float at all (1e300 does not; 1e-300 becomes 0). */
+static weft_status gen_float(json_t *root, const weft_param_range *r, const char *path, int *has,
+                             float *out, weft_error *err) {
+    json_t *v = member(root, r->name);
     if (!v) return WEFT_OK;
     double d = json_number_value(v);
-    if (!json_is_number(v) || !isfinite(d) || d < lo || (lo_open && d == lo) || d > hi)
-        return bad_field(err, path, field, expected, v);
+    if (!json_is_number(v) || !isfinite(d) || fabs(d) > FLT_MAX ||
+        !weft_param_in_range(r, (float)d))
+        return bad_field(err, path, r->name, r->expect, v);
     *has = 1;
     *out = (float)d;
     return WEFT_OK;
@@ -412,14 +413,11 @@ weft_status weft_generation_config_load(const char *dir, weft_generation_config 
     uint32_t do_sample = 0, top_k = 0;
     json_t *tk = member(root, "top_k");
     if ((rc = get_bool(root, "do_sample", path, 0, &do_sample, err)) ||
-        (rc = gen_float(root, "temperature", path, 0, 0, FLT_MAX, "a finite number >= 0",
-                        &gen->has_temperature, &gen->temperature, err)) ||
-        (rc = gen_float(root, "top_p", path, 0, 1, 1, "a number in (0, 1]", &gen->has_top_p,
-                        &gen->top_p, err)) ||
-        (rc = gen_float(root, "min_p", path, 0, 0, 1, "a number in [0, 1]", &gen->has_min_p,
-                        &gen->min_p, err)) ||
-        (rc = gen_float(root, "repetition_penalty", path, 1e-9, 0, FLT_MAX,
-                        "a finite number >= 1e-9", &gen->has_repetition_penalty,
+        (rc = gen_float(root, &weft_range_temperature, path, &gen->has_temperature,
+                        &gen->temperature, err)) ||
+        (rc = gen_float(root, &weft_range_top_p, path, &gen->has_top_p, &gen->top_p, err)) ||
+        (rc = gen_float(root, &weft_range_min_p, path, &gen->has_min_p, &gen->min_p, err)) ||
+        (rc = gen_float(root, &weft_range_repetition_penalty, path, &gen->has_repetition_penalty,
                         &gen->repetition_penalty, err)) ||
         (rc = get_token_id(root, "bos_token_id", path, &gen->bos_token_id, err)) ||
         (rc = get_eos(root, path, gen->eos_token_ids, &gen->n_eos, err)))

@@ -366,26 +366,6 @@ typedef struct parser {
     weft_error *err;
 } parser;
 
-static const char *type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 static json_t *need(parser *p, json_t *obj, const char *key, const char *path, json_type type) {
     json_t *v = json_object_get(obj, key);
     static const char *want[] = {"an object", "an array", "a string", "an integer",
@@ -397,7 +377,7 @@ static json_t *need(parser *p, json_t *obj, const char *key, const char *path, j
     }
     if (json_typeof(v) != type) {
         weft_error_set(p->err, WEFT_ERR_FORMAT, p->file, "%s: %s%s%s: expected %s, found %s",
-                       p->file, path, path[0] ? "." : "", key, want[type], type_name(v));
+                       p->file, path, path[0] ? "." : "", key, want[type], weft_json_kind(v));
         return NULL;
     }
     return v;
@@ -487,7 +467,7 @@ static int parse_options(parser *p, json_t *obj, const char *path, weft_options 
         default:
             weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
                            "%s: %s.%s: expected a boolean, number or string, found %s", p->file,
-                           path, key, type_name(v));
+                           path, key, weft_json_kind(v));
             free(items);
             return -1;
         }
@@ -503,7 +483,7 @@ static int parse_plugin(parser *p, json_t *o, uint32_t index, weft_lock_plugin *
     snprintf(path, sizeof(path), "plugins[%u]", (unsigned)index);
     if (!json_is_object(o)) {
         weft_error_set(p->err, WEFT_ERR_FORMAT, p->file, "%s: %s: expected an object, found %s",
-                       p->file, path, type_name(o));
+                       p->file, path, weft_json_kind(o));
         return -1;
     }
     if (get_str(p, o, "name", path, pl->name, sizeof(pl->name)) ||
@@ -535,7 +515,7 @@ static int parse_plugin(parser *p, json_t *o, uint32_t index, weft_lock_plugin *
         if (!bit) {
             weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
                            "%s: %s.slots[%zu]: expected a slot name, found %s", p->file, path, k,
-                           json_is_string(s) ? json_string_value(s) : type_name(s));
+                           json_is_string(s) ? json_string_value(s) : weft_json_kind(s));
             return -1;
         }
         pl->slots |= bit;
@@ -564,7 +544,7 @@ static weft_status parse_root(parser *p, json_t *root, weft_lock *l) {
     if (!json_is_object(root))
         return weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
                               "%s: expected a JSON object at the top, found %s", p->file,
-                              type_name(root));
+                              weft_json_kind(root));
     if (get_u32(p, root, "format", "", &l->format)) return WEFT_ERR_FORMAT;
     if (l->format != WEFT_LOCK_FORMAT)
         return weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
@@ -593,7 +573,7 @@ static weft_status parse_root(parser *p, json_t *root, weft_lock *l) {
         if (!json_is_object(v))
             return weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
                                   "%s: %s: expected an object, found %s", p->file, path,
-                                  type_name(v));
+                                  weft_json_kind(v));
         if (!bytes || json_integer_value(bytes) < 0 ||
             get_str(p, v, "name", path, f->name, sizeof(f->name)) ||
             get_sha(p, v, "sha256", path, f->sha256) || strchr(f->name, '/'))
@@ -637,7 +617,7 @@ static weft_status parse_root(parser *p, json_t *root, weft_lock *l) {
         if (!json_is_number(x))
             return weft_error_set(p->err, WEFT_ERR_FORMAT, p->file,
                                   "%s: quality.%s: expected a number, found %s", p->file, names[k],
-                                  type_name(x));
+                                  weft_json_kind(x));
         *has[k] = 1;
         *val[k] = json_number_value(x);
     }

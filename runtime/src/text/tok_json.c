@@ -11,6 +11,7 @@
 #include "text/tok_internal.h"
 #include "text/tok_unicode.h"
 #include "util/error.h"
+#include "util/file.h"
 
 /* Ids beyond this are refused: a vocabulary index is allocated up to the highest id. */
 #define TOK_MAX_ID (1 << 22)
@@ -21,30 +22,9 @@ typedef struct ctx {
     weft_error *err;
 } ctx;
 
-static const char *json_kind(const json_t *v) {
-    if (!v) return "nothing";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 static weft_status bad(ctx *c, const char *path, const char *what, const json_t *got) {
     return weft_error_set(c->err, WEFT_ERR_FORMAT, c->name, "%s: expected %s, got %s", path, what,
-                          json_kind(got));
+                          weft_json_kind(got));
 }
 
 static weft_status oom(ctx *c, const char *path) {

@@ -86,3 +86,24 @@ weft_status weft_file_read(const char *path, size_t max_bytes, const char *what,
     *len = n;
     return WEFT_OK;
 }
+
+const char *weft_json_kind(const json_t *v) {
+    if (!v) return "nothing";
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}

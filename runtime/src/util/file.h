@@ -30,4 +30,9 @@ weft_status weft_file_read(const char *path, size_t max_bytes, const char *what,
  * (the read left *text or *out NULL); any other error is copied into err and returned. */
 weft_status weft_file_absent_ok(weft_status st, const weft_error *fe, weft_error *err);
 
+/* What a JSON value is, for messages about a field of the wrong type: "an object", "an array",
+ * "a string", "an integer", "a number", "a boolean", "null", or "nothing" for NULL (an absent
+ * field). */
+const char *weft_json_kind(const json_t *v);
+
 #endif
