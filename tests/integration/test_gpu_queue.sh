@@ -54,6 +54,7 @@ echo "ok: the committed queues check"
 # 2. pass (with its own summary.txt), fail, overrun, skipped for the budget
 cat > "$tmp/run.queue" <<'EOF'
 pass 20 mkdir -p "$OUT" && echo "PASS x 1.5 tokens/s" > "$OUT/summary.txt" && echo log-a > "$OUT/a.log" && echo "== printed"
+flagged 20 mkdir -p "$OUT" && printf 'PASS y\nFAIL z (rc 1)\n' > "$OUT/summary.txt"
 fail 20 echo "== FAIL b-check (rc 3)"; echo "last words"; exit 3
 slow 1 echo "== started"; sleep 30
 big 100 echo "never"
@@ -64,17 +65,19 @@ rc=$?
 set -e
 [ "$rc" = 1 ] || fail "queue with failures: exit $rc, expected 1"
 s=$tmp/out/summary.txt
-grep -q "^queue run.queue: 4 step(s), budget 30 s" "$s" || fail "header"
+grep -q "^queue run.queue: 5 step(s), budget 30 s" "$s" || fail "header"
 grep -q "^## pass rc=0 [0-9]*s ok$" "$s" || fail "pass step line"
 grep -q "^  PASS x 1.5 tokens/s$" "$s" || fail "the step's own summary.txt"
 ! grep -q "== printed" "$s" || fail "printed lines shown though the step has a summary.txt"
+grep -q "^## flagged rc=0 [0-9]*s ran, 1 FAIL line(s)$" "$s" || fail "step with a FAIL line"
+grep -q "^  FAIL z (rc 1)$" "$s" || fail "the flagged step's summary"
 grep -q "^## fail rc=3 [0-9]*s failed$" "$s" || fail "fail step line"
 grep -q "^  == FAIL b-check (rc 3)$" "$s" || fail "the failed step's printed lines"
 grep -q "^  | last words$" "$s" || fail "the failed step's last lines"
 grep -q "^## slow rc=124 [0-9]*s timed out after 1 s$" "$s" || fail "overrun step"
 grep -q "^## big skipped: its box is 100 s, [0-9]* s of the budget left$" "$s" ||
     fail "step beyond the budget"
-grep -q "^queue done: 3 run, 2 not ok, 1 skipped" "$s" || fail "closing line"
+grep -q "^queue done: 4 run, 3 not ok, 1 skipped" "$s" || fail "closing line"
 [ "$(ls "$tmp/out" | sort | tr '\n' ' ')" = "logs.tgz summary.txt " ] ||
     fail "OUT holds $(ls "$tmp/out")"
 tar tzf "$tmp/out/logs.tgz" > "$tmp/list"

@@ -20,7 +20,8 @@
 # may take (default 560: a 600-second device call with room to pack and return); a step whose
 # box does not fit in what is left of the budget is skipped and said so. WEFT_QUEUE_WORK, the
 # folder the steps' files are gathered in (default /tmp/weft-queue-work, emptied first).
-# Exit status: 0 when every step ran and exited 0, 1 otherwise, 2 for a bad queue or usage.
+# Exit status: 0 when every step ran, exited 0 and has no FAIL line in its summary.txt (the
+# form gpu-check.sh gives a failed check), 1 otherwise, 2 for a bad queue or usage.
 set -uo pipefail
 usage() { echo "usage: gpu-queue.sh QUEUE_FILE | --check QUEUE_FILE..." >&2; exit 2; }
 check_only=0
@@ -136,13 +137,17 @@ for i in "${!names[@]}"; do
   pid=""
   secs=$(($(date +%s) - t0))
   ran=$((ran + 1))
+  # gpu-check.sh exits 0 with FAIL lines in its summary (a check or run that failed)
+  nfail=$(cat "$work/$name/summary.txt" 2>/dev/null | grep -c '^FAIL')
   verdict=ok
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
     verdict="timed out after $box s"
   elif [ "$rc" != 0 ]; then
     verdict=failed
+  elif [ "$nfail" != 0 ]; then
+    verdict="ran, $nfail FAIL line(s)"
   fi
-  [ "$rc" = 0 ] || failed=$((failed + 1))
+  [ "$verdict" = ok ] || failed=$((failed + 1))
   {
     echo "## $name rc=$rc ${secs}s $verdict"
     if [ -s "$work/$name/summary.txt" ]; then
