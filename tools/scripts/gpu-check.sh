@@ -645,17 +645,21 @@ sanitize)
 carveout)
   # batch1.md's open question: with smem_carveout 100 the products of Llama-3.2-1B and Qwen3-8B
   # ran slower in the replayed graph. ncu runs each kernel alone, so the GEMV's own speed in each
-  # configuration shows apart from what co-resident blocks do to it. Three launches of
-  # weft_gemv_1 and one of weft_gemv_swiglu_1 from a decode step, with and without the carveout.
+  # configuration shows apart from what co-resident blocks do to it. Four launches of the kernels
+  # WEFT_CARVEOUT_KERNELS matches (an ncu regex; default weft_gemv_1 and weft_gemv_swiglu_1, the
+  # plain products) from a decode step of WEFT_CARVEOUT_BASE (default fast-cuda-async), as it is
+  # and with the backend options WEFT_CARVEOUT_OPTS (default {smem_carveout: 100}).
   models=${WEFT_PROFILE_MODELS:-Llama-3.2-1B}
   synth_bf16 $models
   mkdir -p "$out/cand"
-  with_options manifests/fast-cuda-async.yaml "{smem_carveout: 100}" > "$out/cand/smem.yaml"
+  cbase=${WEFT_CARVEOUT_BASE:-manifests/fast-cuda-async.yaml}
+  with_options "$cbase" "${WEFT_CARVEOUT_OPTS:-{smem_carveout: 100\}}" > "$out/cand/smem.yaml" ||
+    exit 1
   for cfg in $models; do
-    for c in manifests/fast-cuda-async.yaml "$out/cand/smem.yaml"; do
+    for c in "$cbase" "$out/cand/smem.yaml"; do
       tag=$(basename "$c" .yaml)
       run "ncu_carveout_${tag}_$cfg" ncu --clock-control none --launch-skip 400 --launch-count 4 \
-        -k regex:'weft_gemv_(swiglu_)?1$' --section LaunchStats --section SpeedOfLight \
+        -k regex:"${WEFT_CARVEOUT_KERNELS:-weft_gemv_(swiglu_)?1\$}" --section LaunchStats --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section WarpStateStats \
         weft bench decode --candidate "$c" --model "$M/$cfg-bf16" --prompt 16 --gen 32 --repeats 1
       grep -E "^  weft_|Duration|Shared Memory Configuration|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|DRAM Throughput|Stall Long|Warp Cycles Per Issued" \
