@@ -128,6 +128,23 @@ void kv_paged_pool_fini(kv_paged_pool *p) {
     p->ready = 0;
 }
 
+weft_status kv_paged_pool_options(kv_paged_pool *p, const char *name, const weft_options *opts,
+                                  weft_error *err) {
+    int64_t page_size = weft_sdk_option_int(opts, "page_size", 16);
+    int64_t pages = weft_sdk_option_int(opts, "pages", 0);
+    if (page_size < 1 || page_size > 4096)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, name,
+                              "option page_size: expected 1..4096 tokens, got %lld",
+                              (long long)page_size);
+    if (pages < 0 || pages > (1 << 24))
+        return weft_sdk_error(err, WEFT_ERR_INVALID, name,
+                              "option pages: expected 0..16777216, got %lld", (long long)pages);
+    p->name = name;
+    p->page_size = (uint32_t)page_size;
+    p->pages_option = (uint32_t)pages;
+    return WEFT_OK;
+}
+
 weft_status kv_paged_pool_init(kv_paged_pool *p, const weft_kv_geometry *geo,
                                const weft_device_service *dev, weft_error *err) {
     if (!p || !geo || !dev || !dev->alloc || !dev->free || !dev->copy || !dev->stream)

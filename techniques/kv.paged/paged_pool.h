@@ -59,6 +59,13 @@ typedef struct kv_paged_pool {
     uint64_t cow_copies, evictions;
 } kv_paged_pool;
 
+/* The pool's options, page_size (tokens a page, 1..4096, default 16) and pages (0..2^24, 0 =
+ * derived), read into p with p->name set to `name`; a value out of range is WEFT_ERR_INVALID
+ * naming the option (the manifest's declared ranges normally refuse it first). Shared by every
+ * bundle that compiles the pool in (kv.paged, kv.prefix-cache). */
+weft_status kv_paged_pool_options(kv_paged_pool *p, const char *name, const weft_options *opts,
+                                  weft_error *err);
+
 /* setup: sizes the pool from geo and the options and allocates every page. The pool holds
  * `pages_option` pages, or when 0 enough for every slot at max_seq
  * (max_requests * ceil(max_seq / page_size)), capped by geo->budget_bytes when set. */

@@ -115,21 +115,14 @@ static weft_status prefix_create(const weft_host_services *host, const weft_opti
                                  void **out, weft_error *err) {
     if (!host || !out)
         return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "create: missing argument");
-    int64_t page_size = weft_sdk_option_int(opts, "page_size", 16);
-    int64_t pages = weft_sdk_option_int(opts, "pages", 0);
-    if (page_size < 1 || page_size > 4096)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                              "option page_size: expected 1..4096 tokens, got %lld",
-                              (long long)page_size);
-    if (pages < 0 || pages > (1 << 24))
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                              "option pages: expected 0..16777216, got %lld", (long long)pages);
     prefix_state *s = calloc(1, sizeof(*s));
     if (!s) return weft_sdk_error(err, WEFT_ERR_NOMEM, NAME, "out of memory");
+    weft_status st = kv_paged_pool_options(&s->pool, NAME, opts, err);
+    if (st) {
+        free(s);
+        return st;
+    }
     s->host = host;
-    s->pool.name = NAME;
-    s->pool.page_size = (uint32_t)page_size;
-    s->pool.pages_option = (uint32_t)pages;
     *out = s;
     return WEFT_OK;
 }
