@@ -180,7 +180,7 @@ static int cmd_list(int argc, char **argv) {
             if (e->manifest) {
                 weft_slots_format(e->manifest->slots, ",", slots, sizeof(slots));
                 size_t used = 0;
-                for (uint32_t k = 0; k < e->manifest->n_backends; k++)
+                for (uint32_t k = 0; k < e->manifest->n_backends && used < sizeof(backends); k++)
                     used += (size_t)snprintf(backends + used, sizeof(backends) - used, "%s%s",
                                              k ? "," : "", e->manifest->backends[k]);
             }
@@ -251,7 +251,10 @@ static int cmd_show(int argc, char **argv) {
     const char *paths[MAX_PATHS], *rest[64];
     size_t n_paths;
     int n_rest;
-    if (argc > 64 + 2 * MAX_PATHS + 2) return 2;
+    if (argc > 64 + 2 * MAX_PATHS + 2) {
+        fprintf(stderr, "weft plugins show: too many arguments\n");
+        return 2;
+    }
     if (parse_paths(argc, argv, paths, &n_paths, rest, &n_rest, NULL)) return 2;
     if (n_rest != 1) {
         fprintf(stderr, "weft plugins show: expected one plugin NAME (see --help)\n");

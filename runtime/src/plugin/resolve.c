@@ -264,7 +264,7 @@ static weft_status check_pick(rctx *c, const pick *p, const char *arch) {
     if (!weft_plugin_manifest_has_backend(pm, backend)) {
         char list[200] = "";
         size_t used = 0;
-        for (uint32_t i = 0; i < pm->n_backends; i++)
+        for (uint32_t i = 0; i < pm->n_backends && used < sizeof(list); i++)
             used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
                                      pm->backends[i]);
         return weft_error_set(c->err, WEFT_ERR_UNSUPPORTED, SRC,
