@@ -26,7 +26,10 @@ struct weft_pool {
     /* the current job */
     void (*fn)(void *, uint32_t, uint32_t);
     void *arg;
-    uint32_t n;
+    /* Atomic: a worker that woke for the previous job after its caller stopped waiting reads n
+     * (to find the job closed) while the caller may be writing the next job's n. fn and arg are
+     * read only with an index of the current job, which orders them after their writes. */
+    atomic_uint n;
     atomic_uint next;
     atomic_uint done;
     atomic_uint active; /* workers inside run_items: the caller waits for 0 before returning */
@@ -34,9 +37,9 @@ struct weft_pool {
 
 static void run_items(weft_pool *p) {
     for (;;) {
-        uint32_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->n) break;
-        p->fn(p->arg, i, p->n);
+        uint32_t i = atomic_fetch_add(&p->next, 1), n = atomic_load(&p->n);
+        if (i >= n) break;
+        p->fn(p->arg, i, n);
         atomic_fetch_add(&p->done, 1);
     }
 }
@@ -122,7 +125,7 @@ void weft_pool_parallel_for(weft_pool *p, void (*fn)(void *arg, uint32_t i, uint
     }
     p->fn = fn;
     p->arg = arg;
-    p->n = n;
+    atomic_store(&p->n, n);
     atomic_store(&p->done, 0);
     atomic_store(&p->next, 0);
     pthread_mutex_lock(&p->lock);
