@@ -20,7 +20,9 @@ static void usage(FILE *f) {
             "  --decode          the arguments are ids (space or comma separated); print text\n"
             "  --no-special      encode: add no BOS/EOS and treat special tokens written in the\n"
             "                    text as plain text; decode: leave special tokens out\n"
-            "  --pieces          encode: print one \"id<TAB>piece\" line per token\n"
+            "  --pieces          encode: print one \"id<TAB>piece\" line per token (a piece's\n"
+            "                    backslash, tab, newline and other control bytes escaped as\n"
+            "                    \\\\, \\t, \\n, \\xNN)\n"
             "TEXT is the remaining arguments joined by spaces; \"-\" reads it from stdin.\n");
 }
 
@@ -43,6 +45,26 @@ static char *read_stdin(size_t *len) {
     }
     *len = n;
     return buf;
+}
+
+/* A piece on one line: backslash, tab, newline, carriage return and the other control bytes
+ * escaped, so that every token is exactly one "id<TAB>piece" line. */
+static void print_piece(const char *p) {
+    for (; p && *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '\\')
+            fputs("\\\\", stdout);
+        else if (c == '\t')
+            fputs("\\t", stdout);
+        else if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\r')
+            fputs("\\r", stdout);
+        else if (c < 0x20 || c == 0x7f)
+            printf("\\x%02X", c);
+        else
+            fputc(c, stdout);
+    }
 }
 
 static int parse_ids(int argc, char **argv, int first, int32_t **ids, size_t *n) {
@@ -89,6 +111,11 @@ int weft_cmd_tokenize(int argc, char **argv) {
                 fprintf(stderr, "weft tokenize: %s needs a value\n", argv[i]);
                 return 2;
             }
+            if (path) {
+                fprintf(stderr, "weft tokenize: give one --model DIR or --tokenizer FILE, not "
+                                "two\n");
+                return 2;
+            }
             path = argv[++i];
         } else if (!strcmp(argv[i], "--decode")) {
             decode = 1;
@@ -110,6 +137,16 @@ int weft_cmd_tokenize(int argc, char **argv) {
     if (!path) {
         fprintf(stderr, "weft tokenize: --model DIR or --tokenizer FILE is required\n");
         usage(stderr);
+        return 2;
+    }
+    if (i >= argc) {
+        fprintf(stderr, "weft tokenize: no %s given (\"-\" reads the text from stdin)\n",
+                decode ? "IDS" : "TEXT");
+        return 2;
+    }
+    if (decode && pieces) {
+        fprintf(stderr, "weft tokenize: --pieces lists an encoding's tokens; it does not apply to "
+                        "--decode\n");
         return 2;
     }
     weft_error err;
@@ -161,8 +198,9 @@ int weft_cmd_tokenize(int argc, char **argv) {
             rc = weft_cli_fail("tokenize", &err);
         } else if (pieces) {
             for (size_t k = 0; k < n; k++) {
-                const char *p = weft_tokenizer_token(tok, ids[k]);
-                printf("%d\t%s\n", ids[k], p ? p : "");
+                printf("%d\t", ids[k]);
+                print_piece(weft_tokenizer_token(tok, ids[k]));
+                fputc('\n', stdout);
             }
         } else {
             for (size_t k = 0; k < n; k++)
