@@ -6,9 +6,10 @@
 #  - fake.batch-divergent (wrong only when a step holds several requests) fails
 #    batched_equals_serial and keeps the serial gates (repeatable, prompt_cache);
 # then weft eval status, weft eval report, weft plan (ranking, a refused and an accepted plan,
-# plan check) and weft runs on those results.
+# plan check, --json, the newest runs/*/*/result.json, usage errors) and weft runs on those
+# results.
 set -euo pipefail
-build=${1:?usage: test_eval_gates.sh BUILD_DIR}
+build=$(cd "${1:?usage: test_eval_gates.sh BUILD_DIR}" && pwd)
 weft="$build/bin/weft"
 shared=${WEFT_SHARED_DIR:-$(pwd)/../shared}
 tmp=$(mktemp -d)
@@ -136,6 +137,43 @@ grep -q "^plan \(accepted\|refused\)" "$tmp/plan.txt" || fail "plan review print
 "$weft" plan check "$tmp/plan.yaml" --before "$tmp/base.json" --after "$tmp/base.json" \
     -o "$tmp/check.json" > "$tmp/check.txt"
 grep -q "deferred" "$tmp/check.txt" || fail "plan check: sched.continuous should be deferred"
+
+# ---- plan: --json, the newest runs/*/*/result.json of the working directory, usage errors ------
+"$weft" plan --result "$tmp/base.json" --json > "$tmp/rank.json" || fail "plan --json: exit $?"
+"${WEFT_PYTHON:-python3}" - "$tmp/rank.json" "$tmp/base.json" <<'PY' || fail "plan --json output"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["result"] == sys.argv[2], d
+PY
+mkdir -p "$tmp/cwd/runs/s/01" "$tmp/cwd/runs/s/02" "$tmp/empty"
+cp "$tmp/base.json" "$tmp/cwd/runs/s/01/result.json"
+printf '{"format": ' > "$tmp/cwd/runs/s/02/result.json"
+touch -d '2 hours ago' "$tmp/cwd/runs/s/02/result.json"
+(cd "$tmp/cwd" && "$weft" plan --json) > "$tmp/newest.json" || fail "plan from runs/: exit $?"
+grep -q '"result": "runs/s/01/result.json"' "$tmp/newest.json" ||
+    fail "plan did not take the newest result: $(cat "$tmp/newest.json")"
+touch "$tmp/cwd/runs/s/02/result.json" # now the newest, and not JSON: named in the error
+set +e
+(cd "$tmp/cwd" && "$weft" plan) > /dev/null 2> "$tmp/newest.err"
+rc=$?
+set -e
+[ "$rc" != 0 ] && grep -q "runs/s/02/result.json" "$tmp/newest.err" ||
+    fail "plan on a broken newest result: exit $rc, $(cat "$tmp/newest.err")"
+usage_err() { # expected text, directory, arguments...
+    local text=$1 dir=$2 rc
+    shift 2
+    set +e
+    (cd "$dir" && "$weft" plan "$@") > /dev/null 2> "$tmp/usage.err"
+    rc=$?
+    set -e
+    [ "$rc" = 2 ] && grep -qF -- "$text" "$tmp/usage.err" ||
+        fail "plan $* -> exit $rc (want 2), stderr: $(cat "$tmp/usage.err")"
+}
+usage_err "no --result and no runs/*/*/result.json here" "$tmp/empty"
+usage_err "at most one plan file" "$tmp" --result "$tmp/base.json" "$tmp/plan.yaml" "$tmp/stop.yaml"
+usage_err "usage: weft plan" "$tmp" --frob
+usage_err "expected PLAN.yaml, --before RESULT and --after" "$tmp" check "$tmp/plan.yaml" \
+    --before "$tmp/base.json"
 
 # ---- files that are not results: exit 2 (plan: 1), the file named, where JSON breaks ----------
 printf '{"format": ' > "$tmp/broken.json"
