@@ -2,7 +2,8 @@
 # End to end through the CLI: convert the shared stories260K llama2.c checkpoint, then
 # `weft run` greedy from "Once upon a time" must print the continuation the reference README
 # quotes for greedy decoding with the converted weights, `weft candidate graph` must print the
-# decode graph and its hash, and `weft bench decode` must report a speed.
+# decode graph and its hash, `weft bench decode` must report a speed, `--chat` must render the
+# model's chat template, and bad options are refused with a message.
 set -euo pipefail
 build=${1:?usage: test_run_stories.sh BUILD_DIR}
 weft="$build/bin/weft"
@@ -55,7 +56,42 @@ grep -q '^  77 lm_head: lm_head(norm.y:f32\[1,64\], lm_head:f32\[512,64\]) -> ou
 bench=$("$weft" bench decode --candidate "$tmp/cpu1.yaml" --gen 32 --repeats 2)
 grep -q 'tokens/s   median [0-9.]\+' <<<"$bench" || { echo "bench printed: $bench"; exit 1; }
 
+# --chat renders the model's chat template with the generation prompt: a copy of the model with
+# a small template continues exactly as the plain prompt the template makes, and without a
+# template --chat is refused naming the model.
+cp -r "$tmp/stories260k" "$tmp/chat"
+"${WEFT_PYTHON:-python3}" - "$tmp/chat/tokenizer_config.json" <<'PY'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p))
+c["chat_template"] = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }} said: "
+                      "{{ m['content'] }}.{% endfor %}{% if add_generation_prompt %} Then{% endif %}")
+json.dump(c, open(p, "w"))
+PY
+chat=$("$weft" run --model "$tmp/chat" --chat --temperature 0 --max-tokens 12 "Lily found a ball")
+plain=$("$weft" run --model "$tmp/chat" --temperature 0 --max-tokens 12 \
+    "user said: Lily found a ball. Then")
+[ -n "$chat" ] && [ "$plain" = "user said: Lily found a ball. Then$chat" ] ||
+    { echo "--chat printed '$chat'; the rendered prompt gave '$plain'"; exit 1; }
+if "$weft" run --model "$tmp/stories260k" --chat "x" 2> "$tmp/err"; then
+    echo "--chat without a template was accepted"; exit 1
+fi
+grep -q "$tmp/stories260k: no chat template" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+[ "$(grep -o "$tmp/stories260k" "$tmp/err" | wc -l)" = 1 ] ||
+    { echo "the model's path is said more than once: $(cat "$tmp/err")"; exit 1; }
+
 # Bad input is refused with a message, not a crash.
+for bad in "--max-tokens 0" "--top-k x" "--frob" "--temperature"; do
+    # shellcheck disable=SC2086
+    if "$weft" run --candidate "$tmp/cpu1.yaml" $bad "x" 2> "$tmp/err"; then
+        echo "weft run $bad was accepted"; exit 1
+    fi
+    [ -s "$tmp/err" ] || { echo "weft run $bad: no message"; exit 1; }
+done
+if "$weft" run --candidate "$tmp/cpu1.yaml" "one" "two" 2> "$tmp/err"; then
+    echo "two prompts were accepted"; exit 1
+fi
+grep -q "one PROMPT expected" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 if "$weft" run --candidate "$tmp/cpu1.yaml" --top-p 2 "x" 2> "$tmp/err"; then
     echo "--top-p 2 was accepted"; exit 1
 fi

@@ -174,7 +174,7 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
     if (cfg) {
         if (!json_is_object(cfg)) {
             json_decref(cfg);
-            return weft_error_set(err, WEFT_ERR_FORMAT, path,
+            return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
                                   "%s: expected a JSON object at the top level", path);
         }
     }
@@ -204,7 +204,7 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
     } else if (tmpl && !json_is_null(tmpl)) {
         const char *got = json_is_object(tmpl) ? "an object" : "a scalar"; /* before cfg goes */
         json_decref(cfg);
-        return weft_error_set(err, WEFT_ERR_FORMAT, path,
+        return weft_error_set(err, WEFT_ERR_FORMAT, SRC,
                               "%s: chat_template must be a string or a list, got %s", path, got);
     }
     if (!text) {
@@ -221,7 +221,7 @@ weft_status weft_chat_template_load(const char *dir, weft_chat_template **out, w
     if (!text) {
         json_decref(cfg);
         return weft_error_set(
-            err, WEFT_ERR_NOT_FOUND, dir,
+            err, WEFT_ERR_NOT_FOUND, SRC,
             "%s: no chat template (tokenizer_config.json has no chat_template and there is "
             "no chat_template.jinja)",
             dir);
