@@ -5,7 +5,8 @@
 #  - fake.perturb-logits (every logit x1.6, greedy unchanged) fails the quality gate and only it;
 #  - fake.batch-divergent (wrong only when a step holds several requests) fails
 #    batched_equals_serial and keeps the serial gates (repeatable, prompt_cache);
-# then weft eval status, weft eval report, weft plan (ranking, a refused and an accepted plan,
+# the same gates through --url against a running server with an API key and another served
+# name (and a wrong key refused); then weft eval status, weft eval report, weft plan (ranking, a refused and an accepted plan,
 # plan check, --json, the newest runs/*/*/result.json, usage errors) and weft runs on those
 # results.
 set -euo pipefail
@@ -77,6 +78,37 @@ grep -q "every gate passed: the result counts" "$tmp/base.status" || fail "basel
 grep -q '"exact": false' "$tmp/base.json" || fail "quality detail missing"
 # the retrieval answers and greedy set are recorded for other candidates
 grep -q '"prompt_hash"' "$tmp/base.json" || fail "no retrieval answers recorded"
+
+# ---- --url: the same gates against a server already running (here weft serve behind an API key
+# and another served name), the way a peer engine is evaluated ---------------------------------
+"$weft" serve "$tmp/base.lock" --port 0 --api-key sekrit --served-model-name other \
+    > "$tmp/url.serve.log" 2>&1 &
+spid=$!
+url=""
+for _ in $(seq 300); do
+    url=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$tmp/url.serve.log" |
+        sed 's/listening on //' || true)
+    if [ -n "$url" ] && curl -sf "$url/health" 2> /dev/null | grep -q '"ok"'; then break; fi
+    sleep 0.1
+done
+set +e
+"$weft" eval run --url "$url" --model "$tmp/stories260k" --api-key sekrit \
+    --served-model-name other --probe "$tmp/probe.json" --reference "$ref" --quick --no-speed \
+    -o "$tmp/url.json" 2> "$tmp/url.err"
+url_rc=$?
+"$weft" eval run --url "$url" --model "$tmp/stories260k" --api-key wrong \
+    --served-model-name other --probe "$tmp/probe.json" --reference "$ref" --quick --no-speed \
+    -o "$tmp/url-bad.json" 2> "$tmp/url-bad.err"
+bad_rc=$?
+set -e
+kill "$spid" 2> /dev/null || true
+wait "$spid" 2> /dev/null || true
+for g in batched_equals_serial sampling quality prompt_cache repeatable; do
+    [ "$(gate "$tmp/url.json" $g)" = pass ] ||
+        { cat "$tmp/url.err"; "$weft" eval status "$tmp/url.json"; fail "--url: $g (exit $url_rc)"; }
+done
+[ "$bad_rc" = 1 ] && grep -qi "401\|api key\|unauthor" "$tmp/url-bad.err" ||
+    fail "--url with a wrong key: exit $bad_rc, $(tail -n 3 "$tmp/url-bad.err")"
 
 # ---- perturbed logits: the quality gate fails, the greedy gates do not --------------------------
 rc=$(run perturb --no-speed --baseline "$tmp/base.json")
