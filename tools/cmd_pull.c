@@ -21,7 +21,10 @@ static void usage(FILE *f) {
                "Cache: ${WEFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft}/models/<name>, where\n"
                "org/name becomes org--name. WEFT_MODEL_MIRROR = a folder or an http(s) URL used\n"
                "instead of huggingface.co; HF_ENDPOINT changes the hub address; HF_TOKEN is sent\n"
-               "to the hub for gated models. Layouts: docs/PULL.md.\n");
+               "to the hub for gated models. A busy answer (408, 429, 5xx) or a transfer cut\n"
+               "off is retried WEFT_PULL_RETRIES times (default 4), after the server's\n"
+               "Retry-After or WEFT_PULL_BACKOFF_MS (default 1000) doubled each time, resuming\n"
+               "the .part. Layouts: docs/PULL.md.\n");
 }
 
 int weft_cmd_pull(int argc, char **argv) {
@@ -67,8 +70,10 @@ int weft_cmd_pull(int argc, char **argv) {
     if (weft_pull_model(&o, &stats, &err) != WEFT_OK) return weft_cli_fail("pull", &err);
     fprintf(stderr,
             "weft pull: %s: %u files (%u fetched, %u resumed, %u already present), "
-            "%.1f MB transferred\n",
+            "%.1f MB transferred",
             o.id, stats.files, stats.fetched, stats.resumed, stats.skipped, stats.bytes / 1e6);
+    if (stats.retries) fprintf(stderr, ", %u request(s) retried", stats.retries);
+    fputc('\n', stderr);
     printf("%s\n", stats.dir);
     return 0;
 }

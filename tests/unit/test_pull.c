@@ -4,7 +4,8 @@
  * refusing a corrupted mirror file; and HTTP through a real local server
  * (tests/data/sampling/pull_http_server.py, started and stopped here) as a URL mirror,
  * with a resumed Range download and a server that ignores Range, and in the hub's layout
- * (model-info API, LFS redirects with X-Linked-Etag), with 401, 404 and unreachable hosts. */
+ * (model-info API, LFS redirects with X-Linked-Etag), with 401, 404 and unreachable hosts;
+ * busy answers (503, 429) and a transfer cut off halfway retried with backoff. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
 #include <fcntl.h>
@@ -664,6 +665,108 @@ static void test_hub_layout(void **state) {
     unsetenv("WEFT_CACHE");
 }
 
+/* A count of the log lines that hold needle. */
+static int log_count(const server *s, const char *needle) {
+    size_t n = 0;
+    char *text = test_read_file(s->log, &n);
+    int k = 0;
+    for (const char *at = text; at && (at = strstr(at, needle)); at += strlen(needle))
+        k++;
+    free(text);
+    return k;
+}
+
+/* Busy answers (503 without Retry-After, 429 with Retry-After: 0) are retried with backoff and
+ * the pull completes; past WEFT_PULL_RETRIES it fails naming the status and the retries, and the
+ * .part is kept; a transfer cut off halfway resumes with Range from where the .part stands;
+ * with WEFT_PULL_RETRIES=0 a busy answer fails at once; a 404 is never retried. */
+static void test_retries(void **state) {
+    (void)state;
+    if (!have_python()) skip();
+    char tmp[256], root[4200], path[4200], src[4200], cache[4200], dir[4200], url[300];
+    make_tmp(tmp, sizeof(tmp));
+    snprintf(cache, sizeof(cache), "%s/cache", tmp);
+    setenv("WEFT_CACHE", cache, 1);
+    setenv("WEFT_PULL_BACKOFF_MS", "5", 1);
+    snprintf(root, sizeof(root), "%s/root", tmp);
+    snprintf(path, sizeof(path), "%s/stories260K", root);
+    mkdirs(path);
+    const char *names[] = {"stories260K.bin", "tok512.bin", "SHA256SUMS"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(src, sizeof(src), "%s/stories260K/%s", shared_models, names[i]);
+        snprintf(path, sizeof(path), "%s/stories260K/%s", root, names[i]);
+        copy_file(src, path);
+    }
+    server s = {0};
+    server_start(&s, root, tmp);
+    weft_pull_stats st;
+    weft_error err;
+    snprintf(dir, sizeof(dir), "%s/models/stories260k", cache);
+
+    /* two 503s for each document asked for (SHA256SUMS in two places, the two files), then the
+     * documents (or a 404 for the SHA256SUMS the mirror lacks) */
+    snprintf(url, sizeof(url), "%s/flaky/2", s.url);
+    if (pull("stories260k", url, NULL, 0, &st, &err) != WEFT_OK) fail_msg("%s", err.message);
+    check_stories(dir);
+    assert_int_equal(st.fetched, 2);
+    assert_int_equal(st.retries, 8);
+    assert_int_equal(log_count(&s, "GET /flaky/2/stories260K/stories260K.bin range=- status=503"),
+                     2);
+    assert_true(log_has(&s, "GET /flaky/2/stories260K/stories260K.bin range=- status=200"));
+    rm_rf(dir);
+
+    /* 429 with Retry-After: 0 */
+    snprintf(url, sizeof(url), "%s/ratelimit/1", s.url);
+    if (pull("stories260k", url, NULL, 0, &st, &err) != WEFT_OK) fail_msg("%s", err.message);
+    check_stories(dir);
+    assert_int_equal(st.retries, 4);
+    rm_rf(dir);
+
+    /* more busy answers than retries: the status and the retries named, exit without the file */
+    setenv("WEFT_PULL_RETRIES", "2", 1);
+    snprintf(url, sizeof(url), "%s/flaky/9", s.url);
+    assert_int_not_equal(pull("stories260k", url, NULL, 0, &st, &err), WEFT_OK);
+    assert_non_null(strstr(err.message, "after 2 retries"));
+    assert_non_null(strstr(err.message, "HTTP 503"));
+    snprintf(path, sizeof(path), "%s/stories260K.bin", dir);
+    assert_false(exists(path));
+    rm_rf(dir);
+
+    /* no retries at all */
+    setenv("WEFT_PULL_RETRIES", "0", 1);
+    truncate_log(&s);
+    snprintf(url, sizeof(url), "%s/flaky/1", s.url);
+    assert_int_not_equal(pull("stories260k", url, NULL, 0, &st, &err), WEFT_OK);
+    assert_non_null(strstr(err.message, "HTTP 503"));
+    assert_null(strstr(err.message, "retries"));
+    assert_int_equal(log_count(&s, "status=503"), 1);
+    unsetenv("WEFT_PULL_RETRIES");
+    rm_rf(dir);
+
+    /* a body cut off halfway: resumed with Range, the whole file verified */
+    truncate_log(&s);
+    snprintf(url, sizeof(url), "%s/drop", s.url);
+    if (pull("stories260k", url, NULL, 0, &st, &err) != WEFT_OK) fail_msg("%s", err.message);
+    check_stories(dir);
+    assert_int_equal(st.resumed, 2);
+    assert_int_equal(st.retries, 3); /* SHA256SUMS cut off too, fetched again whole */
+    char want[200];
+    snprintf(want, sizeof(want), "GET /drop/stories260K/stories260K.bin range=bytes=%d- status=206",
+             STORIES_SIZE / 2);
+    assert_true(log_has(&s, want));
+    rm_rf(dir);
+
+    /* a 404 is an answer, not a busy server: nothing asked for twice */
+    snprintf(url, sizeof(url), "%s/nowhere", s.url);
+    assert_int_equal(pull("stories260k", url, NULL, 0, &st, &err), WEFT_ERR_NOT_FOUND);
+    assert_int_equal(st.retries, 0);
+
+    server_stop(&s);
+    rm_rf(tmp);
+    unsetenv("WEFT_CACHE");
+    unsetenv("WEFT_PULL_BACKOFF_MS");
+}
+
 static void test_unreachable(void **state) {
     (void)state;
     char tmp[256];
@@ -738,6 +841,7 @@ int main(void) {
         cmocka_unit_test(test_folder_resume), cmocka_unit_test(test_corrupt_mirror),
         cmocka_unit_test(test_url_mirror),    cmocka_unit_test(test_hub_layout),
         cmocka_unit_test(test_unreachable),   cmocka_unit_test(test_bad_revision),
+        cmocka_unit_test(test_retries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -401,6 +401,9 @@ typedef struct http {
     size_t errbody_len;
     int bad; /* why the write callback stopped the transfer */
     uint64_t written;
+    long retry_after; /* Retry-After in seconds, -1 none */
+    int retries;      /* the retries spent when the last attempt still failed */
+    int transient;    /* no answer, or a cut-off one, of the kind a retry may cure */
     /* progress */
     int progress;
     const char *label;
@@ -420,6 +423,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
         const char *sp = strchr(line, ' ');
         h->status = sp ? strtol(sp + 1, NULL, 10) : 0;
         h->cr_start = -1;
+        h->retry_after = -1;
         return len;
     }
     char *colon = strchr(line, ':');
@@ -441,6 +445,10 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
         h->linked_etag[k] = '\0';
     } else if (!strcasecmp(line, "x-linked-size")) {
         h->linked_size = strtoll(v, NULL, 10);
+    } else if (!strcasecmp(line, "retry-after")) {
+        char *end;
+        long secs = strtol(v, &end, 10);
+        if (end != v && secs >= 0) h->retry_after = secs; /* an HTTP date is not read */
     }
     return len;
 }
@@ -553,6 +561,8 @@ static weft_status http_get(puller *p, const char *url, const char *what, http *
         curl_easy_setopt(c, CURLOPT_RANGE, range);
     }
     h->cr_start = -1;
+    h->retry_after = -1;
+    h->transient = 0;
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
@@ -590,7 +600,13 @@ static weft_status http_get(puller *p, const char *url, const char *what, http *
     }
     if (rc != CURLE_OK) {
         const char *msg = errbuf[0] ? errbuf : curl_easy_strerror(rc);
-        if (unreachable(rc)) {
+        /* A connection that broke once an answer had begun, or closed with none: the host is
+         * there, so a retry may cure it. A host that cannot be reached at all is not retried. */
+        h->transient =
+            rc == CURLE_PARTIAL_FILE || rc == CURLE_GOT_NOTHING ||
+            ((rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR || rc == CURLE_OPERATION_TIMEDOUT) &&
+             h->status > 0);
+        if (unreachable(rc) && !h->transient) {
             if (p->kind == KIND_HUB)
                 return weft_error_set(err, WEFT_ERR_IO, SRC,
                                       "cannot reach %s: %s; set WEFT_MODEL_MIRROR to a folder or "
@@ -627,13 +643,67 @@ static weft_status http_status_error(puller *p, const char *what, const char *ur
 }
 
 /* A small document into memory. *found = 0 on HTTP 404 when optional. */
+/* An integer from the environment, or def when unset or not a number in [lo, hi]. */
+static int env_int(const char *name, int def, int lo, int hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return (*end || x < lo || x > hi) ? def : (int)x;
+}
+
+/* Answers that say "not now" rather than "no": a retry may get the file. */
+static int busy_status(long status) {
+    return status == 408 || status == 429 || status == 500 || status == 502 || status == 503 ||
+           status == 504;
+}
+
+/* The wait before retry tryno + 1: the server's Retry-After (at most 60 s) when it sent one,
+ * else WEFT_PULL_BACKOFF_MS (default 1,000) doubled each time, at most 30 s. */
+static long retry_delay_ms(int tryno, long retry_after) {
+    if (retry_after >= 0) return retry_after > 60 ? 60000 : retry_after * 1000;
+    long ms = env_int("WEFT_PULL_BACKOFF_MS", 1000, 0, 60000);
+    for (int i = 0; i < tryno && ms < 30000; i++)
+        ms *= 2;
+    return ms > 30000 ? 30000 : ms;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
+/* A small document (JSON, SHA256SUMS) into memory, retried like a file (fetch_one). */
 static weft_status http_small(puller *p, const char *url, const char *what, int optional,
                               char **text, size_t *len, int *found, weft_error *err) {
-    http h = {0};
-    h.last_pct = -2;
+    http h;
     *text = NULL;
     *found = 0;
-    weft_status st = http_get(p, url, what, &h, err);
+    const int retries = env_int("WEFT_PULL_RETRIES", 4, 0, 20);
+    weft_status st;
+    for (int tryno = 0;; tryno++) {
+        memset(&h, 0, sizeof(h));
+        h.last_pct = -2;
+        st = http_get(p, url, what, &h, err);
+        int cut = st != WEFT_OK && h.transient, busy = st == WEFT_OK && busy_status(h.status);
+        if (!(cut || busy) || tryno >= retries) {
+            if (cut || busy) h.retries = tryno;
+            break;
+        }
+        free(h.mem);
+        long ms = retry_delay_ms(tryno, busy ? h.retry_after : -1);
+        if (cut)
+            weft_log(WEFT_LOG_WARN, SRC, "%s; retry %d of %d in %.1f s", err->message, tryno + 1,
+                     retries, ms / 1e3);
+        else
+            weft_log(WEFT_LOG_WARN, SRC, "HTTP %ld for %s; retry %d of %d in %.1f s", h.status,
+                     what, tryno + 1, retries, ms / 1e3);
+        sleep_ms(ms);
+        weft_error_clear(err);
+        p->stats->retries++;
+    }
+    if (st != WEFT_OK && h.retries) weft_error_prefix(err, "after %d retries", h.retries);
     if (st == WEFT_OK && h.status == 200) {
         *text = h.mem ? h.mem : calloc(1, 1);
         *len = h.mem_len;
@@ -643,7 +713,9 @@ static weft_status http_small(puller *p, const char *url, const char *what, int 
     free(h.mem);
     if (st != WEFT_OK) return st;
     if (optional && h.status == 404) return WEFT_OK;
-    return http_status_error(p, what, url, &h, err);
+    st = http_status_error(p, what, url, &h, err);
+    if (h.retries) weft_error_prefix(err, "after %d retries", h.retries);
+    return st;
 }
 
 /* ---- local files -------------------------------------------------------------------------- */
@@ -1011,25 +1083,50 @@ static weft_status fetch_one(puller *p, want *w, weft_error *err) {
         } else if (w->size >= 0 && have == w->size) {
             st = WEFT_OK; /* a complete .part from an interrupted pull: just verify it */
         } else {
-            FILE *f = fopen(part, have ? "r+b" : "wb");
-            if (!f) return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: %s", part, strerror(errno));
-            if (have && fseeko(f, 0, SEEK_END)) {
+            http h;
+            const int retries = env_int("WEFT_PULL_RETRIES", 4, 0, 20);
+            for (int tryno = 0;; tryno++) {
+                FILE *f = fopen(part, have ? "r+b" : "wb");
+                if (!f)
+                    return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: %s", part, strerror(errno));
+                if (have && fseeko(f, 0, SEEK_END)) {
+                    fclose(f);
+                    return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: cannot seek", part);
+                }
+                memset(&h, 0, sizeof(h));
+                h.f = f;
+                h.off = (uint64_t)have;
+                h.progress = p->progress;
+                h.label = w->name;
+                h.last_pct = p->progress ? -1 : -2;
+                st = http_get(p, loc, w->name, &h, err);
+                int closed = fflush(f) | fsync(fileno(f));
                 fclose(f);
-                return weft_error_set(err, WEFT_ERR_IO, SRC, "%s: cannot seek", part);
+                if (st == WEFT_OK && closed)
+                    st = weft_error_set(err, WEFT_ERR_IO, SRC, "%s: %s", part, strerror(errno));
+                p->stats->bytes += h.written;
+                if (h.restarted) resumed = 0;
+                int cut = st != WEFT_OK && h.transient,
+                    busy = st == WEFT_OK && busy_status(h.status);
+                if (!(cut || busy) || tryno >= retries) {
+                    if (cut || busy) h.retries = tryno;
+                    break;
+                }
+                /* Retried from where the .part stands: a cut-off body resumes with Range. */
+                long ms = retry_delay_ms(tryno, busy ? h.retry_after : -1);
+                if (cut)
+                    weft_log(WEFT_LOG_WARN, SRC, "%s; retry %d of %d in %.1f s", err->message,
+                             tryno + 1, retries, ms / 1e3);
+                else
+                    weft_log(WEFT_LOG_WARN, SRC, "HTTP %ld for %s; retry %d of %d in %.1f s",
+                             h.status, w->name, tryno + 1, retries, ms / 1e3);
+                sleep_ms(ms);
+                weft_error_clear(err);
+                have = file_size(part);
+                if (have < 0) have = 0;
+                if (have > 0) resumed = 1;
+                p->stats->retries++;
             }
-            http h = {0};
-            h.f = f;
-            h.off = (uint64_t)have;
-            h.progress = p->progress;
-            h.label = w->name;
-            h.last_pct = p->progress ? -1 : -2;
-            st = http_get(p, loc, w->name, &h, err);
-            int closed = fflush(f) | fsync(fileno(f));
-            fclose(f);
-            if (st == WEFT_OK && closed)
-                st = weft_error_set(err, WEFT_ERR_IO, SRC, "%s: %s", part, strerror(errno));
-            p->stats->bytes += h.written;
-            if (h.restarted) resumed = 0;
             if (st == WEFT_OK && h.linked_etag[0] && is_hex(h.linked_etag, 64))
                 add_expect(w, h.linked_etag, "the hub's X-Linked-Etag");
             if (st == WEFT_OK && w->size < 0 && h.linked_size > 0) w->size = h.linked_size;
@@ -1041,9 +1138,16 @@ static weft_status fetch_one(puller *p, want *w, weft_error *err) {
                     w->present = 0;
                     return WEFT_OK;
                 }
-                unlink(part);
-                return http_status_error(p, w->name, loc, &h, err);
+                /* A busy server keeps the .part for the next pull to resume; any other answer
+                 * (the file is gone, access refused) drops it. */
+                if (!busy_status(h.status)) unlink(part);
+                st = http_status_error(p, w->name, loc, &h, err);
+                if (h.retries) weft_error_prefix(err, "after %d retries", h.retries);
+                return st;
             }
+            if (st != WEFT_OK && h.retries)
+                weft_error_prefix(err, "%s: after %d retries (the .part is kept for the next pull)",
+                                  w->name, h.retries);
         }
         if (st != WEFT_OK) return st;
         st = verify(p, w, part, loc, err);

@@ -31,6 +31,7 @@ typedef struct weft_pull_stats {
     uint32_t fetched; /* files transferred (fully or the rest of a .part) */
     uint32_t resumed; /* of those, continued from an existing .part */
     uint32_t skipped; /* already present and verified */
+    uint32_t retries; /* requests made again after a busy answer or a cut-off transfer */
     uint64_t bytes;   /* bytes transferred in this call */
     char dir[4096];   /* where the model now is */
 } weft_pull_stats;

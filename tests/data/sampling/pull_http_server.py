@@ -9,6 +9,11 @@ LOG_FILE ("GET <path> range=<Range header or -> status=<code>") and serves ROOT:
                                the layout of a URL mirror
   /norange/<path>              the same files, ignoring Range (a server without range support)
   /private/<path>              401, like a gated repository
+  /flaky/<N>/<path>            503 without Retry-After for the first N requests of <path>, then
+                               the file (a busy server)
+  /ratelimit/<N>/<path>        429 with "Retry-After: 0" for the first N requests, then the file
+  /drop/<path>                 the first request of <path> gets a 200 whose body stops halfway
+                               and the connection closed; later ones get the file, with ranges
   /api/models/<org>/<name>/revision/<rev>
                                the hub's model-info answer for ROOT/<org>/<name>: "sha" and
                                "siblings" with rfilename, size, blobId (git blob id) and, for
@@ -26,9 +31,18 @@ import os
 import re
 import signal
 import sys
+import threading
 
 ROOT, PORT_FILE, LOG_FILE = sys.argv[1], sys.argv[2], sys.argv[3]
 LFS = (".safetensors", ".bin")
+SEEN = {}  # requests so far per (mode, N, path) or ("drop", path)
+SEEN_LOCK = threading.Lock()
+
+
+def seen(key):
+    with SEEN_LOCK:
+        SEEN[key] = SEEN.get(key, 0) + 1
+        return SEEN[key]
 
 
 def sha256_of(path):
@@ -122,6 +136,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.serve_file(os.path.join(ROOT, *parts[1:]))
         if parts[:1] == ["norange"]:
             return self.serve_file(os.path.join(ROOT, *parts[1:]), ranges=False)
+        if parts[:1] in (["flaky"], ["ratelimit"]) and len(parts) > 2 and parts[1].isdigit():
+            if seen((parts[0], parts[1], "/".join(parts[2:]))) <= int(parts[1]):
+                if parts[0] == "flaky":
+                    return self.reply(503, b"Service temporarily unavailable")
+                return self.reply(429, b"Too many requests", [("Retry-After", "0")])
+            return self.serve_file(os.path.join(ROOT, *parts[2:]))
+        if parts[:1] == ["drop"]:
+            full = os.path.join(ROOT, *parts[1:])
+            if os.path.isfile(full) and seen(("drop", "/".join(parts[1:]))) == 1:
+                data = open(full, "rb").read()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[:len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                self.log(200)
+                return
+            return self.serve_file(full)
         return self.serve_file(os.path.join(ROOT, *parts))
 
 
