@@ -642,7 +642,6 @@ static weft_status http_status_error(puller *p, const char *what, const char *ur
                           *body ? ": " : "", body);
 }
 
-/* A small document into memory. *found = 0 on HTTP 404 when optional. */
 /* An integer from the environment, or def when unset or not a number in [lo, hi]. */
 static int env_int(const char *name, int def, int lo, int hi) {
     const char *v = getenv(name);
@@ -674,34 +673,45 @@ static void sleep_ms(long ms) {
     }
 }
 
-/* A small document (JSON, SHA256SUMS) into memory, retried like a file (fetch_one). */
+/* After attempt tryno of a request for `what` (http_get's status st, its answer in h): 1 when it
+ * is to be made again (a busy answer or a cut-off transfer, with WEFT_PULL_RETRIES not spent),
+ * once the retry is logged, counted and waited for; 0 when the answer stands, with h->retries
+ * the retries spent if it is still a busy or cut-off one. */
+static int retry_wait(puller *p, http *h, weft_status st, int tryno, const char *what,
+                      weft_error *err) {
+    const int retries = env_int("WEFT_PULL_RETRIES", 4, 0, 20);
+    int cut = st != WEFT_OK && h->transient, busy = st == WEFT_OK && busy_status(h->status);
+    if (!(cut || busy) || tryno >= retries) {
+        if (cut || busy) h->retries = tryno;
+        return 0;
+    }
+    long ms = retry_delay_ms(tryno, busy ? h->retry_after : -1);
+    if (cut)
+        weft_log(WEFT_LOG_WARN, SRC, "%s; retry %d of %d in %.1f s", err->message, tryno + 1,
+                 retries, ms / 1e3);
+    else
+        weft_log(WEFT_LOG_WARN, SRC, "HTTP %ld for %s; retry %d of %d in %.1f s", h->status, what,
+                 tryno + 1, retries, ms / 1e3);
+    sleep_ms(ms);
+    weft_error_clear(err);
+    p->stats->retries++;
+    return 1;
+}
+
+/* A small document (JSON, SHA256SUMS) into memory, retried like a file (retry_wait). *found = 0
+ * on HTTP 404 when optional. */
 static weft_status http_small(puller *p, const char *url, const char *what, int optional,
                               char **text, size_t *len, int *found, weft_error *err) {
     http h;
     *text = NULL;
     *found = 0;
-    const int retries = env_int("WEFT_PULL_RETRIES", 4, 0, 20);
     weft_status st;
     for (int tryno = 0;; tryno++) {
         memset(&h, 0, sizeof(h));
         h.last_pct = -2;
         st = http_get(p, url, what, &h, err);
-        int cut = st != WEFT_OK && h.transient, busy = st == WEFT_OK && busy_status(h.status);
-        if (!(cut || busy) || tryno >= retries) {
-            if (cut || busy) h.retries = tryno;
-            break;
-        }
+        if (!retry_wait(p, &h, st, tryno, what, err)) break;
         free(h.mem);
-        long ms = retry_delay_ms(tryno, busy ? h.retry_after : -1);
-        if (cut)
-            weft_log(WEFT_LOG_WARN, SRC, "%s; retry %d of %d in %.1f s", err->message, tryno + 1,
-                     retries, ms / 1e3);
-        else
-            weft_log(WEFT_LOG_WARN, SRC, "HTTP %ld for %s; retry %d of %d in %.1f s", h.status,
-                     what, tryno + 1, retries, ms / 1e3);
-        sleep_ms(ms);
-        weft_error_clear(err);
-        p->stats->retries++;
     }
     if (st != WEFT_OK && h.retries) weft_error_prefix(err, "after %d retries", h.retries);
     if (st == WEFT_OK && h.status == 200) {
@@ -1084,7 +1094,6 @@ static weft_status fetch_one(puller *p, want *w, weft_error *err) {
             st = WEFT_OK; /* a complete .part from an interrupted pull: just verify it */
         } else {
             http h;
-            const int retries = env_int("WEFT_PULL_RETRIES", 4, 0, 20);
             for (int tryno = 0;; tryno++) {
                 FILE *f = fopen(part, have ? "r+b" : "wb");
                 if (!f)
@@ -1106,26 +1115,11 @@ static weft_status fetch_one(puller *p, want *w, weft_error *err) {
                     st = weft_error_set(err, WEFT_ERR_IO, SRC, "%s: %s", part, strerror(errno));
                 p->stats->bytes += h.written;
                 if (h.restarted) resumed = 0;
-                int cut = st != WEFT_OK && h.transient,
-                    busy = st == WEFT_OK && busy_status(h.status);
-                if (!(cut || busy) || tryno >= retries) {
-                    if (cut || busy) h.retries = tryno;
-                    break;
-                }
-                /* Retried from where the .part stands: a cut-off body resumes with Range. */
-                long ms = retry_delay_ms(tryno, busy ? h.retry_after : -1);
-                if (cut)
-                    weft_log(WEFT_LOG_WARN, SRC, "%s; retry %d of %d in %.1f s", err->message,
-                             tryno + 1, retries, ms / 1e3);
-                else
-                    weft_log(WEFT_LOG_WARN, SRC, "HTTP %ld for %s; retry %d of %d in %.1f s",
-                             h.status, w->name, tryno + 1, retries, ms / 1e3);
-                sleep_ms(ms);
-                weft_error_clear(err);
+                /* Made again from where the .part stands: a cut-off body resumes with Range. */
+                if (!retry_wait(p, &h, st, tryno, w->name, err)) break;
                 have = file_size(part);
                 if (have < 0) have = 0;
                 if (have > 0) resumed = 1;
-                p->stats->retries++;
             }
             if (st == WEFT_OK && h.linked_etag[0] && is_hex(h.linked_etag, 64))
                 add_expect(w, h.linked_etag, "the hub's X-Linked-Etag");
