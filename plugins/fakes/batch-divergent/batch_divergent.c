@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../fake_head_scale.h"
 #include "weft/sdk.h"
 
 #define NAME "fake.batch-divergent"
@@ -88,34 +89,7 @@ static weft_status dv_pass_run(void *st, const weft_model_config *cfg, const wef
                                weft_graph *g, weft_error *err) {
     (void)st;
     (void)cfg;
-    if (!gs || !g) return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "no graph or service");
-    uint32_t at = 0;
-    while (at < g->n_nodes && g->nodes[at].op != WEFT_OP_LM_HEAD)
-        at++;
-    if (at == g->n_nodes || g->nodes[at].n_in < 1 || g->nodes[at].in[0] >= g->n_tensors)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "no lm_head node with an input");
-    uint32_t h = g->nodes[at].in[0];
-    weft_tensor src = g->tensors[h];
-    uint32_t y = gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, src.dtype, src.rank, src.shape,
-                                "batch-divergent.hidden", err);
-    if (y == WEFT_TENSOR_NONE) return err ? err->code : WEFT_ERR_INTERNAL;
-    weft_node n;
-    memset(&n, 0, sizeof(n));
-    for (int i = 0; i < WEFT_NODE_MAX_IN; i++)
-        n.in[i] = WEFT_TENSOR_NONE;
-    n.op = WEFT_OP_SCALE;
-    n.layer = -1;
-    n.n_in = 1;
-    n.n_out = 1;
-    n.in[0] = h;
-    n.out[0] = y;
-    n.p.f[0] = 1.0f;
-    snprintf(n.name, sizeof(n.name), NODE_NAME);
-    int32_t idx = gs->node_add(g, &n, at, err);
-    if (idx < 0) return err ? err->code : WEFT_ERR_INTERNAL;
-    if (gs->replace_uses(g, h, y, (uint32_t)idx + 1) < 0)
-        return weft_sdk_error(err, WEFT_ERR_INTERNAL, NAME, "cannot rewire the lm_head input");
-    return WEFT_OK;
+    return fake_scale_before_head(gs, g, NAME, NODE_NAME, "batch-divergent.hidden", 1.0f, err);
 }
 
 static const weft_pass_vtable dv_pass = {sizeof(weft_pass_vtable), dv_pass_run, NULL};
@@ -131,25 +105,11 @@ static int32_t dv_accepts(void *state, const weft_graph *g, const weft_node *nod
 static weft_status dv_scale(void *state, const weft_exec_ctx *ctx, const weft_node *node,
                             weft_error *err) {
     (void)state;
-    if (!ctx || !node || !ctx->graph || !ctx->data || node->n_in < 1 || node->n_out < 1)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "incomplete context or node");
-    const weft_graph *g = ctx->graph;
-    uint32_t xi = node->in[0], yi = node->out[0];
-    if (xi >= g->n_tensors || yi >= g->n_tensors)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "tensor id out of range");
-    const weft_tensor *x = &g->tensors[xi];
-    if (x->dtype != WEFT_DTYPE_F32 || x->rank < 1 || x->rank > WEFT_MAX_DIMS)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "expected an f32 tensor");
-    uint64_t cols = 1;
-    for (uint32_t d = 1; d < x->rank; d++)
-        cols *= (uint64_t)x->shape[d];
-    uint64_t rows = x->rank > 1 ? ctx->n_tokens : (uint64_t)x->shape[0];
-    uint64_t n = rows * cols;
-    if (ctx->data[xi].bytes < n * 4 || ctx->data[yi].bytes < n * 4)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "buffers hold fewer than %llu floats",
-                              (unsigned long long)n);
-    const float *xp = ctx->data[xi].ptr;
-    float *yp = ctx->data[yi].ptr;
+    const float *xp = NULL;
+    float *yp = NULL;
+    uint64_t n = 0;
+    weft_status st = fake_scale_io(ctx, node, NAME, &xp, &yp, &n, err);
+    if (st) return st;
     float f = (ctx->batch && ctx->batch->n_seqs > 1) ? -node->p.f[0] : node->p.f[0];
     for (uint64_t i = 0; i < n; i++)
         yp[i] = xp[i] * f;
@@ -158,20 +118,7 @@ static weft_status dv_scale(void *state, const weft_exec_ctx *ctx, const weft_no
 
 static weft_status dv_register(void *st, const char *backend, const weft_ops_service *ops,
                                weft_error *err) {
-    if (!backend || !ops || !ops->add)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "register_ops: no backend or service");
-    if (strcmp(backend, "cpu")) return WEFT_OK;
-    weft_op_impl impl;
-    memset(&impl, 0, sizeof(impl));
-    impl.size = sizeof(impl);
-    impl.op = WEFT_OP_SCALE;
-    snprintf(impl.backend, sizeof(impl.backend), "cpu");
-    impl.dtype = WEFT_DTYPE_F32;
-    impl.priority = 1000;
-    impl.run = dv_scale;
-    impl.state = st;
-    impl.accepts = dv_accepts;
-    return ops->add(ops->self, &impl, err);
+    return fake_scale_register(NAME, backend, ops, st, dv_scale, dv_accepts, err);
 }
 
 static const weft_opset_vtable dv_ops = {sizeof(weft_opset_vtable), dv_register};
