@@ -299,6 +299,27 @@ static void assert_same_file(const char *a, const char *b) {
 
 /* ---- tests ----------------------------------------------------------------------------------- */
 
+/* A temporary folder tmp (256 bytes) with WEFT_CACHE at tmp/cache (cache), stories260K's files in
+ * root = tmp/root/stories260K/ (4200 bytes each), the local HTTP server s serving root, and dir
+ * the folder a pull of the alias fills. */
+static void stories_server(char *tmp, char *root, char *cache, char *dir, server *s) {
+    char path[4200], src[4200];
+    make_tmp(tmp, 256);
+    snprintf(cache, 4200, "%s/cache", tmp);
+    setenv("WEFT_CACHE", cache, 1);
+    snprintf(root, 4200, "%s/root", tmp);
+    snprintf(path, sizeof(path), "%s/stories260K", root);
+    mkdirs(path);
+    const char *names[] = {"stories260K.bin", "tok512.bin", "SHA256SUMS"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(src, sizeof(src), "%s/stories260K/%s", shared_models, names[i]);
+        snprintf(path, sizeof(path), "%s/stories260K/%s", root, names[i]);
+        copy_file(src, path);
+    }
+    server_start(s, root, tmp);
+    snprintf(dir, 4200, "%s/models/stories260k", cache);
+}
+
 static void test_cache_rule(void **state) {
     (void)state;
     char out[4096];
@@ -503,23 +524,10 @@ static void test_url_mirror(void **state) {
     (void)state;
     if (!have_python()) skip();
     char tmp[256], root[4200], path[4200], src[4200], cache[4200], dir[4200];
-    make_tmp(tmp, sizeof(tmp));
-    snprintf(cache, sizeof(cache), "%s/cache", tmp);
-    setenv("WEFT_CACHE", cache, 1);
-    snprintf(root, sizeof(root), "%s/root", tmp);
-    snprintf(path, sizeof(path), "%s/stories260K", root);
-    mkdirs(path);
-    const char *names[] = {"stories260K.bin", "tok512.bin", "SHA256SUMS"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(src, sizeof(src), "%s/stories260K/%s", shared_models, names[i]);
-        snprintf(path, sizeof(path), "%s/stories260K/%s", root, names[i]);
-        copy_file(src, path);
-    }
     server s = {0};
-    server_start(&s, root, tmp);
+    stories_server(tmp, root, cache, dir, &s);
     weft_pull_stats st;
     weft_error err;
-    snprintf(dir, sizeof(dir), "%s/models/stories260k", cache);
 
     if (pull("stories260k", s.url, NULL, 0, &st, &err) != WEFT_OK) fail_msg("%s", err.message);
     assert_int_equal(st.fetched, 2);
@@ -683,25 +691,12 @@ static int log_count(const server *s, const char *needle) {
 static void test_retries(void **state) {
     (void)state;
     if (!have_python()) skip();
-    char tmp[256], root[4200], path[4200], src[4200], cache[4200], dir[4200], url[300];
-    make_tmp(tmp, sizeof(tmp));
-    snprintf(cache, sizeof(cache), "%s/cache", tmp);
-    setenv("WEFT_CACHE", cache, 1);
+    char tmp[256], root[4200], path[4200], cache[4200], dir[4200], url[300];
     setenv("WEFT_PULL_BACKOFF_MS", "5", 1);
-    snprintf(root, sizeof(root), "%s/root", tmp);
-    snprintf(path, sizeof(path), "%s/stories260K", root);
-    mkdirs(path);
-    const char *names[] = {"stories260K.bin", "tok512.bin", "SHA256SUMS"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(src, sizeof(src), "%s/stories260K/%s", shared_models, names[i]);
-        snprintf(path, sizeof(path), "%s/stories260K/%s", root, names[i]);
-        copy_file(src, path);
-    }
     server s = {0};
-    server_start(&s, root, tmp);
+    stories_server(tmp, root, cache, dir, &s);
     weft_pull_stats st;
     weft_error err;
-    snprintf(dir, sizeof(dir), "%s/models/stories260k", cache);
 
     /* two 503s for each document asked for (SHA256SUMS in two places, the two files), then the
      * documents (or a 404 for the SHA256SUMS the mirror lacks) */
