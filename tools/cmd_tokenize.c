@@ -140,8 +140,8 @@ int weft_cmd_tokenize(int argc, char **argv) {
         return 2;
     }
     if (i >= argc) {
-        fprintf(stderr, "weft tokenize: no %s given (\"-\" reads the text from stdin)\n",
-                decode ? "IDS" : "TEXT");
+        fprintf(stderr, "weft tokenize: no %s given%s\n", decode ? "IDS" : "TEXT",
+                decode ? "" : " (\"-\" reads the text from stdin)");
         return 2;
     }
     if (decode && pieces) {
