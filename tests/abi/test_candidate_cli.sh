@@ -11,6 +11,8 @@ shared=${WEFT_SHARED_DIR:-$(pwd)/../shared}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=tests/cli_expect.sh
+source "$(dirname "$0")/../cli_expect.sh"
 export WEFT_CACHE=$tmp/cache
 
 "$weft" convert llama2c "$shared/models/stories260K/stories260K.bin" \
@@ -66,14 +68,7 @@ grep -q "fuse.swiglu" <<< "$out" || fail "diff does not name the added technique
 grep -q "fuse.rmsnorm-residual" <<< "$out" || fail "diff does not name the added technique: $out"
 echo "ok: diff"
 
-expect_err() { # status, message, arguments...
-    local want=$1 msg=$2 rc
-    shift 2
-    "$weft" candidate "$@" > "$tmp/out" 2> "$tmp/err"
-    rc=$?
-    [ "$rc" = "$want" ] || fail "candidate $*: exit $rc, expected $want ($(cat "$tmp/err"))"
-    grep -qF -- "$msg" "$tmp/err" || fail "candidate $*: stderr lacks '$msg': $(cat "$tmp/err")"
-}
+expect_err() { expect_exit "$1" "$2" "$weft" candidate "${@:3}"; }
 expect_err 2 "expected a candidate MANIFEST" freeze
 expect_err 2 "expected one MANIFEST, found" freeze "$tmp/plain.yaml" "$tmp/fused.yaml"
 expect_err 2 "unknown or incomplete option" freeze "$tmp/plain.yaml" --frob

@@ -11,6 +11,8 @@ weft="$build/bin/weft"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=tests/cli_expect.sh
+source "$(dirname "$0")/../cli_expect.sh"
 py=${WEFT_PYTHON:-python3}
 
 mkdir -p "$tmp/a/fake.show" "$tmp/a/fake.broken" "$tmp/a/fake.twice" "$tmp/b/fake.twice"
@@ -129,14 +131,7 @@ out=$("$weft" plugins show fake.show@^2 --path "$tmp/a") || fail "show with a ma
 echo "ok: show"
 
 # errors: a message on stderr and the exit status, never silence
-expect_err() { # status, message, arguments...
-    local want=$1 msg=$2 rc
-    shift 2
-    "$weft" plugins "$@" > "$tmp/out" 2> "$tmp/err"
-    rc=$?
-    [ "$rc" = "$want" ] || fail "plugins $*: exit $rc, expected $want ($(cat "$tmp/err"))"
-    grep -qF -- "$msg" "$tmp/err" || fail "plugins $*: stderr lacks '$msg': $(cat "$tmp/err")"
-}
+expect_err() { expect_exit "$1" "$2" "$weft" plugins "${@:3}"; }
 expect_err 1 "no plugin fake.shw on the plugin path: did you mean fake.show" show fake.shw --path "$tmp/a"
 expect_err 1 "no plugin fake.show matching ^3 on the plugin path" show fake.show@^3 --path "$tmp/a"
 expect_err 1 'expected a version like 1.2.3' show fake.show@bad --path "$tmp/a"

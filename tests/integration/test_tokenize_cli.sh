@@ -15,6 +15,8 @@ T=$shared/models/qwen3-tokenizer/tokenizer.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=tests/cli_expect.sh
+source "$(dirname "$0")/../cli_expect.sh"
 
 texts=("Hello world" "The quick brown fox jumps over the lazy dog." "数学 is 你好世界"
        "emoji 🙂🚀 and numbers 1234567 3.14159" "  leading   and trailing spaces  "
@@ -91,14 +93,7 @@ if [ -f "$G" ]; then
     echo "ok: vocab GGUF"
 fi
 
-expect_err() { # status, message, arguments...
-    local want=$1 msg=$2 rc
-    shift 2
-    "$weft" tokenize "$@" > "$tmp/out" 2> "$tmp/err" < /dev/null
-    rc=$?
-    [ "$rc" = "$want" ] || fail "tokenize $*: exit $rc, expected $want ($(cat "$tmp/err"))"
-    grep -qF -- "$msg" "$tmp/err" || fail "tokenize $*: stderr lacks '$msg': $(cat "$tmp/err")"
-}
+expect_err() { expect_exit "$1" "$2" "$weft" tokenize "${@:3}"; }
 expect_err 2 "--model DIR or --tokenizer FILE is required" hello
 expect_err 2 "no TEXT given" --tokenizer "$T"
 expect_err 2 "no IDS given" --tokenizer "$T" --decode
