@@ -56,6 +56,23 @@ grep -q '^  77 lm_head: lm_head(norm.y:f32\[1,64\], lm_head:f32\[512,64\]) -> ou
 bench=$("$weft" bench decode --candidate "$tmp/cpu1.yaml" --gen 32 --repeats 2)
 grep -q 'tokens/s   median [0-9.]\+' <<<"$bench" || { echo "bench printed: $bench"; exit 1; }
 
+# max_model_len against the model's 512 trained positions: asked for explicitly beyond them it is
+# refused with both numbers and the override; WEFT_ALLOW_LONG_MAX_MODEL_LEN=1 allows it; a
+# candidate's serving default beyond them is lowered to them with a warning.
+if "$weft" run --candidate "$tmp/cpu1.yaml" --max-model-len 1000 "x" 2> "$tmp/err"; then
+    echo "--max-model-len 1000 on a 512-position model was accepted"; exit 1
+fi
+grep -q "max_model_len 1000 is beyond the 512 positions" "$tmp/err" &&
+    grep -q "WEFT_ALLOW_LONG_MAX_MODEL_LEN=1" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+WEFT_ALLOW_LONG_MAX_MODEL_LEN=1 "$weft" run --candidate "$tmp/cpu1.yaml" --max-model-len 1000 \
+    --max-tokens 2 "x" > /dev/null || { echo "the override was refused"; exit 1; }
+sed 's/max_model_len: 512/max_model_len: 4096/' "$tmp/cpu1.yaml" > "$tmp/long.yaml"
+json=$("$weft" bench decode --candidate "$tmp/long.yaml" --prompt 8 --gen 8 --repeats 1 --json \
+    2> "$tmp/err")
+grep -q '"max_model_len":512,' <<<"$json" || { echo "bench printed: $json"; exit 1; }
+grep -q "serving.max_model_len 4096 is beyond the 512 positions .*; using 512" "$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
+
 # --chat renders the model's chat template with the generation prompt: a copy of the model with
 # a small template continues exactly as the plain prompt the template makes, and without a
 # template --chat is refused naming the model.

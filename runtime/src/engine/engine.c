@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "engine/providers.h"
 #include "engine/threads.h"
 #include "files/config.h"
@@ -966,6 +968,43 @@ static void add_eos(weft_engine *e, int32_t id) {
     if (e->n_eos < sizeof(e->eos) / sizeof(e->eos[0])) e->eos[e->n_eos++] = id;
 }
 
+/* The positions the model was trained for, when config.json says (max_position_embeddings,
+ * times the factor of a linear RoPE scaling, whose config keeps the original length); 0 when it
+ * does not say (the parser's default then fills cfg.max_position). */
+static uint32_t trained_positions(const weft_engine *e) {
+    json_error_t je;
+    json_t *root = e->config_json ? json_loads(e->config_json, 0, &je) : NULL;
+    int said = json_is_integer(json_object_get(root, "max_position_embeddings"));
+    json_decref(root);
+    if (!said || !e->cfg.max_position) return 0;
+    double n = e->cfg.max_position;
+    if (e->cfg.rope_scaling == 2 && e->cfg.rope_factor > 1) n *= e->cfg.rope_factor;
+    return n > 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)n;
+}
+
+/* max_model_len against the model's positions (vLLM's rule): a candidate's serving default above
+ * them is lowered to them with a warning (a manifest may serve several models); a length asked
+ * for explicitly (the caller's option: --max-model-len, weft bench prefill's prompt) is refused,
+ * naming both numbers, unless WEFT_ALLOW_LONG_MAX_MODEL_LEN=1 says positions past training are
+ * wanted. */
+static weft_status position_limit(weft_engine *e, int explicit_len, weft_error *err) {
+    uint32_t trained = trained_positions(e);
+    if (!trained || e->max_model_len <= trained) return WEFT_OK;
+    const char *allow = getenv("WEFT_ALLOW_LONG_MAX_MODEL_LEN");
+    if (allow && !strcmp(allow, "1")) return WEFT_OK;
+    if (explicit_len)
+        return weft_error_set(err, WEFT_ERR_INVALID, "engine",
+                              "max_model_len %u is beyond the %u positions the model was trained "
+                              "for (%s/config.json, max_position_embeddings); ask for at most %u, "
+                              "or set WEFT_ALLOW_LONG_MAX_MODEL_LEN=1 to run past them",
+                              e->max_model_len, trained, e->model_dir, trained);
+    e->hs->log(WEFT_LOG_WARN, "engine",
+               "candidate %s: serving.max_model_len %u is beyond the %u positions of %s; using %u",
+               e->cand->path, e->max_model_len, trained, e->model_dir, trained);
+    e->max_model_len = trained;
+    return WEFT_OK;
+}
+
 static weft_status open_model(weft_engine *e, weft_error *err) {
     snprintf(e->model_dir, sizeof(e->model_dir), "%s", e->cand->model_dir);
     memset(&e->cfg, 0, sizeof(e->cfg));
@@ -1083,7 +1122,8 @@ weft_status weft_engine_open(const weft_engine_options *o, weft_engine **out, we
                            : e->cand->max_model_len            ? e->cand->max_model_len
                            : model_max < DEFAULT_MAX_MODEL_LEN ? model_max
                                                                : DEFAULT_MAX_MODEL_LEN;
-        if (e->max_model_len < 2)
+        s = position_limit(e, o->max_model_len != 0, err);
+        if (s == WEFT_OK && e->max_model_len < 2)
             s = weft_error_set(err, WEFT_ERR_INVALID, "engine",
                                "max_model_len: expected at least 2, got %u", e->max_model_len);
         e->max_requests = o->max_requests            ? o->max_requests
