@@ -23,7 +23,8 @@ static void usage(FILE *f) {
                "options:\n"
                "  --candidate PATH   a lock or a candidate manifest (default: the CPU baseline)\n"
                "  --model DIR        model directory replacing the manifest's model\n"
-               "  --prompt N         prompt tokens (default 1024); max_model_len becomes N + 1,\n"
+               "  --prompt N         prompt tokens (default 1024; at most the model's trained\n"
+               "                     positions - 1); max_model_len becomes N + 1,\n"
                "                     whatever the candidate's serving limit\n"
                "  --threads N        worker threads (default 1)\n"
                "  --repeats N        timed repeats (default 5)\n"
@@ -98,7 +99,12 @@ int weft_bench_prefill_main(int argc, char **argv) {
     o.max_batch_tokens = n_prompt; /* one chunk: the whole prompt in one forward pass */
     o.max_model_len = n_prompt + 1; /* over the candidate's serving limit: the prompt must fit */
     weft_engine *e = NULL;
-    if (weft_engine_open(&o, &e, &err) != WEFT_OK) return weft_cli_fail("bench prefill", &err);
+    if (weft_engine_open(&o, &e, &err) != WEFT_OK) {
+        /* the prompt, not a max_model_len the user gave, is what went past the model's positions */
+        if (strstr(err.message, "positions the model was trained for"))
+            weft_error_prefix(&err, "--prompt %u needs max_model_len %u", n_prompt, n_prompt + 1);
+        return weft_cli_fail("bench prefill", &err);
+    }
     const weft_model_config *cfg = weft_engine_config(e);
     const weft_candidate *cand = weft_engine_candidate(e);
     if (n_prompt + 1 > weft_engine_max_model_len(e)) {

@@ -72,6 +72,12 @@ json=$("$weft" bench decode --candidate "$tmp/long.yaml" --prompt 8 --gen 8 --re
 grep -q '"max_model_len":512,' <<<"$json" || { echo "bench printed: $json"; exit 1; }
 grep -q "serving.max_model_len 4096 is beyond the 512 positions .*; using 512" "$tmp/err" ||
     { cat "$tmp/err"; exit 1; }
+if "$weft" bench prefill --candidate "$tmp/cpu1.yaml" --repeats 1 2> "$tmp/err" > /dev/null; then
+    echo "bench prefill's 1,024-token default ran on a 512-position model"; exit 1
+fi
+grep -q -- "--prompt 1024 needs max_model_len 1025" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+"$weft" bench prefill --candidate "$tmp/cpu1.yaml" --prompt 511 --repeats 1 > /dev/null ||
+    { echo "bench prefill --prompt 511 refused"; exit 1; }
 
 # --chat renders the model's chat template with the generation prompt: a copy of the model with
 # a small template continues exactly as the plain prompt the template makes, and without a
