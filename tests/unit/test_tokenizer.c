@@ -1,7 +1,8 @@
 /* Unit tests of the tokenizer beyond the reference comparisons: Unicode normalization against
  * Python's unicodedata (tests/data/tokenizer/normalization.jsonl), the repair of invalid UTF-8
  * (the Unicode Standard's example of maximal subparts), errors for malformed tokenizer.json
- * files that must name the field, malformed GGUF files, the accessors, and the streaming
+ * files that must name the field, malformed GGUF files (cut, and vocabularies written here
+ * with one field wrong at a time, each refused naming the key), the accessors, and the streaming
  * detokenizer on characters split across tokens. */
 #include <jansson.h>
 #include <setjmp.h>
@@ -419,6 +420,136 @@ static void test_malformed_gguf(void **state) {
     free(data);
 }
 
+/* ---- GGUF vocabularies written here, one field wrong at a time ------------------------------ */
+
+typedef struct gbuf {
+    unsigned char p[4096];
+    size_t n;
+} gbuf;
+
+static void g_put(gbuf *b, const void *d, size_t n) {
+    assert_true(b->n + n <= sizeof(b->p));
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+static void g_u32(gbuf *b, uint32_t v) {
+    g_put(b, &v, 4);
+}
+static void g_u64(gbuf *b, uint64_t v) {
+    g_put(b, &v, 8);
+}
+static void g_str(gbuf *b, const char *s) {
+    g_u64(b, strlen(s));
+    g_put(b, s, strlen(s));
+}
+enum { G_U32 = 4, G_I32 = 5, G_F32 = 6, G_STRING = 8, G_ARRAY = 9 };
+static void kv_str(gbuf *b, const char *key, const char *v) {
+    g_str(b, key);
+    g_u32(b, G_STRING);
+    g_str(b, v);
+}
+static void kv_u32(gbuf *b, const char *key, uint32_t v) {
+    g_str(b, key);
+    g_u32(b, G_U32);
+    g_u32(b, v);
+}
+static void kv_strs(gbuf *b, const char *key, const char *const *v, uint32_t n) {
+    g_str(b, key);
+    g_u32(b, G_ARRAY);
+    g_u32(b, G_STRING);
+    g_u64(b, n);
+    for (uint32_t i = 0; i < n; i++)
+        g_str(b, v[i]);
+}
+static void kv_u32s(gbuf *b, const char *key, uint32_t elem, const uint32_t *v, uint32_t n) {
+    g_str(b, key);
+    g_u32(b, G_ARRAY);
+    g_u32(b, elem);
+    g_u64(b, n);
+    for (uint32_t i = 0; i < n; i++)
+        g_u32(b, v[i]);
+}
+
+/* A byte-level ("gpt2") or sentencepiece ("llama") vocabulary of a, b and ab with one field set
+ * to `bad` (0: none): 1 model "bert", 2 tokens as u32, 3 a merge whose piece is not in the
+ * vocabulary, 4 no merges, 5 pre "foo", 6 bos id 3, 7 llama without scores, 8 three scores for
+ * a vocabulary read as two tokens, 9 llama unk id 7, 10 no tokens. */
+static size_t gguf_vocab(gbuf *b, int llama, int bad) {
+    static const char *const toks[] = {"a", "b", "ab"};
+    static const char *const merges[] = {"a b"}, *const bad_merges[] = {"a c"};
+    const uint32_t scores[3] = {0x3f800000u, 0x3f800000u, 0x40000000u}; /* 1, 1, 2 as f32 bits */
+    const uint32_t ids[3] = {1, 2, 3};
+    b->n = 0;
+    g_put(b, "GGUF", 4);
+    g_u32(b, 3);
+    g_u64(b, 0); /* tensors */
+    uint64_t n_kv = 0;
+    size_t count_at = b->n;
+    g_u64(b, 0);
+    kv_str(b, "tokenizer.ggml.model", bad == 1 ? "bert" : llama ? "llama" : "gpt2"), n_kv++;
+    if (bad == 2)
+        kv_u32s(b, "tokenizer.ggml.tokens", G_U32, ids, 3), n_kv++;
+    else if (bad != 10)
+        kv_strs(b, "tokenizer.ggml.tokens", toks, bad == 8 ? 2 : 3), n_kv++;
+    else
+        kv_strs(b, "tokenizer.ggml.tokens", toks, 0), n_kv++;
+    if (llama && bad != 7) kv_u32s(b, "tokenizer.ggml.scores", G_F32, scores, 3), n_kv++;
+    if (!llama && bad != 4)
+        kv_strs(b, "tokenizer.ggml.merges", bad == 3 ? bad_merges : merges, 1), n_kv++;
+    if (!llama) kv_str(b, "tokenizer.ggml.pre", bad == 5 ? "foo" : "default"), n_kv++;
+    kv_u32(b, "tokenizer.ggml.bos_token_id", bad == 6 ? 3 : 0), n_kv++;
+    if (llama) kv_u32(b, "tokenizer.ggml.unknown_token_id", bad == 9 ? 7 : 0), n_kv++;
+    memcpy(b->p + count_at, &n_kv, 8);
+    return b->n;
+}
+
+static void test_gguf_fields(void **state) {
+    (void)state;
+    static const struct {
+        int llama, bad;
+        weft_status want;
+        const char *msg;
+    } cases[] = {
+        {0, 0, WEFT_OK, NULL},
+        {1, 0, WEFT_OK, NULL},
+        {0, 1, WEFT_ERR_UNSUPPORTED, "tokenizer.ggml.model: expected \"llama\""},
+        {0, 2, WEFT_ERR_FORMAT, "tokenizer.ggml.tokens: expected an array of strings"},
+        {0, 3, WEFT_ERR_FORMAT, "tokenizer.ggml.merges[0]: expected \"left right\""},
+        {0, 4, WEFT_ERR_FORMAT, "tokenizer.ggml.merges: expected an array of strings"},
+        {0, 5, WEFT_ERR_UNSUPPORTED, "tokenizer.ggml.pre: expected default, gpt-2"},
+        {0, 6, WEFT_ERR_FORMAT, "tokenizer.ggml.bos_token_id: expected an id below 3"},
+        {1, 7, WEFT_ERR_FORMAT,
+         "tokenizer.ggml.scores: expected an array of 3 float32 scores, "
+         "got none"},
+        {1, 8, WEFT_ERR_FORMAT, "tokenizer.ggml.scores: expected an array of 2 float32 scores"},
+        {1, 9, WEFT_ERR_FORMAT, "tokenizer.ggml.unknown_token_id: expected an id below 3"},
+        {0, 10, WEFT_ERR_FORMAT, "tokenizer.ggml.tokens: expected 1 to 4194304 tokens, got 0"},
+    };
+    static gbuf b;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t n = gguf_vocab(&b, cases[i].llama, cases[i].bad);
+        weft_tokenizer *tok = NULL;
+        weft_error err;
+        weft_error_clear(&err);
+        weft_status st = tok_load_gguf(b.p, n, "vocab.gguf", &tok, &err);
+        if (st != cases[i].want || (cases[i].msg && !strstr(err.message, cases[i].msg)))
+            fail_msg("case %zu (llama %d, bad %d): status %d, message '%s'", i, cases[i].llama,
+                     cases[i].bad, (int)st, err.message);
+        if (st == WEFT_OK) {
+            int32_t *ids = NULL;
+            size_t nid = 0;
+            assert_int_equal(weft_tokenizer_encode(tok, "ab", 2, 0, 0, &ids, &nid, &err), WEFT_OK);
+            /* the merge (gpt2) or the score (llama) makes "ab" one token */
+            assert_int_equal(nid, cases[i].llama ? 2 : 1);
+            assert_int_equal(ids[nid - 1], 2);
+            free(ids);
+            weft_tokenizer_free(tok);
+        } else {
+            assert_null(tok);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_normalization),
@@ -428,6 +559,7 @@ int main(void) {
         cmocka_unit_test(test_detok),
         cmocka_unit_test(test_malformed_json),
         cmocka_unit_test(test_malformed_gguf),
+        cmocka_unit_test(test_gguf_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
