@@ -4,7 +4,8 @@
 usage: pull_http_server.py ROOT PORT_FILE LOG_FILE
 
 Binds 127.0.0.1 on a free port, writes the port to PORT_FILE, logs one line per request to
-LOG_FILE ("GET <path> range=<Range header or -> status=<code>") and serves ROOT:
+LOG_FILE ("GET <path> range=<Range header or -> status=<code>", written before the answer is
+sent) and serves ROOT:
   /<path>                      static files with byte ranges ("bytes=N-" and "bytes=N-M"),
                                the layout of a URL mirror
   /norange/<path>              the same files, ignoring Range (a server without range support)
@@ -70,13 +71,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                                      status))
 
     def reply(self, status, body=b"", headers=()):
+        # logged before the answer goes out, so a client that has its answer finds the line
+        self.log(status)
         self.send_response(status)
         for k, v in headers:
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        self.log(status)
 
     def serve_file(self, path, ranges=True):
         if not os.path.isfile(path):
@@ -146,13 +148,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             full = os.path.join(ROOT, *parts[1:])
             if os.path.isfile(full) and seen(("drop", "/".join(parts[1:]))) == 1:
                 data = open(full, "rb").read()
+                self.log(200)
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data[:len(data) // 2])
                 self.wfile.flush()
                 self.close_connection = True
-                self.log(200)
                 return
             return self.serve_file(full)
         return self.serve_file(os.path.join(ROOT, *parts))
