@@ -57,15 +57,15 @@ pass 20 mkdir -p "$OUT" && echo "PASS x 1.5 tokens/s" > "$OUT/summary.txt" && ec
 flagged 20 mkdir -p "$OUT" && printf 'PASS y\nFAIL z (rc 1)\n' > "$OUT/summary.txt"
 fail 20 echo "== FAIL b-check (rc 3)"; echo "last words"; exit 3
 slow 1 echo "== started"; sleep 30
-big 100 echo "never"
+big 200 echo "never"
 EOF
 set +e
-OUT=$tmp/out WEFT_QUEUE_BUDGET=30 bash $q "$tmp/run.queue" > "$tmp/run.out" 2>&1
+OUT=$tmp/out WEFT_QUEUE_BUDGET=100 bash $q "$tmp/run.queue" > "$tmp/run.out" 2>&1
 rc=$?
 set -e
 [ "$rc" = 1 ] || fail "queue with failures: exit $rc, expected 1"
 s=$tmp/out/summary.txt
-grep -q "^queue run.queue: 5 step(s), budget 30 s" "$s" || fail "header"
+grep -q "^queue run.queue: 5 step(s), budget 100 s" "$s" || fail "header"
 grep -q "^## pass rc=0 [0-9]*s ok$" "$s" || fail "pass step line"
 grep -q "^  PASS x 1.5 tokens/s$" "$s" || fail "the step's own summary.txt"
 ! grep -q "== printed" "$s" || fail "printed lines shown though the step has a summary.txt"
@@ -75,7 +75,7 @@ grep -q "^## fail rc=3 [0-9]*s failed$" "$s" || fail "fail step line"
 grep -q "^  == FAIL b-check (rc 3)$" "$s" || fail "the failed step's printed lines"
 grep -q "^  | last words$" "$s" || fail "the failed step's last lines"
 grep -q "^## slow rc=124 [0-9]*s timed out after 1 s$" "$s" || fail "overrun step"
-grep -q "^## big skipped: its box is 100 s, [0-9]* s of the budget left$" "$s" ||
+grep -q "^## big skipped: its box is 200 s, [0-9]* s of the budget left$" "$s" ||
     fail "step beyond the budget"
 grep -q "^queue done: 4 run, 3 not ok, 1 skipped" "$s" || fail "closing line"
 [ "$(ls "$tmp/out" | sort | tr '\n' ' ')" = "logs.tgz summary.txt " ] ||
