@@ -1,8 +1,8 @@
-/* What the eval and serve fakes that act on the final hidden state share (fake.perturb-logits,
- * fake.batch-divergent, fake.step-fails): a graph pass step that puts a SCALE node named
- * `node_name` on the input of the first LM_HEAD and rewires the head to read it, and, for the
- * fakes that run that node themselves, the checks and pointers of its f32 input and output and
- * the registration of a cpu SCALE implementation that accepts only nodes of that name. */
+/* What the fakes that act on the final hidden state share (fake.pass, fake.op, and in their own
+ * folders fake.perturb-logits, fake.batch-divergent, fake.step-fails): a graph pass step that
+ * puts a SCALE node named `node_name` on the input of the first LM_HEAD and rewires the head to
+ * read it, and, for the fakes that run SCALE nodes themselves, the checks and pointers of a
+ * node's f32 input and output and the registration of a cpu SCALE implementation. */
 #ifndef WEFT_FAKE_HEAD_SCALE_H
 #define WEFT_FAKE_HEAD_SCALE_H
 
@@ -57,8 +57,11 @@ static inline weft_status fake_scale_io(const weft_exec_ctx *ctx, const weft_nod
     if (xi >= g->n_tensors || yi >= g->n_tensors)
         return weft_sdk_error(err, WEFT_ERR_INVALID, plugin, "tensor id out of range");
     const weft_tensor *t = &g->tensors[xi];
-    if (t->dtype != WEFT_DTYPE_F32 || t->rank < 1 || t->rank > WEFT_MAX_DIMS)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, plugin, "expected an f32 tensor");
+    if (t->dtype != WEFT_DTYPE_F32 || g->tensors[yi].dtype != WEFT_DTYPE_F32 || t->rank < 1 ||
+        t->rank > WEFT_MAX_DIMS)
+        return weft_sdk_error(err, WEFT_ERR_INVALID, plugin,
+                              "expected f32 tensors of rank 1..%d, found dtype %u rank %u",
+                              WEFT_MAX_DIMS, (unsigned)t->dtype, (unsigned)t->rank);
     uint64_t cols = 1;
     for (uint32_t d = 1; d < t->rank; d++)
         cols *= (uint64_t)t->shape[d];
@@ -72,10 +75,11 @@ static inline weft_status fake_scale_io(const weft_exec_ctx *ctx, const weft_nod
     return WEFT_OK;
 }
 
-/* Registers run for f32 SCALE nodes that accepts takes, on the cpu backend only. */
+/* Registers run at priority for f32 SCALE nodes (those accepts takes, or all when it is NULL),
+ * on the cpu backend only. */
 static inline weft_status fake_scale_register(
     const char *plugin, const char *backend, const weft_ops_service *ops, void *state,
-    weft_status (*run)(void *, const weft_exec_ctx *, const weft_node *, weft_error *),
+    weft_op_fn run, int32_t priority,
     int32_t (*accepts)(void *, const weft_graph *, const weft_node *), weft_error *err) {
     if (!backend || !ops || !ops->add)
         return weft_sdk_error(err, WEFT_ERR_INVALID, plugin, "register_ops: no backend or service");
@@ -86,7 +90,7 @@ static inline weft_status fake_scale_register(
     impl.op = WEFT_OP_SCALE;
     snprintf(impl.backend, sizeof(impl.backend), "cpu");
     impl.dtype = WEFT_DTYPE_F32;
-    impl.priority = 1000;
+    impl.priority = priority;
     impl.run = run;
     impl.state = state;
     impl.accepts = accepts;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fake_head_scale.h"
 #include "weft/sdk.h"
 
 #define NAME "fake.op"
@@ -33,28 +34,11 @@ static void op_destroy(void *st) {
 static weft_status scale_run(void *impl_state, const weft_exec_ctx *ctx, const weft_node *node,
                              weft_error *err) {
     op_state *s = impl_state;
-    if (!ctx || !node || !ctx->graph || !ctx->data || node->n_in < 1 || node->n_out < 1)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "scale: incomplete context or node");
-    const weft_graph *g = ctx->graph;
-    uint32_t xi = node->in[0], yi = node->out[0];
-    if (xi >= g->n_tensors || yi >= g->n_tensors)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "scale: tensor id out of range");
-    const weft_tensor *x = &g->tensors[xi], *y = &g->tensors[yi];
-    if (x->dtype != WEFT_DTYPE_F32 || y->dtype != WEFT_DTYPE_F32 || x->rank < 1 ||
-        x->rank > WEFT_MAX_DIMS)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                              "scale: expected f32 tensors of rank 1..%d, found dtype %u rank %u",
-                              WEFT_MAX_DIMS, (unsigned)x->dtype, (unsigned)x->rank);
-    uint64_t cols = 1;
-    for (uint32_t d = 1; d < x->rank; d++)
-        cols *= (uint64_t)x->shape[d];
-    uint64_t rows = x->rank > 1 ? ctx->n_tokens : (uint64_t)x->shape[0];
-    uint64_t n = rows * cols;
-    if (ctx->data[xi].bytes < n * 4 || ctx->data[yi].bytes < n * 4)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                              "scale: buffers hold fewer than %llu floats", (unsigned long long)n);
-    const float *xp = ctx->data[xi].ptr;
-    float *yp = ctx->data[yi].ptr;
+    const float *xp = NULL;
+    float *yp = NULL;
+    uint64_t n = 0;
+    weft_status st = fake_scale_io(ctx, node, NAME, &xp, &yp, &n, err);
+    if (st) return st;
     float f = node->p.f[0];
     for (uint64_t i = 0; i < n; i++)
         yp[i] = xp[i] * f;
@@ -65,19 +49,7 @@ static weft_status scale_run(void *impl_state, const weft_exec_ctx *ctx, const w
 static weft_status op_register(void *st, const char *backend, const weft_ops_service *ops,
                                weft_error *err) {
     op_state *s = st;
-    if (!backend || !ops || !ops->add)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "register_ops: no backend or service");
-    if (strcmp(backend, "cpu") != 0) return WEFT_OK; /* nothing for other backends */
-    weft_op_impl impl;
-    memset(&impl, 0, sizeof(impl));
-    impl.size = sizeof(impl);
-    impl.op = WEFT_OP_SCALE;
-    snprintf(impl.backend, sizeof(impl.backend), "cpu");
-    impl.dtype = WEFT_DTYPE_F32;
-    impl.priority = s->priority;
-    impl.run = scale_run;
-    impl.state = s;
-    return ops->add(ops->self, &impl, err);
+    return fake_scale_register(NAME, backend, ops, s, scale_run, s->priority, NULL, err);
 }
 
 static const weft_opset_vtable op_vt = {sizeof(weft_opset_vtable), op_register};

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fake_head_scale.h"
 #include "weft/sdk.h"
 
 #define NAME "fake.pass"
@@ -31,47 +32,12 @@ static void pass_destroy(void *st) {
 
 static weft_status pass_run(void *st, const weft_model_config *cfg, const weft_graph_service *gs,
                             weft_graph *g, weft_error *err) {
+    (void)cfg;
     pass_state *s = st;
-    if (!gs || !g) return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "graph or service is NULL");
-    uint32_t head = g->n_nodes;
-    for (uint32_t i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op == WEFT_OP_LM_HEAD) {
-            head = i;
-            break;
-        }
-    if (head == g->n_nodes)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME,
-                              "expected an lm_head node in the graph, found none in %u nodes",
-                              (unsigned)g->n_nodes);
-    uint32_t x = g->nodes[head].in[0];
-    if (g->nodes[head].n_in < 1 || x >= g->n_tensors)
-        return weft_sdk_error(err, WEFT_ERR_INVALID, NAME, "lm_head node %u has no valid input",
-                              (unsigned)head);
-    /* Copy what we need: tensor_add may grow (move) the tensor array. */
-    weft_tensor xt = g->tensors[x];
-    char name[WEFT_NAME_MAX];
-    snprintf(name, sizeof(name), "fake.pass.scaled");
-    uint32_t y = gs->tensor_add(g, WEFT_TENSOR_ACTIVATION, xt.dtype, xt.rank, xt.shape, name, err);
-    if (y == WEFT_TENSOR_NONE) return err ? err->code : WEFT_ERR_INTERNAL;
-    weft_node n;
-    memset(&n, 0, sizeof(n));
-    n.op = WEFT_OP_SCALE;
-    n.layer = -1;
-    n.n_in = 1;
-    n.n_out = 1;
-    for (int k = 0; k < WEFT_NODE_MAX_IN; k++)
-        n.in[k] = WEFT_TENSOR_NONE;
-    n.in[0] = x;
-    n.out[0] = y;
-    n.p.f[0] = s->factor;
-    snprintf(n.name, sizeof(n.name), "fake.pass.scale");
-    int32_t at = gs->node_add(g, &n, head, err);
-    if (at < 0) return err ? err->code : WEFT_ERR_INTERNAL;
-    /* The lm_head moved to at + 1; only it and later nodes read the scaled tensor. */
-    if (gs->replace_uses(g, x, y, (uint32_t)at + 1) < 0)
-        return weft_sdk_error(err, WEFT_ERR_INTERNAL, NAME, "replace_uses failed");
-    s->runs++;
-    return WEFT_OK;
+    weft_status rc =
+        fake_scale_before_head(gs, g, NAME, "fake.pass.scale", "fake.pass.scaled", s->factor, err);
+    if (rc == WEFT_OK) s->runs++;
+    return rc;
 }
 
 static const weft_pass_vtable pass_vt = {sizeof(weft_pass_vtable), pass_run, NULL};

@@ -118,7 +118,7 @@ static weft_status dv_scale(void *state, const weft_exec_ctx *ctx, const weft_no
 
 static weft_status dv_register(void *st, const char *backend, const weft_ops_service *ops,
                                weft_error *err) {
-    return fake_scale_register(NAME, backend, ops, st, dv_scale, dv_accepts, err);
+    return fake_scale_register(NAME, backend, ops, st, dv_scale, 1000, dv_accepts, err);
 }
 
 static const weft_opset_vtable dv_ops = {sizeof(weft_opset_vtable), dv_register};

@@ -66,7 +66,7 @@ static weft_status sf_copy(void *state, const weft_exec_ctx *ctx, const weft_nod
 
 static weft_status sf_register(void *st, const char *backend, const weft_ops_service *ops,
                                weft_error *err) {
-    return fake_scale_register(NAME, backend, ops, st, sf_copy, sf_accepts, err);
+    return fake_scale_register(NAME, backend, ops, st, sf_copy, 1000, sf_accepts, err);
 }
 
 static const weft_opset_vtable sf_ops = {sizeof(weft_opset_vtable), sf_register};
