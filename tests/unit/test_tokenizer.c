@@ -453,19 +453,20 @@ static void kv_u32(gbuf *b, const char *key, uint32_t v) {
     g_u32(b, G_U32);
     g_u32(b, v);
 }
-static void kv_strs(gbuf *b, const char *key, const char *const *v, uint32_t n) {
-    g_str(b, key);
-    g_u32(b, G_ARRAY);
-    g_u32(b, G_STRING);
-    g_u64(b, n);
-    for (uint32_t i = 0; i < n; i++)
-        g_str(b, v[i]);
-}
-static void kv_u32s(gbuf *b, const char *key, uint32_t elem, const uint32_t *v, uint32_t n) {
+/* an array's key and header: element type, then count; the elements follow */
+static void kv_array(gbuf *b, const char *key, uint32_t elem, uint64_t n) {
     g_str(b, key);
     g_u32(b, G_ARRAY);
     g_u32(b, elem);
     g_u64(b, n);
+}
+static void kv_strs(gbuf *b, const char *key, const char *const *v, uint32_t n) {
+    kv_array(b, key, G_STRING, n);
+    for (uint32_t i = 0; i < n; i++)
+        g_str(b, v[i]);
+}
+static void kv_u32s(gbuf *b, const char *key, uint32_t elem, const uint32_t *v, uint32_t n) {
+    kv_array(b, key, elem, n);
     for (uint32_t i = 0; i < n; i++)
         g_u32(b, v[i]);
 }
