@@ -1308,8 +1308,9 @@ static void run_chain(weft_node *nodes, int n_nodes, int sync_each) {
     assert_int_equal(be->synchronize(bst, NULL, &err), 0);
 }
 
-static void test_pdl_chain(void **state) {
-    (void)state;
+/* one run of the chain on the current instance: the elements of x and y that differ between the
+ * serial and the back-to-back pass (0: bit-identical) */
+static int pdl_chain_once(void) {
     const int D = 4096, F = 2048, rounds = 12;
     uint32_t dt = WEFT_DTYPE_BF16;
     tens x = {dt, 1, D}, w = {dt, D, D}, nw = {dt, 1, D}, y = {dt, 1, D}, wgu = {dt, 2 * F, D},
@@ -1350,30 +1351,53 @@ static void test_pdl_chain(void **state) {
         fetch(&x, pass == 0 ? serial : chained);
         fetch(&y, pass == 0 ? ys : yc);
     }
-    int finite = 1, same = 1;
+    int finite = 1, differ = 0;
     for (int i = 0; i < D; i++) {
         finite &= isfinite(serial[i]) && isfinite(ys[i]);
-        same &= memcmp(&serial[i], &chained[i], 4) == 0 && memcmp(&ys[i], &yc[i], 4) == 0;
+        differ += memcmp(&serial[i], &chained[i], 4) != 0;
+        differ += memcmp(&ys[i], &yc[i], 4) != 0;
     }
-    printf("pdl chain (%d nodes): serial and back-to-back results %s\n", nn,
-           same ? "bit-identical" : "DIFFER");
     assert_true(finite);
-    assert_true(same);
     free(x0), free(serial), free(chained), free(ys), free(yc);
     tens all[] = {x, w, nw, y, wgu, h, wd};
     free_tensors(all, 7);
+    return differ;
+}
+
+/* The chain on instance k, WEFT_TEST_REPEAT times (default 1; a race shows in some runs only):
+ * each run's verdict printed, the runs that differed returned */
+static int pdl_chain_runs(int k) {
+    const char *env = getenv("WEFT_TEST_REPEAT");
+    int reps = env ? atoi(env) : 1, bad = 0, worst = 0;
+    if (reps < 1) reps = 1;
+    use_inst(k);
+    for (int r = 0; r < reps; r++) {
+        int d = pdl_chain_once();
+        bad += d != 0;
+        if (d > worst) worst = d;
+    }
+    use_inst(0);
+    printf("pdl chain (60 nodes), instance %d: serial and back-to-back results %s (%d of %d "
+           "runs differ, at most %d of 8192 elements)\n",
+           k, bad ? "DIFFER" : "bit-identical", bad, reps, worst);
+    return bad;
+}
+
+static void test_pdl_chain(void **state) {
+    (void)state;
+    assert_int_equal(pdl_chain_runs(0), 0);
 }
 
 /* the same chain with the GEMVs reading x from shared memory (instances 1 and 2; 1 looped over
  * rows), staging their weights in it (instance 3), looped over rows (instance 4), looped in
  * wider blocks (instances 5 and 6) and copying x by cp.async (instance 7) */
 static void test_pdl_chain_xsmem(void **state) {
+    (void)state;
     if (!all_insts()) skip();
-    for (int k = 1; k < N_INST; k++) {
-        use_inst(k);
-        test_pdl_chain(state);
-    }
-    use_inst(0);
+    int bad = 0; /* every instance runs, so one report shows which forms differ */
+    for (int k = 1; k < N_INST; k++)
+        bad += pdl_chain_runs(k) != 0;
+    assert_int_equal(bad, 0);
 }
 
 /* The residual join then the product reading its output, in one graph, on every instance
@@ -1878,6 +1902,37 @@ static void test_option_ranges(void **state) {
                    "a path of 699 bytes");
 }
 
+/* WEFT_TEST_OPTS: integer backend options given to every instance besides its own, as
+ * "key=value,key=value" (at most 4; e.g. "pdl_early=0" or "pdl_l1=1", to run the PDL chains of
+ * the tests below under another form); an instance's own value of a key wins (the backend
+ * reads the first). Returns the
+ * count put into extra, or -1 (with a message) for a malformed list. */
+enum { N_EXTRA = 4 };
+static char extra_keys[N_EXTRA][40];
+static int extra_opts(weft_option *extra) {
+    const char *env = getenv("WEFT_TEST_OPTS");
+    int n = 0;
+    for (const char *p = env; p && *p;) {
+        const char *eq = strchr(p, '='), *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        char *num_end = NULL;
+        long v = eq && eq < end ? strtol(eq + 1, &num_end, 10) : 0;
+        if (!eq || eq > end || eq == p || (size_t)(eq - p) >= sizeof(extra_keys[0]) ||
+            num_end != end || n == N_EXTRA) {
+            fprintf(stderr, "WEFT_TEST_OPTS: '%s' is not key=integer[,key=integer] (at most %d)\n",
+                    env, N_EXTRA);
+            return -1;
+        }
+        memcpy(extra_keys[n], p, (size_t)(eq - p));
+        extra_keys[n][eq - p] = 0;
+        extra[n] = (weft_option){.key = extra_keys[n], .type = WEFT_OPTION_INT, .i = v};
+        n++;
+        p = *end ? end + 1 : end;
+    }
+    if (n) fprintf(stderr, "WEFT_TEST_OPTS: %d extra option(s) on every instance: %s\n", n, env);
+    return n;
+}
+
 static int setup(void **state) {
     (void)state;
     char path[1024];
@@ -1893,13 +1948,18 @@ static int setup(void **state) {
     weft_error err = {.size = sizeof(err)};
     if (!entry || entry(1, 1, &chosen, &desc, &err)) return -1;
     be = desc->backend;
-    weft_option opt[5] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
-                          {.key = "arena_mb", .type = WEFT_OPTION_INT, .i = 0},
-                          {.key = "gemv_max_tokens", .type = WEFT_OPTION_INT, .i = 8},
-                          {.key = "gemv_force", .type = WEFT_OPTION_BOOL, .i = 1},
-                          /* [0] runs the fused attention's forms for any head size */
-                          {.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 0}};
-    weft_options opts = {5, opt};
+    weft_option extra[N_EXTRA];
+    const int n_extra = extra_opts(extra);
+    if (n_extra < 0) return -1;
+    weft_option opt[5 + N_EXTRA] = {{.key = "device", .type = WEFT_OPTION_INT, .i = 0},
+                                    {.key = "arena_mb", .type = WEFT_OPTION_INT, .i = 0},
+                                    {.key = "gemv_max_tokens", .type = WEFT_OPTION_INT, .i = 8},
+                                    {.key = "gemv_force", .type = WEFT_OPTION_BOOL, .i = 1},
+                                    /* [0] runs the fused attention's forms for any head size */
+                                    {.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 0}};
+    for (int i = 0; i < n_extra; i++)
+        opt[5 + i] = extra[i];
+    weft_options opts = {5 + (uint32_t)n_extra, opt};
     /* a host with the graph service, so the backend registers the fused user ops */
     host = weft_host_new();
     if (!host ||
@@ -1913,7 +1973,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[22] = {
+        weft_option kopt[22 + N_EXTRA] = {
             opt[0],
             opt[1],
             opt[2],
@@ -2002,7 +2062,9 @@ static int setup(void **state) {
             nk = 22;
             kopt[21] = (weft_option){.key = "gemv_nl_smem_min", .type = WEFT_OPTION_INT, .i = 108};
         }
-        weft_options kopts = {nk, kopt};
+        for (int i = 0; i < n_extra; i++)
+            kopt[nk + i] = extra[i];
+        weft_options kopts = {(uint32_t)(nk + (size_t)n_extra), kopt};
         if (desc->create(weft_host_services_of(host), &kopts, &insts[k], &err)) {
             fprintf(stderr, "backend instance %d: %s\n", k, err.message);
             return -1;

@@ -9,10 +9,10 @@
 #
 # ARCH: the nvcc -arch value (default sm_90a, the H200's). SET: TA:TW[:FLAGS], the activation
 # and weight dtype codes (1 f32, 2 f16, 3 bf16) and a comma-separated subset of trace, pdle
-# (the backend's pdl_early, on by default) and ablateN, as the backend's build would define
-# them; default "3:3:pdle 3:3" (bf16 models, with and without pdl_early). A module whose file is
-# absent is compiled by NVRTC as usual. Files are named as cuda_kernels.c load_ptx looks them
-# up: core_ta<TA>_tw<TW>[_trace][_pdle][_ablate<N>].ptx. The sets compile in parallel.
+# (the backend's pdl_early, on by default), l1 (its pdl_l1) and ablateN, as the backend's build
+# would define them; default "3:3:pdle 3:3" (bf16 models, with and without pdl_early). A module
+# whose file is absent is compiled by NVRTC as usual. Files are named as cuda_kernels.c load_ptx looks them
+# up: core_ta<TA>_tw<TW>[_trace][_pdle][_l1][_ablate<N>].ptx. The sets compile in parallel.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
 out=$1
@@ -31,18 +31,19 @@ for set in "${sets[@]}"; do
   IFS=: read -r ta tw flags <<< "$set"
   case "$ta$tw" in [123][123]) ;; *) echo "nvcc-ptx.sh: set '$set': TA and TW are 1, 2 or 3" >&2; exit 2 ;; esac
   defs=(-DWEFT_TA="$ta" -DWEFT_TW="$tw")
-  trace= pdle= abl=
+  trace= pdle= l1= abl=
   IFS=, read -r -a fl <<< "${flags:-}"
   for f in "${fl[@]}"; do
     case "$f" in
       trace) trace=_trace; defs+=(-DWEFT_TRACE) ;;
       pdle) pdle=_pdle; defs+=(-DWEFT_PDL_EARLY) ;;
+      l1) l1=_l1; defs+=(-DWEFT_PDL_L1) ;;
       ablate[1-9] | ablate1[0-5]) abl=_$f; defs+=(-DWEFT_ABLATE="${f#ablate}") ;;
       "") ;;
-      *) echo "nvcc-ptx.sh: set '$set': unknown flag '$f' (trace, pdle, ablate1-15)" >&2; exit 2 ;;
+      *) echo "nvcc-ptx.sh: set '$set': unknown flag '$f' (trace, pdle, l1, ablate1-15)" >&2; exit 2 ;;
     esac
   done
-  name=$out/core_ta${ta}_tw${tw}$trace$pdle$abl.ptx
+  name=$out/core_ta${ta}_tw${tw}$trace$pdle$l1$abl.ptx
   # -w: the host preprocessor's note that core.cu redefines INFINITY (NVRTC has no math.h)
   "$nvcc" -std=c++17 -ptx -arch="$arch" -w "${defs[@]}" -I"$root/plugins/sdk/kernels" "$src" \
     -o "$name" &

@@ -381,6 +381,7 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->gemv_force = opt_int(host, opts, "gemv_force", 0) != 0;
     b->pdl = opt_int(host, opts, "pdl", 1) != 0;
     b->pdl_early = opt_int(host, opts, "pdl_early", 1) != 0;
+    b->pdl_l1 = opt_int(host, opts, "pdl_l1", 0) != 0;
     b->trace = opt_int(host, opts, "trace", 0) != 0;
     b->prefill_tc = opt_int(host, opts, "prefill_tc", 1) != 0;
     b->gemv_x_async = opt_int(host, opts, "gemv_x_async", 0) != 0;

@@ -68,8 +68,9 @@ typedef struct cuda_backend {
     /* option pdl (on a device of compute capability 9.0 or newer): launch the kernels of
      * core.cu with programmatic stream serialization (docs/perf/pdl.md); option pdl_early: the
      * modules are compiled with WEFT_PDL_EARLY (each kernel triggers its dependents' launch
-     * before its own griddepcontrol.wait, docs/perf/batch1.md) */
-    int pdl, pdl_early;
+     * before its own griddepcontrol.wait, docs/perf/batch1.md); option pdl_l1: compiled with
+     * WEFT_PDL_L1 (each kernel drops its SM's L1 lines right after its wait, core.cu pdl_enter) */
+    int pdl, pdl_early, pdl_l1;
     /* option smem_carveout: every core.cu kernel's preferred shared memory share in percent, or
      * -1 for the driver's choice (cuda_kernels.c set_carveout) */
     int smem_carveout;

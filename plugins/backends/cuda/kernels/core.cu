@@ -288,6 +288,24 @@ __device__ __forceinline__ int gemv_trace_site(int, int) { return -1; }
 // reads before its wait must then be written by no kernel of the step at all, not merely by
 // none of the last two: weights, the kv cache rows of earlier steps, and the step's inputs
 // (filled by copies ordered before the step's first kernel).
+// WEFT_PDL_L1 (the backend's option pdl_l1): right after the wait the kernel drops every line
+// of its SM's L1. The wait (ACQBULK in SASS) makes the predecessors' writes visible in L2 but
+// leaves the L1 as it is, and under PDL a kernel's blocks may be resident while an earlier
+// kernel on the same SM still reads through L1 data a later kernel rewrites: such a line would
+// be stale when this kernel reads it (bench/pdl_l1.cu measures it; docs/perf/batch1.md). An
+// acquire at GPU scope must not read stale lines, so the compiler emits one as the load and an
+// L1 invalidation (CCTL.IVALL); a shared-memory word makes the load itself a few cycles.
+__device__ __forceinline__ void pdl_l1_drop() {
+#ifdef WEFT_PDL_L1
+    __shared__ unsigned pdl_word;
+    unsigned v;
+    asm volatile("ld.acquire.gpu.shared::cta.u32 %0, [%1];"
+                 : "=r"(v)
+                 : "r"((unsigned)__cvta_generic_to_shared(&pdl_word))
+                 : "memory");
+    (void)v;
+#endif
+}
 __device__ __forceinline__ void pdl_enter() {
 #if __CUDA_ARCH__ >= 900
 #ifdef WEFT_PDL_EARLY
@@ -297,6 +315,7 @@ __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+    pdl_l1_drop();
 #endif
     trace_mark();
 }
