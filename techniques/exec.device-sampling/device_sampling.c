@@ -172,6 +172,8 @@ static weft_status ds_init(ds_state *s, weft_error *err) {
     CK(cuMemAlloc(&s->parts, (size_t)DS_MAX_ROWS * s->blocks * 24), "allocating partials");
     CK(cuMemAlloc(&s->done, DS_MAX_ROWS * sizeof(uint32_t)), "allocating row counters");
     CK(cuMemsetD32(s->done, 0, DS_MAX_ROWS), "clearing row counters");
+    /* the clear runs on the legacy stream, which the compute stream does not wait for */
+    CK(cuStreamSynchronize(CU_STREAM_LEGACY), "waiting for the row counters' clear");
     CK(cuMemAlloc(&s->results, DS_MAX_ROWS * sizeof(ds_result)), "allocating results");
     CK(cuMemAllocHost((void **)&s->h_results, DS_MAX_ROWS * sizeof(ds_result)),
        "allocating pinned results");

@@ -396,7 +396,10 @@ alloc:;
         cuMemcpyHtoD(dprog, prog, n * sizeof(pk_node)) != CUDA_SUCCESS ||
         cuMemsetD32(ddone, 0, 2 * n) != CUDA_SUCCESS ||
         (want_stamps && (cuMemAlloc(&dstamps, (2 * n + 1) * sizeof(uint64_t)) != CUDA_SUCCESS ||
-                         cuMemsetD32(dstamps, 0, 2 * (2 * n + 1)) != CUDA_SUCCESS))) {
+                         cuMemsetD32(dstamps, 0, 2 * (2 * n + 1)) != CUDA_SUCCESS)) ||
+        /* the copy and the clears run on the legacy stream, which the compute stream does not
+         * wait for (the copy's DMA may land after it returns): landed before the kernel runs */
+        cuStreamSynchronize(CU_STREAM_LEGACY) != CUDA_SUCCESS) {
         if (dprog) cuMemFree(dprog);
         if (ddone) cuMemFree(ddone);
         if (dstamps) cuMemFree(dstamps);

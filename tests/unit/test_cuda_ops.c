@@ -2141,6 +2141,42 @@ static void test_copy_pinned(void **state) {
     be->free(bst, &dv);
 }
 
+/* upload is synchronous (weft/plugin.h): once it returns, work on the compute stream sees the
+ * bytes. cuMemcpyHtoD from pageable memory returns before its DMA lands, on the legacy stream,
+ * which the non-blocking compute stream does not wait for; so each round uploads 32 MiB of a new
+ * pattern and at once copies it on the compute stream (be->copy, device to device), and every
+ * byte of the copy must be the new pattern. (Before the backend waited for the legacy stream,
+ * the PDL chain test above differed once in about 40 runs on an H100: its input's upload raced
+ * with the chain's first kernel.) */
+static void test_upload_then_copy(void **state) {
+    (void)state;
+    enum { WORDS = 8 << 20, ROUNDS = 8 };
+    const uint64_t bytes = (uint64_t)WORDS * 4;
+    weft_error err = {.size = sizeof(err)};
+    weft_buffer a = {0}, c = {0};
+    assert_int_equal(be->alloc(bst, bytes, WEFT_MEMORY_DEVICE, &a, &err), 0);
+    assert_int_equal(be->alloc(bst, bytes, WEFT_MEMORY_DEVICE, &c, &err), 0);
+    uint32_t *h = malloc(bytes), *got = malloc(bytes);
+    assert_non_null(h);
+    assert_non_null(got);
+    long stale = 0;
+    for (uint32_t r = 1; r <= ROUNDS; r++) {
+        for (uint32_t i = 0; i < WORDS; i++)
+            h[i] = r * 2654435761u + i;
+        assert_int_equal(be->upload(bst, &a, 0, h, bytes, &err), 0);
+        assert_int_equal(be->copy(bst, &c, 0, &a, 0, bytes, NULL, &err), 0);
+        assert_int_equal(be->download(bst, got, &c, 0, bytes, &err), 0);
+        for (uint32_t i = 0; i < WORDS; i++)
+            stale += got[i] != h[i];
+    }
+    printf("upload then copy: %ld of %ld words stale\n", stale, (long)WORDS * ROUNDS);
+    assert_int_equal(stale, 0);
+    free(h);
+    free(got);
+    be->free(bst, &a);
+    be->free(bst, &c);
+}
+
 #define GPU_TEST(f)                                                                              \
     static void gpu_##f(void **state) {                                                          \
         if (!bst) skip();                                                                        \
@@ -2169,6 +2205,7 @@ GPU_TEST(test_gemv_xsmem)
 GPU_TEST(test_option_ranges)
 GPU_TEST(test_pdl_chain_xsmem)
 GPU_TEST(test_copy_pinned)
+GPU_TEST(test_upload_then_copy)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -2195,6 +2232,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_join_pull),
         cmocka_unit_test(gpu_test_mlp),
         cmocka_unit_test(gpu_test_copy_pinned),
+        cmocka_unit_test(gpu_test_upload_then_copy),
     };
     /* WEFT_TEST_FILTER: only the tests whose names match this cmocka pattern (e.g.
      * "*norm_linear*"), for a short run on the GPU machine */

@@ -252,7 +252,12 @@ static weft_status cb_upload(void *st, weft_buffer *dst, uint64_t dst_off, const
         memcpy((char *)dst->ptr + dst_off, src, bytes);
         return WEFT_OK;
     }
+    /* cuMemcpyHtoD from pageable memory returns once the data is staged, before its DMA has
+     * landed, and runs on the legacy stream, which the non-blocking compute stream does not wait
+     * for: a kernel launched right after could read the old bytes (the CUDA driver API's "API
+     * synchronization behavior"). Hence the wait for the legacy stream. */
     CK(cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst->ptr + dst_off, src, bytes), "uploading");
+    CK(cuStreamSynchronize(CU_STREAM_LEGACY), "waiting for an upload to land");
     return WEFT_OK;
 }
 

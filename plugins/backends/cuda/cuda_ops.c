@@ -649,7 +649,9 @@ static weft_status rope_freqs(cuda_backend *b, const weft_node *n, int rot, CUde
     }
     rope_table *r = &rope_tables[o->n_rope];
     TRY(cuda_arena_alloc(b, (uint64_t)half * sizeof(float), &r->dev, err));
+    /* landed before any kernel of the compute stream reads it (cb_upload says why) */
     CK(cuMemcpyHtoD(r->dev, inv, (size_t)half * sizeof(float)), "uploading rope frequencies");
+    CK(cuStreamSynchronize(CU_STREAM_LEGACY), "waiting for the rope frequencies to land");
     r->rot = rot;
     r->scaling = n->p.i[4];
     memcpy(r->f, n->p.f, sizeof(r->f));

@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
             CKB(cuStreamSynchronize(b->stream));
             CKB(cuMemcpyDtoH(h1, y, ny * es));
             for (int m = 1; m <= 4; m++) {
-                CKB(cuMemsetD8(y2, 0xff, ny * es));
+                CKB(cuMemsetD8Async(y2, 0xff, ny * es, b->stream)); /* before the call, in order */
                 call(b, m, x, pool, y2, s, T);
                 CKB(cuStreamSynchronize(b->stream));
                 CKB(cuMemcpyDtoH(h2, y2, ny * es));

@@ -108,6 +108,7 @@ int main(int argc, char **argv) {
             }
             CKB(cuMemcpyHtoD(prog, h, (size_t)R * sizeof(pk_node)));
             CKB(cuMemsetD32(done, 0, 8192));
+            CKB(cuStreamSynchronize(CU_STREAM_LEGACY)); /* landed before the compute stream */
             mk_ctx c = {.mk = mk,
                         .prog = prog,
                         .done = done,

@@ -288,13 +288,16 @@ __device__ __forceinline__ int gemv_trace_site(int, int) { return -1; }
 // reads before its wait must then be written by no kernel of the step at all, not merely by
 // none of the last two: weights, the kv cache rows of earlier steps, and the step's inputs
 // (filled by copies ordered before the step's first kernel).
-// WEFT_PDL_L1 (the backend's option pdl_l1): right after the wait the kernel drops every line
-// of its SM's L1. The wait (ACQBULK in SASS) makes the predecessors' writes visible in L2 but
-// leaves the L1 as it is, and under PDL a kernel's blocks may be resident while an earlier
-// kernel on the same SM still reads through L1 data a later kernel rewrites: such a line would
-// be stale when this kernel reads it (bench/pdl_l1.cu measures it; docs/perf/batch1.md). An
-// acquire at GPU scope must not read stale lines, so the compiler emits one as the load and an
-// L1 invalidation (CCTL.IVALL); a shared-memory word makes the load itself a few cycles.
+// WEFT_PDL_L1 (the backend's option pdl_l1, off): right after the wait the kernel drops every
+// line of its SM's L1. The wait compiles to ACQBULK alone, with no L1 invalidation in the code,
+// and under PDL a kernel's blocks may be resident while an earlier kernel on the same SM still
+// reads through L1 data that a later kernel rewrites; this guards against such a line being
+// stale. bench/stale_reads.cu looked for one (A caches x, B rewrites it, C reads it, C resident
+// before A's reads) and found none in 200 rounds of every form on an H100, so the hardware keeps
+// the wait's promise of visible writes here; the option stays to check other parts, at 1.2-2.7%
+// (docs/perf/batch1.md, session of 2026-12-05, 14:58 UTC). An acquire at GPU scope must not
+// read stale lines, so the compiler emits one as the load and an L1 invalidation (CCTL.IVALL);
+// a shared-memory word makes the load itself a few cycles.
 __device__ __forceinline__ void pdl_l1_drop() {
 #ifdef WEFT_PDL_L1
     __shared__ unsigned pdl_word;

@@ -1,4 +1,5 @@
-// Probe: may a kernel launched under programmatic dependent launch (PDL) read, after its
+// Probe: two ways a kernel might read data older than what it is ordered after.
+// 1. L1 under PDL. May a kernel launched under programmatic dependent launch (PDL) read, after its
 // griddepcontrol.wait, a line that an earlier kernel left in its SM's L1 before a later kernel
 // rewrote the data? The backend's kernels read activations with plain (L1-allocating) loads
 // after their wait; with option pdl_early every kernel triggers its dependents before it waits,
@@ -18,7 +19,13 @@
 // a stream and as a CUDA graph of the rounds. Prints the stale values seen and the time a round
 // takes (the time includes the spin). A stale value in a mode that the backend uses is a
 // correctness hazard; the plain launches must show none (the probe's own check).
-// Usage: pdl_l1 [rounds (default 200)] [spin_us (default 20)]
+// 2. An upload's DMA. A synchronous copy from pageable host memory (cudaMemcpy, cuMemcpyHtoD)
+// runs on the legacy stream and may return before its DMA has landed; a kernel launched at once
+// on a non-blocking stream (as the backend's compute stream is) is not ordered after it. Each
+// round copies 64 MiB of a new pattern and at once launches a kernel on such a stream that
+// counts the words of the last MiB that are not the new pattern; then the same with the legacy
+// stream synchronized between the two (what the backend's upload does).
+// Usage: stale_reads [rounds (default 200)] [spin_us (default 20)]
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -50,7 +57,7 @@ __device__ __forceinline__ unsigned ld_cg(const unsigned *p) {
     asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ unsigned value(unsigned r, int i) { return r * 2654435761u + i; }
+__host__ __device__ __forceinline__ unsigned value(unsigned r, int i) { return r * 2654435761u + i; }
 
 __global__ void kern_a(const unsigned *x, unsigned *sink, long spin_ns, int early) {
     enter(early);
@@ -90,6 +97,15 @@ __global__ void kern_c(const unsigned *x, const unsigned *round, unsigned *stale
         const unsigned v = mode == M_CG ? ld_cg(x + i) : ld_ca(x + i);
         bad += v != value(r, i);
     }
+    if (bad) atomicAdd(stale, bad);
+}
+
+// the words [0, n) of p, which should be round r's values for indices from i0, not matching it
+// counted into stale[0]
+__global__ void kern_tail(const unsigned *p, int n, unsigned r, int i0, unsigned *stale) {
+    unsigned bad = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        bad += ld_cg(p + i) != value(r, i0 + i);
     if (bad) atomicAdd(stale, bad);
 }
 
@@ -175,5 +191,34 @@ int main(int argc, char **argv) {
                 if (l == L_PLAIN && bad) fail = 1;
             }
     if (fail) printf("FAIL: stale values under plain stream order: the probe itself is wrong\n");
+
+    // 2. the upload's DMA against a kernel on the non-blocking stream
+    const size_t words = 16u << 20, tail = 256u << 10; // 64 MiB, its last MiB checked
+    unsigned *h = (unsigned *)malloc(words * 4), *d;
+    if (!h) {
+        fprintf(stderr, "no host memory for the upload probe\n");
+        return 1;
+    }
+    CK(cudaMalloc(&d, words * 4));
+    for (int sync = 0; sync < 2; sync++) {
+        CK(cudaMemset(stale, 0, 8));
+        const int urounds = 20;
+        for (int r = 1; r <= urounds; r++) {
+            for (size_t i = 0; i < words; i++) h[i] = value((unsigned)r, (int)(i & 0x7fffffff));
+            CK(cudaMemcpy(d, h, words * 4, cudaMemcpyHostToDevice));
+            if (sync) CK(cudaStreamSynchronize(cudaStreamLegacy));
+            kern_tail<<<64, NT, 0, s>>>(d + words - tail, (int)tail, (unsigned)r,
+                                        (int)(words - tail), stale);
+            CK(cudaGetLastError());
+            CK(cudaStreamSynchronize(s));
+        }
+        unsigned bad = 0;
+        CK(cudaMemcpy(&bad, stale, 4, cudaMemcpyDeviceToHost));
+        printf("upload %-22s stale %u of %ld words\n",
+               sync ? "then legacy sync" : "then kernel at once", bad, (long)urounds * tail);
+        if (sync && bad) fail = 1;
+    }
+    if (fail) printf("FAIL: stale words where the probe orders the reads after the writes\n");
+    free(h);
     return fail;
 }
