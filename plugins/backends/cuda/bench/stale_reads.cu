@@ -22,9 +22,9 @@
 // 2. An upload's DMA. A synchronous copy from pageable host memory (cudaMemcpy, cuMemcpyHtoD)
 // runs on the legacy stream and may return before its DMA has landed; a kernel launched at once
 // on a non-blocking stream (as the backend's compute stream is) is not ordered after it. Each
-// round copies 64 MiB of a new pattern and at once launches a kernel on such a stream that
-// counts the words of the last MiB that are not the new pattern; then the same with the legacy
-// stream synchronized between the two (what the backend's upload does).
+// round copies a new pattern (8 KiB, or 64 MiB) and at once launches a kernel on such a stream
+// that counts the words not of the new pattern (all 8 KiB; the last MiB of the 64); then the
+// same with the legacy stream synchronized between the two (what the backend's upload does).
 // Usage: stale_reads [rounds (default 200)] [spin_us (default 20)]
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,32 +192,37 @@ int main(int argc, char **argv) {
             }
     if (fail) printf("FAIL: stale values under plain stream order: the probe itself is wrong\n");
 
-    // 2. the upload's DMA against a kernel on the non-blocking stream
-    const size_t words = 16u << 20, tail = 256u << 10; // 64 MiB, its last MiB checked
-    unsigned *h = (unsigned *)malloc(words * 4), *d;
+    // 2. the upload's DMA against a kernel on the non-blocking stream: 8 KiB (the chain test's
+    // input; a small copy may travel inside the command stream) checked whole, 200 rounds, and
+    // 64 MiB (a weight) with its last MiB checked, 20 rounds
+    const size_t sizes[2] = {2048, 16u << 20}, tails[2] = {2048, 256u << 10};
+    const int urounds[2] = {200, 20};
+    unsigned *h = (unsigned *)malloc(sizes[1] * 4), *d;
     if (!h) {
         fprintf(stderr, "no host memory for the upload probe\n");
         return 1;
     }
-    CK(cudaMalloc(&d, words * 4));
-    for (int sync = 0; sync < 2; sync++) {
-        CK(cudaMemset(stale, 0, 8));
-        const int urounds = 20;
-        for (int r = 1; r <= urounds; r++) {
-            for (size_t i = 0; i < words; i++) h[i] = value((unsigned)r, (int)(i & 0x7fffffff));
-            CK(cudaMemcpy(d, h, words * 4, cudaMemcpyHostToDevice));
-            if (sync) CK(cudaStreamSynchronize(cudaStreamLegacy));
-            kern_tail<<<64, NT, 0, s>>>(d + words - tail, (int)tail, (unsigned)r,
-                                        (int)(words - tail), stale);
-            CK(cudaGetLastError());
-            CK(cudaStreamSynchronize(s));
+    CK(cudaMalloc(&d, sizes[1] * 4));
+    for (int z = 0; z < 2; z++)
+        for (int sync = 0; sync < 2; sync++) {
+            const size_t words = sizes[z], tail = tails[z];
+            CK(cudaMemset(stale, 0, 8));
+            for (int r = 1; r <= urounds[z]; r++) {
+                for (size_t i = 0; i < words; i++) h[i] = value((unsigned)r, (int)i);
+                CK(cudaMemcpy(d, h, words * 4, cudaMemcpyHostToDevice));
+                if (sync) CK(cudaStreamSynchronize(cudaStreamLegacy));
+                kern_tail<<<64, NT, 0, s>>>(d + words - tail, (int)tail, (unsigned)r,
+                                            (int)(words - tail), stale);
+                CK(cudaGetLastError());
+                CK(cudaStreamSynchronize(s));
+            }
+            unsigned bad = 0;
+            CK(cudaMemcpy(&bad, stale, 4, cudaMemcpyDeviceToHost));
+            printf("upload %6zu KiB %-22s stale %u of %ld words\n", words * 4 / 1024,
+                   sync ? "then legacy sync" : "then kernel at once", bad,
+                   (long)urounds[z] * (long)tail);
+            if (sync && bad) fail = 1;
         }
-        unsigned bad = 0;
-        CK(cudaMemcpy(&bad, stale, 4, cudaMemcpyDeviceToHost));
-        printf("upload %-22s stale %u of %ld words\n",
-               sync ? "then legacy sync" : "then kernel at once", bad, (long)urounds * tail);
-        if (sync && bad) fail = 1;
-    }
     if (fail) printf("FAIL: stale words where the probe orders the reads after the writes\n");
     free(h);
     return fail;
