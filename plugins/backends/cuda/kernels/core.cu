@@ -297,16 +297,15 @@ __device__ __forceinline__ int gemv_trace_site(int, int) { return -1; }
 // the wait's promise of visible writes here; the option stays to check other parts, at 1.2-2.7%
 // (docs/perf/batch1.md, session of 2026-12-05, 14:58 UTC). An acquire at GPU scope must not
 // read stale lines, so the compiler emits one as the load and an L1 invalidation (CCTL.IVALL);
-// a shared-memory word makes the load itself a few cycles.
+// of a shared-memory word and unused, the load itself is dropped.
 __device__ __forceinline__ void pdl_l1_drop() {
 #ifdef WEFT_PDL_L1
+    // the loaded value goes to a register local to the asm: ptxas then drops the load and keeps
+    // the invalidation (nvcc 13.0, sm_90a: ACQBULK, CCTL.IVALL)
     __shared__ unsigned pdl_word;
-    unsigned v;
-    asm volatile("ld.acquire.gpu.shared::cta.u32 %0, [%1];"
-                 : "=r"(v)
-                 : "r"((unsigned)__cvta_generic_to_shared(&pdl_word))
+    asm volatile("{\n\t.reg .u32 t;\n\tld.acquire.gpu.shared::cta.u32 t, [%0];\n\t}" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(&pdl_word))
                  : "memory");
-    (void)v;
 #endif
 }
 __device__ __forceinline__ void pdl_enter() {
