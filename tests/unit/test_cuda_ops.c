@@ -1918,7 +1918,7 @@ static int extra_opts(weft_option *extra) {
         char *num_end = NULL;
         long v = eq && eq < end ? strtol(eq + 1, &num_end, 10) : 0;
         if (!eq || eq > end || eq == p || (size_t)(eq - p) >= sizeof(extra_keys[0]) ||
-            num_end != end || n == N_EXTRA) {
+            end == eq + 1 || num_end != end || n == N_EXTRA) {
             fprintf(stderr, "WEFT_TEST_OPTS: '%s' is not key=integer[,key=integer] (at most %d)\n",
                     env, N_EXTRA);
             return -1;
