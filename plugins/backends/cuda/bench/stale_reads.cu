@@ -22,10 +22,12 @@
 // 2. An upload's DMA. A synchronous copy from pageable host memory (cudaMemcpy, cuMemcpyHtoD)
 // runs on the legacy stream and may return before its DMA has landed; a kernel launched at once
 // on a non-blocking stream (as the backend's compute stream is) is not ordered after it. Each
-// round copies a new pattern (8 KiB, or 64 MiB) and at once launches a kernel on such a stream
+// round copies a new pattern (8 KiB, or 64 MiB; by the runtime's cudaMemcpy and by the driver's
+// cuMemcpyHtoD, which the backend's upload uses) and at once launches a kernel on such a stream
 // that counts the words not of the new pattern (all 8 KiB; the last MiB of the 64); then the
 // same with the legacy stream synchronized between the two (what the backend's upload does).
 // Usage: stale_reads [rounds (default 200)] [spin_us (default 20)]
+#include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -139,6 +141,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&sink, 4));
     CK(cudaMemset(x, 0, N_X * 4));
     CK(cudaMemset(round, 0, 4));
+    CK(cudaDeviceSynchronize()); // the legacy stream's clears before any kernel of the probe
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cudaEvent_t e0, e1;
@@ -151,7 +154,7 @@ int main(int argc, char **argv) {
         for (int l = 0; l < N_LAUNCH; l++)
             for (int m = 0; m < N_MODES; m++) {
                 const int early = l == L_EARLY, pdl = l != L_PLAIN;
-                CK(cudaMemset(stale, 0, 8));
+                CK(cudaMemsetAsync(stale, 0, 8, s)); // in order before the round's kernels
                 void *aa[] = {&x, &sink, (void *)&spin_ns, (void *)&early};
                 void *ba[] = {&x, &round, (void *)&early};
                 int mm = m;
@@ -203,26 +206,33 @@ int main(int argc, char **argv) {
         return 1;
     }
     CK(cudaMalloc(&d, sizes[1] * 4));
-    for (int z = 0; z < 2; z++)
-        for (int sync = 0; sync < 2; sync++) {
-            const size_t words = sizes[z], tail = tails[z];
-            CK(cudaMemset(stale, 0, 8));
-            for (int r = 1; r <= urounds[z]; r++) {
-                for (size_t i = 0; i < words; i++) h[i] = value((unsigned)r, (int)i);
-                CK(cudaMemcpy(d, h, words * 4, cudaMemcpyHostToDevice));
-                if (sync) CK(cudaStreamSynchronize(cudaStreamLegacy));
-                kern_tail<<<64, NT, 0, s>>>(d + words - tail, (int)tail, (unsigned)r,
-                                            (int)(words - tail), stale);
-                CK(cudaGetLastError());
-                CK(cudaStreamSynchronize(s));
+    // api: the runtime's cudaMemcpy, then the driver's cuMemcpyHtoD; z: the size; sync: without
+    // and with the wait for the legacy stream
+    for (int k = 0; k < 8; k++) {
+        const int api = k >> 2, z = (k >> 1) & 1, sync = k & 1;
+        const size_t words = sizes[z], tail = tails[z];
+        CK(cudaMemsetAsync(stale, 0, 8, s));
+        for (int r = 1; r <= urounds[z]; r++) {
+            for (size_t i = 0; i < words; i++) h[i] = value((unsigned)r, (int)i);
+            if (api == 0) CK(cudaMemcpy(d, h, words * 4, cudaMemcpyHostToDevice));
+            else if (cuMemcpyHtoD((CUdeviceptr)d, h, words * 4) != CUDA_SUCCESS) {
+                fprintf(stderr, "cuMemcpyHtoD failed\n");
+                return 1;
             }
-            unsigned bad = 0;
-            CK(cudaMemcpy(&bad, stale, 4, cudaMemcpyDeviceToHost));
-            printf("upload %6zu KiB %-22s stale %u of %ld words\n", words * 4 / 1024,
-                   sync ? "then legacy sync" : "then kernel at once", bad,
-                   (long)urounds[z] * (long)tail);
-            if (sync && bad) fail = 1;
+            if (sync) CK(cudaStreamSynchronize(cudaStreamLegacy));
+            kern_tail<<<64, NT, 0, s>>>(d + words - tail, (int)tail, (unsigned)r,
+                                        (int)(words - tail), stale);
+            CK(cudaGetLastError());
+            CK(cudaStreamSynchronize(s));
         }
+        unsigned bad = 0;
+        CK(cudaMemcpy(&bad, stale, 4, cudaMemcpyDeviceToHost));
+        printf("upload %-12s %6zu KiB %-22s stale %u of %ld words\n",
+               api ? "cuMemcpyHtoD" : "cudaMemcpy", words * 4 / 1024,
+               sync ? "then legacy sync" : "then kernel at once", bad,
+               (long)urounds[z] * (long)tail);
+        if (sync && bad) fail = 1;
+    }
     if (fail) printf("FAIL: stale words where the probe orders the reads after the writes\n");
     free(h);
     return fail;
