@@ -1903,10 +1903,9 @@ static void test_option_ranges(void **state) {
 }
 
 /* WEFT_TEST_OPTS: integer backend options given to every instance besides its own, as
- * "key=value,key=value" (at most 4; e.g. "pdl_early=0" or "pdl_l1=1", to run the PDL chains of
- * the tests below under another form); an instance's own value of a key wins (the backend
- * reads the first). Returns the
- * count put into extra, or -1 (with a message) for a malformed list. */
+ * "key=value,key=value" (at most 4; e.g. "pdl_early=0" or "pdl_l1=1", to run the PDL chains
+ * above under another form); an instance's own value of a key wins (the backend reads the
+ * first). Returns the count put into extra, or -1 (with a message) for a malformed list. */
 enum { N_EXTRA = 4 };
 static char extra_keys[N_EXTRA][40];
 static int extra_opts(weft_option *extra) {
@@ -2142,12 +2141,13 @@ static void test_copy_pinned(void **state) {
 }
 
 /* upload is synchronous (weft/plugin.h): once it returns, work on the compute stream sees the
- * bytes. cuMemcpyHtoD from pageable memory returns before its DMA lands, on the legacy stream,
- * which the non-blocking compute stream does not wait for; so each round uploads 32 MiB of a new
- * pattern and at once copies it on the compute stream (be->copy, device to device), and every
- * byte of the copy must be the new pattern. (Before the backend waited for the legacy stream,
- * the PDL chain test above differed once in about 40 runs on an H100: its input's upload raced
- * with the chain's first kernel.) */
+ * bytes. cuMemcpyHtoD from pageable memory may return before its DMA lands (the driver API's
+ * "API synchronization behavior"), on the legacy stream, which the non-blocking compute stream
+ * does not wait for; so each round uploads 32 MiB of a new pattern and at once copies it on the
+ * compute stream (be->copy, device to device), and every byte of the copy must be the new
+ * pattern. (The backend waits for the legacy stream since a PDL chain above differed once on an
+ * H100, whose upload could have raced so; bench/stale_reads.cu did not reproduce the race:
+ * docs/perf/batch1.md, session of 2026-12-05, 14:58 UTC.) */
 static void test_upload_then_copy(void **state) {
     (void)state;
     enum { WORDS = 8 << 20, ROUNDS = 8 };
