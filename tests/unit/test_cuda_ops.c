@@ -1308,17 +1308,19 @@ static void run_chain(weft_node *nodes, int n_nodes, int sync_each) {
     assert_int_equal(be->synchronize(bst, NULL, &err), 0);
 }
 
+/* the chain's row and gate|up widths and its rounds of five nodes */
+enum { CHAIN_D = 4096, CHAIN_F = 2048, CHAIN_ROUNDS = 12 };
 /* one run of the chain on the current instance: the elements of x and y that differ between the
  * serial and the back-to-back pass (0: bit-identical) */
 static int pdl_chain_once(void) {
-    const int D = 4096, F = 2048, rounds = 12;
+    const int D = CHAIN_D, F = CHAIN_F, rounds = CHAIN_ROUNDS;
     uint32_t dt = WEFT_DTYPE_BF16;
     tens x = {dt, 1, D}, w = {dt, D, D}, nw = {dt, 1, D}, y = {dt, 1, D}, wgu = {dt, 2 * F, D},
          h = {dt, 1, F}, wd = {dt, D, F};
     uint32_t ix = add_tensor(&x, 1), iw = add_tensor(&w, 1), inw = add_tensor(&nw, 1),
              iy = add_tensor(&y, 0), igu = add_tensor(&wgu, 1), ih = add_tensor(&h, 0),
              iwd = add_tensor(&wd, 1);
-    weft_node nodes[5 * 12];
+    weft_node nodes[5 * CHAIN_ROUNDS];
     int nn = 0;
     for (int r = 0; r < rounds; r++) {
         weft_node lin = {.op = WEFT_OP_LINEAR, .n_in = 3, .n_out = 1};
@@ -1377,9 +1379,9 @@ static int pdl_chain_runs(int k) {
         if (d > worst) worst = d;
     }
     use_inst(0);
-    printf("pdl chain (60 nodes), instance %d: serial and back-to-back results %s (%d of %d "
-           "runs differ, at most %d of 8192 elements)\n",
-           k, bad ? "DIFFER" : "bit-identical", bad, reps, worst);
+    printf("pdl chain (%d nodes), instance %d: serial and back-to-back results %s (%d of %d "
+           "runs differ, at most %d of %d elements)\n",
+           5 * CHAIN_ROUNDS, k, bad ? "DIFFER" : "bit-identical", bad, reps, worst, 2 * CHAIN_D);
     return bad;
 }
 

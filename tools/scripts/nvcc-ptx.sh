@@ -11,10 +11,11 @@
 # and weight dtype codes (1 f32, 2 f16, 3 bf16) and a comma-separated subset of trace, pdle
 # (the backend's pdl_early, on by default), l1 (its pdl_l1) and ablateN, as the backend's build
 # would define them; default "3:3:pdle 3:3" (bf16 models, with and without pdl_early). A module
-# whose file is absent is compiled by NVRTC as usual. Files are named as cuda_kernels.c load_ptx looks them
-# up: core_ta<TA>_tw<TW>[_trace][_pdle][_l1][_ablate<N>].ptx. The sets compile in parallel.
+# whose file is absent is compiled by NVRTC as usual. Files are named as cuda_kernels.c load_ptx
+# looks them up: core_ta<TA>_tw<TW>[_trace][_pdle][_l1][_ablate<N>].ptx. The sets compile in
+# parallel.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,16p' "$0"; exit 2; }
 out=$1
 arch=${2:-sm_90a}
 shift $(($# >= 2 ? 2 : 1))

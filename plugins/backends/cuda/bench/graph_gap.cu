@@ -100,17 +100,8 @@ int main(int argc, char **argv) {
         CK(cudaGetLastError());
     };
     auto launch_next = [&](int pdl) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1];
-        cfg.gridDim = grid;
-        cfg.blockDim = block;
-        cfg.stream = st;
-        if (pdl) {
-            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = at;
-            cfg.numAttrs = 1;
-        }
+        cudaLaunchAttribute at;
+        cudaLaunchConfig_t cfg = launch_config(grid, block, st, pdl, &at);
         CK(cudaLaunchKernelEx(&cfg, next, starts, rep, arrive, pdl));
     };
     auto capture = [&](auto body) {

@@ -59,7 +59,9 @@ __device__ __forceinline__ unsigned ld_cg(const unsigned *p) {
     asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-__host__ __device__ __forceinline__ unsigned value(unsigned r, int i) { return r * 2654435761u + i; }
+__host__ __device__ __forceinline__ unsigned value(unsigned r, int i) {
+    return r * 2654435761u + i;
+}
 
 __global__ void kern_a(const unsigned *x, unsigned *sink, long spin_ns, int early) {
     enter(early);
@@ -112,15 +114,8 @@ __global__ void kern_tail(const unsigned *p, int n, unsigned r, int i0, unsigned
 }
 
 static void launch(void (*k)(), void **args, int nblocks, int pdl, cudaStream_t s) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(nblocks);
-    cfg.blockDim = dim3(NT);
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchAttribute at;
+    cudaLaunchConfig_t cfg = launch_config(dim3(nblocks), dim3(NT), s, pdl, &at);
     CK(cudaLaunchKernelExC(&cfg, (const void *)k, args));
 }
 
@@ -128,7 +123,7 @@ int main(int argc, char **argv) {
     const int rounds = argc > 1 ? atoi(argv[1]) : 200;
     const long spin_ns = (argc > 2 ? atol(argv[2]) : 20) * 1000l;
     if (rounds < 1 || spin_ns < 0) {
-        fprintf(stderr, "usage: pdl_l1 [rounds >= 1] [spin_us >= 0]\n");
+        fprintf(stderr, "usage: stale_reads [rounds >= 1] [spin_us >= 0]\n");
         return 2;
     }
     cudaDeviceProp p;
