@@ -107,8 +107,8 @@ static void report_gemv(CUmodule mod) {
         cuMemcpyDtoH(sm, pm, sizeof(sm)) || cuMemcpyDtoH(n, pn, sizeof(n)))
         return;
     static const char *const label[NS] = {
-        "started",          "passed its wait", "x in shared memory",
-        "first group done", "last group done", "warp 0's first batch in"};
+        "started",           "passed its wait",        "x in shared memory", "first group summed",
+        "last group stored", "warp 0's first batch in"};
     for (int site = 0; site < 2; site++) {
         unsigned nb = n[site][0] < NB ? n[site][0] : NB;
         if (!nb) continue;
@@ -121,9 +121,10 @@ static void report_gemv(CUmodule mod) {
         for (int i = 0; i < 256; i++)
             if (per_sm[i] > most) most = per_sm[i];
         fprintf(stderr,
-                "looped GEMV blocks, latest launch of N %u K %u: %u blocks on %u SMs (at most %u "
+                "GEMV blocks (%s), latest launch of N %u K %u: %u blocks on %u SMs (at most %u "
                 "an SM), %u started before block 0 passed its wait\n",
-                n[site][1], n[site][2], nb, sms_used, most, early);
+                site ? "looped, K > N" : "after the attention, or looped square", n[site][1],
+                n[site][2], nb, sms_used, most, early);
         fprintf(stderr, "  %-22s %8s %8s %8s %8s %8s (us after block 0's wait)\n", "block", "min",
                 "p10", "median", "p90", "max");
         for (int j = 0; j < NS; j++) {

@@ -241,11 +241,12 @@ __device__ unsigned weft_trace_pack[64];
         if (threadIdx.x == 0) atomicAdd(&weft_trace_launch, 1u);                                   \
     } while (0)
 // The looped plain GEMV's blocks (trace builds, the first 1,024 blocks of the latest launch of
-// each of two sites: 0 a square product, the o projection of Qwen3-8B and Llama-3.2-1B; 1 one
-// with K > N, the down projection): when each block started, passed its wait, had x in shared
-// memory, finished its first group and its last, its SM, and (stamp 5) when warp 0 had its first
-// batch of weights in registers, which it then waits for before its wait (cuda_trace.c
-// report_gemv)
+// each of two sites: 0 a square product, the o projection of Qwen3-8B and Llama-3.2-1B, or the
+// unlooped _xs product launched right after the fused attention (the o projection of the small
+// models); 1 a looped one with K > N, the down projection): when each block started, passed its
+// wait, had x in shared memory, finished (summed) its first group and stored its last, its SM,
+// and (stamp 5) when warp 0 had its first batch of weights in registers, which it then waits
+// for before its wait (cuda_trace.c report_gemv)
 #define WEFT_TRACE_GSTAMPS 6
 extern "C" __device__ unsigned long long weft_trace_gemv[2][WEFT_TRACE_BLOCKS][WEFT_TRACE_GSTAMPS];
 extern "C" __device__ unsigned weft_trace_gemv_sm[2][WEFT_TRACE_BLOCKS];
@@ -1106,21 +1107,37 @@ __device__ __forceinline__ const act *gemv_x_shared(const act *x, int n) {
 // shared memory and the products read it there, so x does not depend on staying in L1 (with a
 // large shared-memory carveout the L1 left is small: docs/perf/batch1.md); same values, same
 // order.
+// site (trace builds): the block trace's site this launch records into (-1: none; the _xs
+// kernels' launch right after the fused attention passes 0, cuda_trace.c report_gemv).
 template <int TT, int NW, bool XS = false>
 __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int T, int N, int K,
                                          int S, int n, float (*acc)[TT],
-                                         const act *early = nullptr, float *early_v = nullptr) {
+                                         const act *early = nullptr, float *early_v = nullptr,
+                                         int site = -1) {
     __shared__ float red[GEMV_THREADS / 32][NW][TT];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S;
     const int nv = K / GEMV_VEC, stride = S * 32;
     int v = s * 32 + lane;
     uint4 wv[4][NW];
+    GEMV_MARK(site, 0);
     if (n < N) gemv_load<NW>(w, v, stride, nv, wv);
+#ifdef WEFT_TRACE
+    if (site >= 0 && threadIdx.x < 32) { // warp 0 waits for its first batch, stamps (as lp_)
+        unsigned z = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (n < N && v + j * stride < nv) z ^= wv[j][0].x;
+        if (z == 0x9e3779b9u) weft_trace_gemv[site][blockIdx.x % WEFT_TRACE_BLOCKS][5] = 1;
+        else GEMV_MARK(site, 5);
+    }
+#endif
     pdl_enter();
+    GEMV_MARK(site, 1);
     // early (weft_gemv_norm_1: the residual at row n): loaded right after the wait by the lane
     // that will use it, so its L2 round trip overlaps the products
     if (early && n < N && lane == 0 && s == 0) *early_v = act_ld_early(early, n);
     if (XS) x = gemv_x_shared(x, T * K);
+    GEMV_MARK(site, 2);
 #pragma unroll
     for (int r = 0; r < NW; r++)
 #pragma unroll
@@ -1153,26 +1170,42 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
                     acc[r][t] = tot;
                 }
     }
+    GEMV_MARK(site, 3);
     return n < N && s == 0;
 }
 
 // y = x w^T [+ bias]; y is f32 when out_f32 (the LM head's logits), else the activation dtype.
+// site: gemv_row's (trace builds; stamp 4 once the block's rows are stored)
 template <int TT, bool XS = false>
 __device__ __forceinline__ void gemv_plain(const act *x, const wgt *w, const wgt *bias, void *y,
-                                           int out_f32, int T, int N, int K, int S, int bx) {
+                                           int out_f32, int T, int N, int K, int S, int bx,
+                                           int site = -1) {
     int n = bx * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
     const wgt *rows[1] = {w + (long)n * K};
     float acc[1][TT];
-    if (!gemv_row<TT, 1, XS>(x, rows, T, N, K, S, n, acc)) return;
+    const bool mine = gemv_row<TT, 1, XS>(x, rows, T, N, K, S, n, acc, nullptr, nullptr, site);
     int lane = threadIdx.x & 31;
-    float b = bias ? W::ld(bias, n) : 0.f;
+    if (mine) {
+        float b = bias ? W::ld(bias, n) : 0.f;
 #pragma unroll
-    for (int t = 0; t < TT; t++)
-        if (t < T && lane == t) {
-            float v = acc[0][t] + b;
-            if (out_f32) ((float *)y)[(long)t * N + n] = v;
-            else A::st((act *)y, (long)t * N + n, v);
+        for (int t = 0; t < TT; t++)
+            if (t < T && lane == t) {
+                float v = acc[0][t] + b;
+                if (out_f32) ((float *)y)[(long)t * N + n] = v;
+                else A::st((act *)y, (long)t * N + n, v);
+            }
+    }
+#ifdef WEFT_TRACE
+    if (site >= 0) {
+        bsync(GEMV_THREADS); // every warp's store issued
+        GEMV_MARK(site, 4);
+        if (bx == 0 && threadIdx.x == 0) {
+            weft_trace_gemv_n[site][0] = gridDim.x;
+            weft_trace_gemv_n[site][1] = (unsigned)N;
+            weft_trace_gemv_n[site][2] = (unsigned)K;
         }
+    }
+#endif
 }
 
 // y = silu(x wg^T) * (x wu^T), each product rounded to the activation dtype first, as the
@@ -1629,7 +1662,9 @@ WEFT_GEMV_LPW(32)
         weft_gemv_xs_##TT(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32,       \
                           int T, int N, int K, int S) {                                            \
         ABLATE(4);                                                                                 \
-        gemv_plain<TT, true>(x, w, bias, y, out_f32, T, N, K, S, blockIdx.x);                      \
+        /* S's bit 30: the launch right after the fused attention (the block trace's site 0) */    \
+        const int site = (S >> 30) & 1 ? 0 : -1;                                                   \
+        gemv_plain<TT, true>(x, w, bias, y, out_f32, T, N, K, S & 0xff, blockIdx.x, site);         \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_swiglu_xs_##TT(const act *x, const wgt *wg, const wgt *wu, act *y, int T, int F, \
