@@ -12,22 +12,32 @@
 //   in-graph    graph [work, next], stream order
 //   in-graph-pdl graph [work, next], next launched with programmatic stream serialization and
 //               work triggering its dependents at its start
-// Usage: graph_gap [spin_us (default 20)] [reps (default 200)]
+// Usage: graph_gap [spin_us (default 20)] [reps (default 200)] [blocks_per_sm (default 1)]
+//                  [store (default 0)]
+// blocks_per_sm sets both kernels' grids (that many blocks of 256 an SM, all resident at once);
+// store 1 has every thread of `work` store a word after the spin, its block's end stamped once
+// they are issued, as a product's blocks end (so the gap then includes their stores' drain).
 #include <algorithm>
 #include <vector>
 
 #include "probe_check.cuh"
 #include "probe_device.cuh"
 
-// every block spins for ns nanoseconds; each block's end goes into ends[rep] by atomicMax
-__global__ void work(unsigned long long *ends, unsigned *rep, long ns, int pdl) {
+// every block spins for ns nanoseconds (then, with store, every thread stores a word into
+// out); each block's end goes into ends[rep] by atomicMax
+__global__ void work(unsigned long long *ends, unsigned *rep, long ns, int pdl, unsigned *out) {
     if (pdl) asm volatile("griddepcontrol.launch_dependents;");
     if (threadIdx.x == 0) {
         const unsigned long long t0 = gtimer();
         while (gtimer() - t0 < (unsigned long long)ns) {
         }
-        atomicMax(ends + *(volatile unsigned *)rep, gtimer());
     }
+    if (out) {
+        __syncthreads();
+        out[blockIdx.x * blockDim.x + threadIdx.x] = (unsigned)ns + threadIdx.x;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicMax(ends + *(volatile unsigned *)rep, gtimer());
 }
 
 // every block's first thread: after the wait (pdl) the start into starts[rep] by atomicMin;
@@ -77,8 +87,11 @@ static gap_stats stats(const std::vector<unsigned long long> &s,
 int main(int argc, char **argv) {
     const double spin_us = argc > 1 ? atof(argv[1]) : 20.0;
     const int reps = argc > 2 ? atoi(argv[2]) : 200;
-    if (spin_us <= 0 || reps < 10 || reps > 100000) {
-        fprintf(stderr, "usage: graph_gap [spin_us > 0] [reps 10..100000]\n");
+    const int bpsm = argc > 3 ? atoi(argv[3]) : 1, store = argc > 4 ? atoi(argv[4]) : 0;
+    if (spin_us <= 0 || reps < 10 || reps > 100000 || bpsm < 1 || bpsm > 8 || store < 0 ||
+        store > 1) {
+        fprintf(stderr, "usage: graph_gap [spin_us > 0] [reps 10..100000] [blocks_per_sm 1..8] "
+                        "[store 0|1]\n");
         return 2;
     }
     int sms = 0;
@@ -93,10 +106,12 @@ int main(int argc, char **argv) {
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const long ns = (long)(spin_us * 1e3);
-    const dim3 grid(sms), block(256);
+    const dim3 grid(sms * bpsm), block(256);
+    unsigned *out = nullptr;
+    if (store) CK(cudaMalloc(&out, (size_t)grid.x * block.x * sizeof(*out)));
 
     auto launch_work = [&](int pdl) {
-        work<<<grid, block, 0, st>>>(ends, rep, ns, pdl);
+        work<<<grid, block, 0, st>>>(ends, rep, ns, pdl, out);
         CK(cudaGetLastError());
     };
     auto launch_next = [&](int pdl) {
@@ -133,8 +148,8 @@ int main(int argc, char **argv) {
     };
     std::vector<unsigned long long> s, e;
     const int skip = 5;
-    printf("graph_gap: %d SMs, grids of %d blocks x 256, work spins %.1f us, %d replays\n", sms,
-           sms, spin_us, reps);
+    printf("graph_gap: %d SMs, grids of %u blocks x 256, work spins %.1f us%s, %d replays\n",
+           sms, grid.x, spin_us, store ? " then stores a word a thread" : "", reps);
     { // the timer's granularity, which every gap below is a multiple of
         unsigned long long *d, h[2];
         CK(cudaMalloc(&d, sizeof(h)));
@@ -195,5 +210,6 @@ int main(int argc, char **argv) {
     CK(cudaFree(starts));
     CK(cudaFree(rep));
     CK(cudaFree(arrive));
+    if (out) CK(cudaFree(out));
     return 0;
 }
