@@ -130,9 +130,6 @@ typedef struct cuda_backend {
     /* option attn_dead_exit: the fused attention's splits with no position exit after their
      * wait instead of waiting at the cluster merge's barriers */
     int attn_dead_exit;
-    /* option gemv_o_late: the unlooped _xs product right after the fused attention lets its
-     * dependants launch only once its copy of x is in (core.cu pdl_wait, pdl_trigger) */
-    int gemv_o_late;
     /* option gemv_nl_defer: fuse.norm_linear's one-row product, on an SM where a live block of
      * the fused attention runs, issues its first weights only after its wait */
     int gemv_nl_defer;

@@ -437,7 +437,7 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
     TRY(kern(b, dt, dt, name, &f, err));
     /* the _xs kernels take bit 30 of S as the product right after the fused attention, whose
      * blocks a trace build stamps (core.cu gemv_plain's site 0; cuda_trace.c report_gemv) */
-    if (xs && b->l2_after == 1) S |= (1 << 30) | (b->gemv_o_late << 29); /* option gemv_o_late */
+    if (xs && b->l2_after == 1) S |= 1 << 30;
     void *args[] = {&x, &w, &bias, &y, &out_f32, &T, &N, &K, &S};
     return gemv_launch(b, f, name, (unsigned)((N + rows - 1) / rows), xs, args, err);
 }

@@ -309,22 +309,6 @@ __device__ __forceinline__ void pdl_l1_drop() {
                  : "memory");
 #endif
 }
-// The two halves of pdl_enter for a kernel that lets its dependants launch only later
-// (pdl_wait, then pdl_trigger where it chooses): the _xs GEMV right after the fused attention
-// with the backend's option gemv_o_late, whose trigger follows its copy of x, so the next
-// kernel's first weight loads do not stream while that copy crosses from L2.
-__device__ __forceinline__ void pdl_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    pdl_l1_drop();
-#endif
-    trace_mark();
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 __device__ __forceinline__ void pdl_enter() {
 #if __CUDA_ARCH__ >= 900
 #ifdef WEFT_PDL_EARLY
@@ -1129,7 +1113,7 @@ template <int TT, int NW, bool XS = false>
 __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int T, int N, int K,
                                          int S, int n, float (*acc)[TT],
                                          const act *early = nullptr, float *early_v = nullptr,
-                                         int site = -1, bool late = false) {
+                                         int site = -1) {
     __shared__ float red[GEMV_THREADS / 32][NW][TT];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, s = warp % S;
     const int nv = K / GEMV_VEC, stride = S * 32;
@@ -1147,14 +1131,12 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
         else GEMV_MARK(site, 5);
     }
 #endif
-    if (late) pdl_wait();
-    else pdl_enter();
+    pdl_enter();
     GEMV_MARK(site, 1);
     // early (weft_gemv_norm_1: the residual at row n): loaded right after the wait by the lane
     // that will use it, so its L2 round trip overlaps the products
     if (early && n < N && lane == 0 && s == 0) *early_v = act_ld_early(early, n);
     if (XS) x = gemv_x_shared(x, T * K);
-    if (late) pdl_trigger();
     GEMV_MARK(site, 2);
 #pragma unroll
     for (int r = 0; r < NW; r++)
@@ -1193,16 +1175,15 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
 }
 
 // y = x w^T [+ bias]; y is f32 when out_f32 (the LM head's logits), else the activation dtype.
-// site and late: gemv_row's (trace builds stamp 4 once the block's rows are stored)
+// site: gemv_row's (trace builds stamp 4 once the block's rows are stored)
 template <int TT, bool XS = false>
 __device__ __forceinline__ void gemv_plain(const act *x, const wgt *w, const wgt *bias, void *y,
                                            int out_f32, int T, int N, int K, int S, int bx,
-                                           int site = -1, bool late = false) {
+                                           int site = -1) {
     int n = bx * (GEMV_THREADS / 32 / S) + (threadIdx.x >> 5) / S;
     const wgt *rows[1] = {w + (long)n * K};
     float acc[1][TT];
-    const bool mine =
-        gemv_row<TT, 1, XS>(x, rows, T, N, K, S, n, acc, nullptr, nullptr, site, late);
+    const bool mine = gemv_row<TT, 1, XS>(x, rows, T, N, K, S, n, acc, nullptr, nullptr, site);
     int lane = threadIdx.x & 31;
     if (mine) {
         float b = bias ? W::ld(bias, n) : 0.f;
@@ -1681,11 +1662,9 @@ WEFT_GEMV_LPW(32)
         weft_gemv_xs_##TT(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32,       \
                           int T, int N, int K, int S) {                                            \
         ABLATE(4);                                                                                 \
-        /* S's bit 30: the launch right after the fused attention (the block trace's site 0); */  \
-        /* bit 29: its trigger after its copy of x (option gemv_o_late) */                        \
+        /* S's bit 30: the launch right after the fused attention (the block trace's site 0) */    \
         const int site = (S >> 30) & 1 ? 0 : -1;                                                   \
-        gemv_plain<TT, true>(x, w, bias, y, out_f32, T, N, K, S & 0xff, blockIdx.x, site,          \
-                             (S >> 29) & 1);                                                       \
+        gemv_plain<TT, true>(x, w, bias, y, out_f32, T, N, K, S & 0xff, blockIdx.x, site);         \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         weft_gemv_swiglu_xs_##TT(const act *x, const wgt *wg, const wgt *wu, act *y, int T, int F, \
