@@ -435,9 +435,11 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
     }
     const char *name = gemv_name(T, 0, xs != 0);
     TRY(kern(b, dt, dt, name, &f, err));
-    /* the _xs kernels take bit 30 of S as the product right after the fused attention, whose
-     * blocks a trace build stamps (core.cu gemv_plain's site 0; cuda_trace.c report_gemv) */
+    /* the _xs kernels take bit 30 of S as the product right after the fused attention and bit
+     * 28 as the one right after the residual join, whose blocks a trace build stamps (core.cu
+     * gemv_plain's sites 0 and 1; cuda_trace.c report_gemv) */
     if (xs && b->l2_after == 1) S |= 1 << 30;
+    if (xs && b->l2_after == 2) S |= 1 << 28;
     void *args[] = {&x, &w, &bias, &y, &out_f32, &T, &N, &K, &S};
     return gemv_launch(b, f, name, (unsigned)((N + rows - 1) / rows), xs, args, err);
 }

@@ -92,6 +92,8 @@ static int cmp_dbl(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
+static void report_gemv_late(CUmodule mod, unsigned long long (*st)[6], const unsigned *sm,
+                             unsigned nb, const unsigned *per_sm, double t0);
 static void report_gemv(CUmodule mod) {
     enum { NB = 1024, NS = 6 };
     static unsigned long long st[2][NB][NS];
@@ -123,8 +125,8 @@ static void report_gemv(CUmodule mod) {
         fprintf(stderr,
                 "GEMV blocks (%s), latest launch of N %u K %u: %u blocks on %u SMs (at most %u "
                 "an SM), %u started before block 0 passed its wait\n",
-                site ? "looped, K > N" : "after the attention, or looped square", n[site][1],
-                n[site][2], nb, sms_used, most, early);
+                site ? "looped, K > N, or after the join" : "after the attention, or looped square",
+                n[site][1], n[site][2], nb, sms_used, most, early);
         fprintf(stderr, "  %-22s %8s %8s %8s %8s %8s (us after block 0's wait)\n", "block", "min",
                 "p10", "median", "p90", "max");
         for (int j = 0; j < NS; j++) {
@@ -148,6 +150,53 @@ static void report_gemv(CUmodule mod) {
             fprintf(stderr, "  %-22s %8.2f %8.2f %8.2f %8.2f %8.2f (a block's span)\n", span[j],
                     v[0], v[nb / 10], v[nb / 2], v[nb * 9 / 10], v[nb - 1]);
         }
+        report_gemv_late(mod, st[site], sm[site], nb, per_sm, t0);
+    }
+}
+
+/* The six blocks of a GEMV launch (its nb stamps st, SMs sm, blocks an SM per_sm) that stored
+ * their rows last, each with its SM, its stamps after t0 (block 0's wait) and whether a live
+ * block of the fused attention's latest launch ran on that SM: which blocks make the tail. */
+static void report_gemv_late(CUmodule mod, unsigned long long (*st)[6], const unsigned *sm,
+                             unsigned nb, const unsigned *per_sm, double t0) {
+    enum { NA = 1024 };
+    static unsigned long long ablk[NA][2];
+    static unsigned asm_[NA];
+    unsigned an = 0;
+    CUdeviceptr pb, ps, pn;
+    size_t sb, ss, sn;
+    if (cuModuleGetGlobal(&pb, &sb, mod, "weft_trace_blk") != CUDA_SUCCESS ||
+        cuModuleGetGlobal(&ps, &ss, mod, "weft_trace_blk_sm") != CUDA_SUCCESS ||
+        cuModuleGetGlobal(&pn, &sn, mod, "weft_trace_blk_n") != CUDA_SUCCESS ||
+        sb != sizeof(ablk) || ss != sizeof(asm_) || cuMemcpyDtoH(&an, pn, sizeof(an)) ||
+        cuMemcpyDtoH(ablk, pb, sizeof(ablk)) || cuMemcpyDtoH(asm_, ps, sizeof(asm_)))
+        an = 0;
+    if (an > NA) an = NA;
+    unsigned char attn[256] = {0};
+    for (unsigned i = 0; i < an; i++)
+        if (ablk[i][1] != 0 && asm_[i] < 256) attn[asm_[i]] = 1;
+    unsigned pick[6];
+    int np = 0;
+    for (int k = 0; k < 6 && k < (int)nb; k++) { /* the k-th latest store, by selection */
+        unsigned best = nb;
+        for (unsigned i = 0; i < nb; i++) {
+            int taken = 0;
+            for (int j = 0; j < np; j++)
+                taken |= pick[j] == i;
+            if (!taken && (best == nb || st[i][4] > st[best][4])) best = i;
+        }
+        pick[np++] = best;
+    }
+    fprintf(stderr,
+            "  the last %d blocks to store (us after block 0's wait): block, SM (its "
+            "blocks; a live attention block there), wait, x, summed, stored\n",
+            np);
+    for (int j = 0; j < np; j++) {
+        const unsigned i = pick[j], m = sm[i];
+        fprintf(stderr, "    %5u  SM %3u (%u%s)  %6.2f %6.2f %6.2f %6.2f\n", i, m,
+                m < 256 ? per_sm[m] : 0, m < 256 && attn[m] ? ", attention" : "",
+                ((double)st[i][1] - t0) / 1e3, ((double)st[i][2] - t0) / 1e3,
+                ((double)st[i][3] - t0) / 1e3, ((double)st[i][4] - t0) / 1e3);
     }
 }
 

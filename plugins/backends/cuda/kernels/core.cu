@@ -243,7 +243,8 @@ __device__ unsigned weft_trace_pack[64];
 // The looped plain GEMV's blocks (trace builds, the first 1,024 blocks of the latest launch of
 // each of two sites: 0 a square product, the o projection of Qwen3-8B and Llama-3.2-1B, or the
 // unlooped _xs product launched right after the fused attention (the o projection of the small
-// models); 1 a looped one with K > N, the down projection): when each block started, passed its
+// models); 1 a looped one with K > N, the down projection, or the unlooped _xs product launched
+// right after the residual join (Qwen3-0.6B's q|k|v)): when each block started, passed its
 // wait, had x in shared memory, finished (summed) its first group and stored its last, its SM,
 // and (stamp 5) when warp 0 had its first batch of weights in registers, which it then waits
 // for before its wait (cuda_trace.c report_gemv)
@@ -1108,7 +1109,8 @@ __device__ __forceinline__ const act *gemv_x_shared(const act *x, int n) {
 // large shared-memory carveout the L1 left is small: docs/perf/batch1.md); same values, same
 // order.
 // site (trace builds): the block trace's site this launch records into (-1: none; the _xs
-// kernels' launch right after the fused attention passes 0, cuda_trace.c report_gemv).
+// kernels' launch right after the fused attention passes 0, right after the residual join 1;
+// cuda_trace.c report_gemv).
 template <int TT, int NW, bool XS = false>
 __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int T, int N, int K,
                                          int S, int n, float (*acc)[TT],
@@ -1662,8 +1664,9 @@ WEFT_GEMV_LPW(32)
         weft_gemv_xs_##TT(const act *x, const wgt *w, const wgt *bias, void *y, int out_f32,       \
                           int T, int N, int K, int S) {                                            \
         ABLATE(4);                                                                                 \
-        /* S's bit 30: the launch right after the fused attention (the block trace's site 0) */    \
-        const int site = (S >> 30) & 1 ? 0 : -1;                                                   \
+        /* S's bit 30: the launch right after the fused attention (the block trace's site 0); */  \
+        /* bit 28: right after the residual join (site 1) */                                       \
+        const int site = (S >> 30) & 1 ? 0 : (S >> 28) & 1 ? 1 : -1;                               \
         gemv_plain<TT, true>(x, w, bias, y, out_f32, T, N, K, S & 0xff, blockIdx.x, site);         \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
