@@ -1889,7 +1889,7 @@ static void test_option_ranges(void **state) {
                {"attn_bucket_min", 127}, {"attn_bucket_min", 0},  {"join_l2", 65},
                {"join_l2", -1},          {"join_l2_blocks", 0},   {"join_l2_blocks", 257},
                {"gemv_split_1024", 0},   {"gemv_split_1024", 3},  {"gemv_split_2048", 6},
-               {"gemv_split_2048", 9}};
+               {"gemv_split_2048", 9},   {"gemv_o_smem_min", 228}, {"gemv_o_smem_min", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);

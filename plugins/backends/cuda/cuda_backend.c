@@ -441,6 +441,11 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          "block, so that none shares an SM with a block of the fused attention that asked for "
          "attn_smem_min; 0: as the row needs)",
          &b->gemv_nl_smem_min},
+        {"gemv_o_smem_min", 0, 0, 227,
+         " (KiB: the unlooped product right after the fused attention asks for at least this "
+         "much shared memory a block, so that none shares an SM with an attention block that "
+         "asked for attn_smem_min; 0: as x needs)",
+         &b->gemv_o_smem_min},
         {"gemv_l2_rest", 0, 0, 64,
          " (KiB of its rows past its first group each block of the looped product after the "
          "fused attention loads into L2 before its wait, one 4-byte load a thread every 256 "

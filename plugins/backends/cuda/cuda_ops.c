@@ -440,8 +440,12 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
      * gemv_plain's sites 0 and 1; cuda_trace.c report_gemv) */
     if (xs && b->l2_after == 1) S |= 1 << 30;
     if (xs && b->l2_after == 2) S |= 1 << 28;
+    /* option gemv_o_smem_min: a floor on that product's request (placement only) */
+    unsigned req = xs;
+    if (xs && b->l2_after == 1 && req < (unsigned)b->gemv_o_smem_min << 10)
+        req = (unsigned)b->gemv_o_smem_min << 10;
     void *args[] = {&x, &w, &bias, &y, &out_f32, &T, &N, &K, &S};
-    return gemv_launch(b, f, name, (unsigned)((N + rows - 1) / rows), xs, args, err);
+    return gemv_launch(b, f, name, (unsigned)((N + rows - 1) / rows), req, args, err);
 }
 
 /* cuda_linear's choice: whether T rows of x (tx) times the (N, K) weight w (tw) into ty run as
