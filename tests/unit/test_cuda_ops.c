@@ -1879,16 +1879,16 @@ static void test_option_ranges(void **state) {
     static const struct {
         const char *key;
         int64_t v;
-    } bad[] = {{"gemv_max_tokens", 9},   {"smem_carveout", 101},  {"smem_carveout", -2},
-               {"gemv_xsmem", 4},        {"attn_cp", 4},          {"attn_cp", -1},
-               {"ablate", 16},           {"gemv_stage", 201},     {"gemv_stage", -1},
-               {"gemv_loop", 17},        {"gemv_loop", -1},       {"gemv_loop_warps", 7},
-               {"gemv_loop_warps", 12},  {"gemv_loop_warps", 33}, {"attn_qsplit", 0},
-               {"attn_qsplit", 3},       {"attn_qsplit", 5},      {"gemv_l2_rest", 65},
-               {"gemv_l2_rest", -1},     {"gemv_l2_delay", 16},   {"gemv_l2_join", 65},
-               {"attn_bucket_min", 127}, {"attn_bucket_min", 0},  {"join_l2", 65},
-               {"join_l2", -1},          {"join_l2_blocks", 0},   {"join_l2_blocks", 257},
-               {"gemv_split_1024", 0},   {"gemv_split_1024", 3},  {"gemv_split_2048", 6},
+    } bad[] = {{"gemv_max_tokens", 9},   {"smem_carveout", 101},   {"smem_carveout", -2},
+               {"gemv_xsmem", 4},        {"attn_cp", 4},           {"attn_cp", -1},
+               {"ablate", 16},           {"gemv_stage", 201},      {"gemv_stage", -1},
+               {"gemv_loop", 17},        {"gemv_loop", -1},        {"gemv_loop_warps", 7},
+               {"gemv_loop_warps", 12},  {"gemv_loop_warps", 33},  {"attn_qsplit", 0},
+               {"attn_qsplit", 3},       {"attn_qsplit", 5},       {"gemv_l2_rest", 65},
+               {"gemv_l2_rest", -1},     {"gemv_l2_delay", 16},    {"gemv_l2_join", 65},
+               {"attn_bucket_min", 127}, {"attn_bucket_min", 0},   {"join_l2", 65},
+               {"join_l2", -1},          {"join_l2_blocks", 0},    {"join_l2_blocks", 257},
+               {"gemv_split_1024", 0},   {"gemv_split_1024", 3},   {"gemv_split_2048", 6},
                {"gemv_split_2048", 9},   {"gemv_o_smem_min", 228}, {"gemv_o_smem_min", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
