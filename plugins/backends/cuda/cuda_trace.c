@@ -45,20 +45,28 @@ static int cmp_u64(const void *a, const void *b) {
  * and finished its scores and sums, relative to t0 (block (0, 0, 0) passing its wait), as a
  * histogram in microseconds, live (non-empty) splits and empty ones apart, and how many live
  * blocks each SM ran. */
-static void report_blocks(CUmodule mod, unsigned long long t0) {
-    enum { NB = 1024, BINS = 24 };
-    static unsigned long long blk[NB][2];
-    static unsigned sm[NB];
+enum { ATTN_BLOCKS = 1024 }; /* core.cu WEFT_TRACE_BLOCKS */
+/* the attention's per-block stamps (start, scores and sums done) and SMs of its latest launch:
+ * the count read (at most ATTN_BLOCKS), 0 when the module has none */
+static unsigned attn_blocks(CUmodule mod, unsigned long long (*blk)[2], unsigned *sm) {
     unsigned n = 0;
     CUdeviceptr pb, ps, pn;
     size_t sb, ss, sn;
     if (cuModuleGetGlobal(&pb, &sb, mod, "weft_trace_blk") != CUDA_SUCCESS ||
         cuModuleGetGlobal(&ps, &ss, mod, "weft_trace_blk_sm") != CUDA_SUCCESS ||
         cuModuleGetGlobal(&pn, &sn, mod, "weft_trace_blk_n") != CUDA_SUCCESS ||
-        sb != sizeof(blk) || ss != sizeof(sm) || cuMemcpyDtoH(&n, pn, sizeof(n)) ||
-        cuMemcpyDtoH(blk, pb, sizeof(blk)) || cuMemcpyDtoH(sm, ps, sizeof(sm)) || !n)
-        return;
-    if (n > NB) n = NB;
+        sb != ATTN_BLOCKS * sizeof(*blk) || ss != ATTN_BLOCKS * sizeof(*sm) ||
+        cuMemcpyDtoH(&n, pn, sizeof(n)) || cuMemcpyDtoH(blk, pb, sb) || cuMemcpyDtoH(sm, ps, ss))
+        return 0;
+    return n > ATTN_BLOCKS ? ATTN_BLOCKS : n;
+}
+
+static void report_blocks(CUmodule mod, unsigned long long t0) {
+    enum { BINS = 24 };
+    static unsigned long long blk[ATTN_BLOCKS][2];
+    static unsigned sm[ATTN_BLOCKS];
+    unsigned n = attn_blocks(mod, blk, sm);
+    if (!n) return;
     unsigned hist[2][BINS] = {{0}}, per_sm[256] = {0}, live = 0, sms = 0, most = 0;
     double last_start = -1e9, last_done = -1e9;
     for (unsigned i = 0; i < n; i++) {
@@ -159,19 +167,9 @@ static void report_gemv(CUmodule mod) {
  * block of the fused attention's latest launch ran on that SM: which blocks make the tail. */
 static void report_gemv_late(CUmodule mod, unsigned long long (*st)[6], const unsigned *sm,
                              unsigned nb, const unsigned *per_sm, double t0) {
-    enum { NA = 1024 };
-    static unsigned long long ablk[NA][2];
-    static unsigned asm_[NA];
-    unsigned an = 0;
-    CUdeviceptr pb, ps, pn;
-    size_t sb, ss, sn;
-    if (cuModuleGetGlobal(&pb, &sb, mod, "weft_trace_blk") != CUDA_SUCCESS ||
-        cuModuleGetGlobal(&ps, &ss, mod, "weft_trace_blk_sm") != CUDA_SUCCESS ||
-        cuModuleGetGlobal(&pn, &sn, mod, "weft_trace_blk_n") != CUDA_SUCCESS ||
-        sb != sizeof(ablk) || ss != sizeof(asm_) || cuMemcpyDtoH(&an, pn, sizeof(an)) ||
-        cuMemcpyDtoH(ablk, pb, sizeof(ablk)) || cuMemcpyDtoH(asm_, ps, sizeof(asm_)))
-        an = 0;
-    if (an > NA) an = NA;
+    static unsigned long long ablk[ATTN_BLOCKS][2];
+    static unsigned asm_[ATTN_BLOCKS];
+    const unsigned an = attn_blocks(mod, ablk, asm_);
     unsigned char attn[256] = {0};
     for (unsigned i = 0; i < an; i++)
         if (ablk[i][1] != 0 && asm_[i] < 256) attn[asm_[i]] = 1;

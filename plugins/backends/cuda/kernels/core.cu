@@ -281,6 +281,26 @@ __device__ __forceinline__ int gemv_trace_site(int N, int K) {
 #define GEMV_MARK(site, j) ((void)(site))
 __device__ __forceinline__ int gemv_trace_site(int, int) { return -1; }
 #endif
+// The block trace's stamp 5 (trace builds): warp 0 of a block of site `site` waits for its first
+// batch of weights (wv, when the block has a row: has) and stamps. A branch on the loaded bits,
+// so the stamp's timer read cannot be scheduled before the loads land (an empty asm using them
+// emits nothing for ptxas to order after them). Nothing outside trace builds.
+template <int NW>
+__device__ __forceinline__ void gemv_mark_batch(int site, const uint4 (*wv)[NW], bool has, int v,
+                                                int stride, int nv) {
+#ifdef WEFT_TRACE
+    if (site >= 0 && threadIdx.x < 32) {
+        unsigned z = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (has && v + j * stride < nv) z ^= wv[j][0].x;
+        if (z == 0x9e3779b9u) weft_trace_gemv[site][blockIdx.x % WEFT_TRACE_BLOCKS][5] = 1;
+        else GEMV_MARK(site, 5);
+    }
+#else
+    (void)site, (void)wv, (void)has, (void)v, (void)stride, (void)nv;
+#endif
+}
 // WEFT_PDL_EARLY (the backend's option pdl_early): the trigger comes before the wait, so the
 // next kernel may launch as soon as every block of this one is resident, while this one still
 // waits for its own predecessor; a chain of kernels then becomes resident ahead of its data, as
@@ -1123,16 +1143,7 @@ __device__ __forceinline__ bool gemv_row(const act *x, const wgt *const *w, int 
     uint4 wv[4][NW];
     GEMV_MARK(site, 0);
     if (n < N) gemv_load<NW>(w, v, stride, nv, wv);
-#ifdef WEFT_TRACE
-    if (site >= 0 && threadIdx.x < 32) { // warp 0 waits for its first batch, stamps (as lp_)
-        unsigned z = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (n < N && v + j * stride < nv) z ^= wv[j][0].x;
-        if (z == 0x9e3779b9u) weft_trace_gemv[site][blockIdx.x % WEFT_TRACE_BLOCKS][5] = 1;
-        else GEMV_MARK(site, 5);
-    }
-#endif
+    gemv_mark_batch<NW>(site, wv, n < N, v, stride, nv);
     pdl_enter();
     GEMV_MARK(site, 1);
     // early (weft_gemv_norm_1: the residual at row n): loaded right after the wait by the lane
@@ -1464,18 +1475,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     // is a template argument: the _d forms keep 64 and 48 registers, no spills.
     if (ndefer && shared_sm) pdl_enter();
     if (!late) lp_first<NW>(w0, w1, n0, N, K, v0, stride, nv, wv);
-#ifdef WEFT_TRACE
-    if (site >= 0 && threadIdx.x < 32 && !late) { // warp 0 waits for its first batch, stamps
-        unsigned z = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (n0 < N && v0 + j * stride < nv) z ^= wv[j][0].x;
-        // a branch on the loaded bits, so the stamp's timer read cannot be scheduled before
-        // the loads land (an empty asm using z emits nothing for ptxas to order after them)
-        if (z == 0x9e3779b9u) weft_trace_gemv[site][blockIdx.x % WEFT_TRACE_BLOCKS][5] = 1;
-        else GEMV_MARK(site, 5);
-    }
-#endif
+    if (!late) gemv_mark_batch<NW>(site, wv, n0 < N, v0, stride, nv);
     // rows past the first group into L2: one 4-byte load with the L2::256B hint every 256
     // bytes (a probe measured prefetch instructions bringing in about a third of a region and
     // these loads three quarters, docs/perf/batch1.md), at most one a thread (64 KiB at 256
