@@ -100,8 +100,8 @@ static int cmp_dbl(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
-static void report_gemv_late(CUmodule mod, unsigned long long (*st)[6], const unsigned *sm,
-                             unsigned nb, const unsigned *per_sm, double t0);
+static void report_gemv_late(unsigned long long (*st)[6], const unsigned *sm, unsigned nb,
+                             const unsigned *per_sm, const unsigned char *attn, double t0);
 static void report_gemv(CUmodule mod) {
     enum { NB = 1024, NS = 6 };
     static unsigned long long st[2][NB][NS];
@@ -116,6 +116,13 @@ static void report_gemv(CUmodule mod) {
         sms != sizeof(sm) || sn != sizeof(n) || cuMemcpyDtoH(st, ps, sizeof(st)) ||
         cuMemcpyDtoH(sm, pm, sizeof(sm)) || cuMemcpyDtoH(n, pn, sizeof(n)))
         return;
+    /* the SMs where a live block of the fused attention's latest launch ran */
+    static unsigned long long ablk[ATTN_BLOCKS][2];
+    static unsigned asm_[ATTN_BLOCKS];
+    const unsigned an = attn_blocks(mod, ablk, asm_);
+    unsigned char attn[256] = {0};
+    for (unsigned i = 0; i < an; i++)
+        if (ablk[i][1] != 0 && asm_[i] < 256) attn[asm_[i]] = 1;
     static const char *const label[NS] = {
         "started",           "passed its wait",        "x in shared memory", "first group summed",
         "last group stored", "warp 0's first batch in"};
@@ -158,21 +165,16 @@ static void report_gemv(CUmodule mod) {
             fprintf(stderr, "  %-22s %8.2f %8.2f %8.2f %8.2f %8.2f (a block's span)\n", span[j],
                     v[0], v[nb / 10], v[nb / 2], v[nb * 9 / 10], v[nb - 1]);
         }
-        report_gemv_late(mod, st[site], sm[site], nb, per_sm, t0);
+        report_gemv_late(st[site], sm[site], nb, per_sm, attn, t0);
     }
 }
 
 /* The six blocks of a GEMV launch (its nb stamps st, SMs sm, blocks an SM per_sm) that stored
  * their rows last, each with its SM, its stamps after t0 (block 0's wait) and whether a live
- * block of the fused attention's latest launch ran on that SM: which blocks make the tail. */
-static void report_gemv_late(CUmodule mod, unsigned long long (*st)[6], const unsigned *sm,
-                             unsigned nb, const unsigned *per_sm, double t0) {
-    static unsigned long long ablk[ATTN_BLOCKS][2];
-    static unsigned asm_[ATTN_BLOCKS];
-    const unsigned an = attn_blocks(mod, ablk, asm_);
-    unsigned char attn[256] = {0};
-    for (unsigned i = 0; i < an; i++)
-        if (ablk[i][1] != 0 && asm_[i] < 256) attn[asm_[i]] = 1;
+ * block of the fused attention's latest launch ran on that SM (attn, by SM): which blocks make
+ * the tail. */
+static void report_gemv_late(unsigned long long (*st)[6], const unsigned *sm, unsigned nb,
+                             const unsigned *per_sm, const unsigned char *attn, double t0) {
     unsigned pick[6];
     int np = 0;
     for (int k = 0; k < 6 && k < (int)nb; k++) { /* the k-th latest store, by selection */
