@@ -305,6 +305,13 @@ static weft_status gemv_allow_smem(CUfunction f, unsigned smem, weft_error *err)
            "raising the GEMV's shared memory limit");
     return WEFT_OK;
 }
+/* a placement floor (the options *_smem_min, in KiB): a kernel's shared-memory request raised to
+ * at least kib KiB, so that fewer of its blocks fit an SM; the kernel still uses its own share */
+static unsigned smem_floor(unsigned bytes, int kib) {
+    const unsigned f = (unsigned)kib << 10;
+    return bytes < f ? f : bytes;
+}
+
 static weft_status gemv_launch_nt(cuda_backend *b, CUfunction f, const char *name, unsigned blocks,
                                   unsigned nt, unsigned smem, void **args, weft_error *err) {
     TRY(gemv_allow_smem(f, smem, err));
@@ -426,11 +433,8 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
          * kernel, chosen by x's share, uses that share), so that at most the SM's shared
          * memory over it of its blocks share an SM; the grid is sized again for it. A product
          * whose blocks all fit at once stays unlooped (the floor never changes its form). */
-        unsigned lreq = xs;
-        if (per > 1 && lreq < (unsigned)b->gemv_lp_smem_min << 10) {
-            lreq = (unsigned)b->gemv_lp_smem_min << 10;
-            TRY(gemv_lp_grid(b, f, nt, lreq, N, S, &lp, &per, err));
-        }
+        const unsigned lreq = per > 1 ? smem_floor(xs, b->gemv_lp_smem_min) : xs;
+        if (lreq != xs) TRY(gemv_lp_grid(b, f, nt, lreq, N, S, &lp, &per, err));
         /* options gemv_l2_*: the product right after the fused attention (core.cu gemv_loop
          * reads them from S's bits 8-15, 16-19, 24 and 28) */
         int Sl = S;
@@ -450,9 +454,7 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
     if (xs && b->l2_after == 1) S |= 1 << 30;
     if (xs && b->l2_after == 2) S |= 1 << 28;
     /* option gemv_o_smem_min: a floor on that product's request (placement only) */
-    unsigned req = xs;
-    if (xs && b->l2_after == 1 && req < (unsigned)b->gemv_o_smem_min << 10)
-        req = (unsigned)b->gemv_o_smem_min << 10;
+    const unsigned req = xs && b->l2_after == 1 ? smem_floor(xs, b->gemv_o_smem_min) : xs;
     void *args[] = {&x, &w, &bias, &y, &out_f32, &T, &N, &K, &S};
     return gemv_launch(b, f, name, (unsigned)((N + rows - 1) / rows), req, args, err);
 }
@@ -1328,7 +1330,7 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
                                  cl && !mc ? ATS_MAXG : G / qs);
         /* option attn_smem_min: a floor on the request (placement only: the kernel uses the
          * layout's share), so that fewer of its blocks fit an SM beside each other */
-        if (smem < (unsigned)b->attn_smem_min << 10) smem = (unsigned)b->attn_smem_min << 10;
+        smem = smem_floor(smem, b->attn_smem_min);
         CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
            "raising the shared memory limit of the fused rope-attention kernel");
         CUdeviceptr vs = r.merged ? rows.vs : vin;
@@ -1586,7 +1588,7 @@ static weft_status op_norm_linear(void *st, const weft_exec_ctx *c, const weft_n
         /* option gemv_nl_smem_min: a floor on the request (placement only: the kernel uses the
          * row's share), so that with attn_smem_min the fold's blocks, launched while the fused
          * attention still runs, find no room beside its blocks; the grid is sized for it */
-        if (xs < (unsigned)b->gemv_nl_smem_min << 10) xs = (unsigned)b->gemv_nl_smem_min << 10;
+        xs = smem_floor(xs, b->gemv_nl_smem_min);
         TRY(gemv_lp_grid(b, f, 256, xs, N, S, &lp, &per, err));
         if (sw) {
             void *args[] = {&xp, &rp, &nwp, &ro, &eps, &wp, &bp, &op, &N, &D, &S, &per};
