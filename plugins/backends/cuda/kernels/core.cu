@@ -269,6 +269,15 @@ __device__ __forceinline__ int gemv_trace_site(int N, int K) {
             }                                                                                      \
         }                                                                                          \
     } while (0)
+// the launch's grid and shape for the block trace's report, by its first block's first thread
+#define GEMV_SHAPE(site, N, K)                                                                     \
+    do {                                                                                           \
+        if ((site) >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {                                  \
+            weft_trace_gemv_n[site][0] = gridDim.x;                                                \
+            weft_trace_gemv_n[site][1] = (unsigned)(N);                                            \
+            weft_trace_gemv_n[site][2] = (unsigned)(K);                                            \
+        }                                                                                          \
+    } while (0)
 #else
 #define STAGE_MARK(inv, L) ((void)(inv))
 #define STAGE_FIRST(inv) ((void)(inv))
@@ -279,6 +288,7 @@ __device__ __forceinline__ int gemv_trace_site(int N, int K) {
 #define PACK_CLEAR(inv, nt) ((void)(inv))
 #define STAGE_NEXT() ((void)0)
 #define GEMV_MARK(site, j) ((void)(site))
+#define GEMV_SHAPE(site, N, K) ((void)(site))
 __device__ __forceinline__ int gemv_trace_site(int, int) { return -1; }
 #endif
 // The block trace's stamp 5 (trace builds): warp 0 of a block of site `site` waits for its first
@@ -1212,11 +1222,7 @@ __device__ __forceinline__ void gemv_plain(const act *x, const wgt *w, const wgt
     if (site >= 0) {
         bsync(GEMV_THREADS); // every warp's store issued
         GEMV_MARK(site, 4);
-        if (bx == 0 && threadIdx.x == 0) {
-            weft_trace_gemv_n[site][0] = gridDim.x;
-            weft_trace_gemv_n[site][1] = (unsigned)N;
-            weft_trace_gemv_n[site][2] = (unsigned)K;
-        }
+        GEMV_SHAPE(site, N, K); // site >= 0 only in the _xs kernels, where bx is blockIdx.x
     }
 #endif
 }
@@ -1514,13 +1520,7 @@ __device__ __forceinline__ void gemv_loop(const act *x, const wgt *w0, const wgt
     lp_groups<NW, NT>(x, w0, w1, bias, y, out_f32, N, K, S, n0, ng, wv, site);
     if (L2 && l2v == 0x9e3779b9u) weft_l2_sink = 1u;
     GEMV_MARK(site, 4);
-#ifdef WEFT_TRACE
-    if (site >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-        weft_trace_gemv_n[site][0] = gridDim.x;
-        weft_trace_gemv_n[site][1] = (unsigned)N;
-        weft_trace_gemv_n[site][2] = (unsigned)K;
-    }
-#endif
+    GEMV_SHAPE(site, N, K);
 }
 
 // Every block of the grid arrives, then leaves once all have: bar[0] counts arrivals, bar[1]
