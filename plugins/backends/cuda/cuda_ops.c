@@ -1328,6 +1328,12 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
          * gathers the partials in (core.cu, rope_attention_body's kvf) */
         unsigned smem = ats_smem(r.hd, cl ? elem_size(dt) : 4, 1, b->attn_cp,
                                  cl && !mc ? ATS_MAXG : G / qs);
+        /* option attn_push_merge: past that layout the merging block receives the other
+         * splits' partials (ATS_CLUSTER records of G / qs heads of hd + 2 floats), then its
+         * 8-byte mbarrier (4 floats: its alignment included) */
+        const int push = cl && b->attn_push_merge;
+        if (push)
+            smem += (unsigned)(ATS_CLUSTER * (G / qs) * (r.hd + 2) + 4) * (unsigned)sizeof(float);
         /* option attn_smem_min: a floor on the request (placement only: the kernel uses the
          * layout's share), so that fewer of its blocks fit an SM beside each other */
         smem = smem_floor(smem, b->attn_smem_min);
@@ -1339,10 +1345,11 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
          * log2 of option attn_qsplit's blocks a kv head from bits 19-20, bit 21 asks its
          * live blocks to count themselves on their SMs (options gemv_l2_sm, gemv_l2_first,
          * gemv_nl_defer),
-         * and bit 22 lets splits with no position exit before the merge (attn_dead_exit) */
+         * bit 22 lets splits with no position exit before the merge (attn_dead_exit), and bit
+         * 23 merges the clusters' splits by pushes (attn_push_merge) */
         const int smc = b->gemv_l2_sm || b->gemv_l2_first || b->gemv_nl_defer;
         int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19) | (smc << 21) |
-                    (b->attn_dead_exit << 22);
+                    (b->attn_dead_exit << 22) | (push << 23);
         void *args[] = {&rows.qs, &rows.ks, &vs,      &qn,       &kn,     &pp,
                         &freqs,   &slots,   &kc,      &vc,       &part,   &cnt,
                         &o,       &r.Hq,    &r.Hkv,   &r.hd,     &r.rot,  &r.layout,

@@ -2279,6 +2279,12 @@ __device__ __forceinline__ float ra_head_sumsq(const act *raw, const float *X, i
     return warp_sum(mine);
 }
 
+// The shared-window address of a generic pointer into this block's shared memory (the operand
+// of mbarrier, cp.async.bulk, mapa and st.async).
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
 // Thread-block cluster helpers (sm_90; weft_rope_attention's cluster merge). cluster_sync: every
 // thread of every block of the cluster arrives (release) and waits (acquire), so shared memory
 // written before it is visible to the cluster after it. ld_cluster: a float of another block's
@@ -2308,6 +2314,77 @@ __device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
                  : "memory");
 #endif
     return v;
+}
+
+// Option attn_push_merge (weft_rope_attention's cluster merge by pushes): each split stores its
+// partials into the merging block's shared memory with st.async, whose bytes count down that
+// block's mbarrier (its transaction count), so the merging block waits on its own mbarrier
+// (acquire at block scope) and reads local shared memory. A release/acquire cluster barrier
+// compiles to MEMBAR.ALL.GPU, ERRBAR and, after the wait, CCTL.IVALL (an L1 invalidation) on
+// every thread (ptxas 13.0, sm_90a), and the merge's reads of the other blocks' shared memory
+// are a further round trip; a push needs neither. cluster_arrive / cluster_wait: the two halves
+// of a relaxed cluster barrier (an mbarrier initialised before the arrive is visible to the
+// cluster after the wait, with mbar_init's fence).
+__device__ __forceinline__ void cluster_arrive() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait;" ::: "memory");
+#endif
+}
+// an mbarrier of `count` arrivals, its initialisation ordered before this thread's later cluster
+// barrier arrival
+__device__ __forceinline__ void mbar_init(unsigned long long *bar, unsigned count) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n\t"
+                 "fence.mbarrier_init.release.cluster;" ::"r"(smem_addr(bar)),
+                 "r"(count)
+                 : "memory");
+#endif
+}
+// one arrival that also expects `bytes` of transactions (st.async) in the current phase
+__device__ __forceinline__ void mbar_expect(unsigned long long *bar, unsigned bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+#endif
+}
+// wait for the phase of parity `parity` to complete; a phase that has not completed after about
+// 2^24 tries (far longer than any merge) traps, so a wrong byte count fails the launch instead of
+// hanging the stream
+__device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned parity) {
+#if __CUDA_ARCH__ >= 900
+    const unsigned a = smem_addr(bar);
+#pragma unroll 1
+    for (unsigned tries = 0;; tries++) {
+        unsigned ok;
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;"
+                     "\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(ok)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+        if (ok) return;
+        if (tries >= (1u << 24)) __trap();
+    }
+#endif
+}
+// v into the shared memory of cluster rank `rank` at the address `local` has in this block,
+// counted (4 bytes) on that block's mbarrier at the address `bar` has in this block
+__device__ __forceinline__ void st_async_f32(const float *local, const unsigned long long *bar,
+                                             unsigned rank, float v) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n\t.reg .u32 d, b;\n\tmapa.shared::cluster.u32 d, %0, %2;\n\t"
+        "mapa.shared::cluster.u32 b, %1, %2;\n\t"
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [d], %3, [b];\n\t}" ::"r"(
+            smem_addr(local)),
+        "r"(smem_addr(bar)), "r"(rank), "r"(__float_as_uint(v))
+        : "memory");
+#endif
 }
 
 // ra_merge's one-level form (combine1_ml / combine1_val), for at most 8 splits in one group.
@@ -2346,13 +2423,16 @@ __device__ __forceinline__ void ra_merge(const float *pc, long per, long pstride
 // order, so the bits are ra_merge's after a gather. With dst (the MC form, when the step's
 // splits span several clusters): the group's partial record instead of the output, head h's at
 // dst + h * hstride (the unnormalised sum, then the group's max and sum: combine_group's values).
+// With recv (option attn_push_merge, the merging block being split s_lo + ns - 1): the other
+// splits' partials were pushed into this block's shared memory, split s_lo + s's at recv +
+// s * G * pstride, so every read is local; the same values, so the same bits.
 #define ATS_MAXS 8
 static_assert(ATS_MAXS == ATS_GROUP, "a cluster merges one group of combine_two's order");
 template <bool MC>
-__device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride, int s_lo,
-                                                 int ns, int G, int hd, act *o, int nt,
-                                                 float *dst = nullptr, long hstride = 0) {
-    #pragma unroll 1
+__device__ __forceinline__ void
+ra_merge_cluster(const float *mine, long pstride, int s_lo, int ns, int G, int hd, act *o, int nt,
+                 float *dst = nullptr, long hstride = 0, const float *recv = nullptr) {
+#pragma unroll 1
     for (int i = threadIdx.x; i < G * hd; i += nt) {
         const int h = i / hd, d = i % hd;
         const float *hp = mine + (long)h * pstride;
@@ -2360,6 +2440,13 @@ __device__ __forceinline__ void ra_merge_cluster(const float *mine, long pstride
 #pragma unroll
         for (int s = 0; s < ATS_MAXS; s++)
             if (s < ns) {
+                if (recv) {
+                    const float *sp = s == ns - 1 ? hp : recv + ((long)s * G + h) * pstride;
+                    m[s] = sp[hd];
+                    l[s] = sp[hd + 1];
+                    a[s] = sp[d];
+                    continue;
+                }
                 const unsigned rk = MC ? (unsigned)(s_lo + s) % ATS_MAXS : (unsigned)(s_lo + s);
                 m[s] = ld_cluster(hp + hd, rk);
                 l[s] = ld_cluster(hp + hd + 1, rk);
@@ -2495,6 +2582,16 @@ __device__ __forceinline__ void ra_v_from_raw(const act *raw, act *vc, int hd, i
     }
 }
 
+// The live splits c_lo..c_hi of split s's cluster, whose last block merges them: s_lo..s_hi,
+// or (multi: the MC form's live splits span several clusters) their part in s's cluster.
+__device__ __forceinline__ void ra_cluster_live(int s, int s_lo, int s_hi, bool multi, int &c_lo,
+                                                int &c_hi) {
+    c_lo = multi && s_lo < s / ATS_MAXS * ATS_MAXS ? s / ATS_MAXS * ATS_MAXS : s_lo;
+    c_hi = multi && s_hi > s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
+               ? s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
+               : s_hi;
+}
+
 // S: the split count, with bit 16 set when the launch made each kv head's splits thread-block
 // clusters (option merge: cluster; the persistent kernels never run that form) and the
 // backend's option attn_cp in bits 17-18 (the launch sized shared memory for its areas), which
@@ -2532,6 +2629,14 @@ __device__ __forceinline__ void rope_attention_body(
     // only live splits' shared memory, so such a block frees its SM's shared memory and
     // registers for the next kernel's blocks at once instead of at the merge.
     const bool dead_exit = (S >> 22) & 1;
+    // bit 23 (option attn_push_merge; the cluster forms): the splits push their partials into
+    // the merging block's shared memory (st.async counted on its mbarrier) instead of meeting
+    // at a release/acquire cluster barrier and the merging block reading theirs
+#ifdef WEFT_PUSH_MERGE
+    const bool push = cluster && ((S >> 23) & 1);
+#else
+    constexpr bool push = false; // only the module built for the option has the push path
+#endif
     S &= 0xffff;
     if (HD) {
         hd = HD;
@@ -2605,6 +2710,25 @@ __device__ __forceinline__ void rope_attention_body(
     float *ps = qs + gl * hd;
     float *X = ps + gl * ATS_CHUNK; // (nh, hd)
     float *rs = X + (gl + 1) * hd;  // (nh)
+    // push: past the layout (cuda_ops.c ats_smem's, attn_cp's areas included) the merging block
+    // receives split c_lo + j's partials at recv + j * G * pstride (ATS_MAXS records at most),
+    // then its mbarrier. It sets the mbarrier up (one arrival, expecting every other live
+    // split's bytes) and every live block arrives at a cluster barrier before anything else;
+    // a split waits at that barrier only before its first push, when the others have long
+    // arrived (the blocks without positions pass it as the first of their two barriers).
+    float *recv = rs + 12 + (cp ? 3 * hd + (gl + 2) * hd : 0);
+    unsigned long long *mbar =
+        (unsigned long long *)(((unsigned long long)(recv + (long)ATS_MAXS * G * pstride) + 7) &
+                               ~7ull);
+    if (push) {
+        int c_lo, c_hi;
+        ra_cluster_live(s, s_lo, s_hi, multi, c_lo, c_hi);
+        if (s == c_hi && threadIdx.x == 0) {
+            mbar_init(mbar, 1);
+            mbar_expect(mbar, (unsigned)((long)(c_hi - c_lo) * G * pstride * 4));
+        }
+        cluster_arrive();
+    }
     const long row = (long)Hkv * hd;
     const long base = ((long)slot * max_seq) * row + (long)g * hd;
     const long prow = base + (long)p * row; // head g of row p in the cache
@@ -2759,22 +2883,35 @@ __device__ __forceinline__ void rope_attention_body(
         ats_attend(qs, ks, vs, ps, mine, 0, pstride, G, hd, n, nt);
         STAGE_MARK(inv, 4);
         BLOCK_ATTENDED();
-        cluster_sync(); // every split's partials written
+        if (push) {
+            int p_lo, p_hi;
+            ra_cluster_live(s, s_lo, s_hi, multi, p_lo, p_hi);
+            bsync(nt);      // this block's partials written (ats_attend's last stage)
+            cluster_wait(); // the merging block's mbarrier set up
+            if (s != p_hi) {
+                const unsigned rk = MC ? (unsigned)p_hi % ATS_MAXS : (unsigned)p_hi;
+                const float *dst = recv + (long)(s - p_lo) * G * pstride;
+#pragma unroll 1
+                for (int i = threadIdx.x; i < G * pstride; i += nt)
+                    st_async_f32(dst + i, mbar, rk, mine[i]);
+            } else {
+                mbar_wait(mbar, 0); // every other live split's partials landed here
+            }
+        } else {
+            cluster_sync(); // every split's partials written
+        }
         STAGE_MARK(inv, 5);
-        const int c_lo = multi && s_lo < s / ATS_MAXS * ATS_MAXS ? s / ATS_MAXS * ATS_MAXS : s_lo;
-        const int c_hi = multi && s_hi > s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
-                             ? s / ATS_MAXS * ATS_MAXS + ATS_MAXS - 1
-                             : s_hi;
+        int c_lo, c_hi;
+        ra_cluster_live(s, s_lo, s_hi, multi, c_lo, c_hi);
         const bool mrg = s == c_hi; // this cluster's merging block (own unless multi)
         if (mrg)
-            ra_merge_cluster<MC>(mine, pstride, c_lo, c_hi - c_lo + 1, G, hd,
-                                 o + (long)(gy * G) * hd, nt,
-                                 multi ? part + (long)(gy * G) * hstride +
-                                             (long)(s / ATS_MAXS) * pstride
-                                       : nullptr,
-                                 hstride);
+            ra_merge_cluster<MC>(
+                mine, pstride, c_lo, c_hi - c_lo + 1, G, hd, o + (long)(gy * G) * hd, nt,
+                multi ? part + (long)(gy * G) * hstride + (long)(s / ATS_MAXS) * pstride : nullptr,
+                hstride, push ? recv : nullptr);
         // the merging block has read them: the others may exit (relaxed: its stores of o need
-        // not have completed for that; the kernel's end makes them visible)
+        // not have completed for that; the kernel's end makes them visible). push: the splits
+        // stay until the merge too (their pushes completed by then)
         cluster_sync_relaxed();
         if (!mrg) return;
         if (multi) {
@@ -3295,9 +3432,8 @@ struct mk_ctl {
     volatile unsigned rel[MK_NBAR];   // warps done with each chunk in flight
 };
 // the consumers' barrier (warps 0-7); bodies use barrier 1 over their own thread counts
-__device__ __forceinline__ void mk_csync() { asm volatile("bar.sync 2, 256;" ::: "memory"); }
-__device__ __forceinline__ unsigned mk_saddr(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
+__device__ __forceinline__ void mk_csync() {
+    asm volatile("bar.sync 2, 256;" ::: "memory");
 }
 __device__ __forceinline__ void mk_wait_full(unsigned bar, unsigned parity) {
 #if __CUDA_ARCH__ >= 900
@@ -3358,7 +3494,7 @@ __device__ __forceinline__ void mk_produce(const pk_node *prog, int n, int pb, i
                 unsigned freed = cons ? ctl->end[(cons - 1) % MK_NBAR] : 0u;
                 if (pos + bytes - freed <= RB) break;
             }
-            const unsigned b = c % MK_NBAR, bar = mk_saddr(&ctl->full[b]);
+            const unsigned b = c % MK_NBAR, bar = smem_addr(&ctl->full[b]);
             ctl->off[b] = off;
             ctl->end[b] = pos + bytes;
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
@@ -3366,12 +3502,12 @@ __device__ __forceinline__ void mk_produce(const pk_node *prog, int n, int pb, i
                          : "memory");
             if (part) {
                 asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                             "[%0], [%1], %2, [%3];" ::"r"(mk_saddr(ring + off)),
+                             "[%0], [%1], %2, [%3];" ::"r"(smem_addr(ring + off)),
                              "l"(w0 + (long)r0 * K), "r"(part), "r"(bar)
                              : "memory");
                 if (w1)
                     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-                                 "bytes [%0], [%1], %2, [%3];" ::"r"(mk_saddr(ring + off + part)),
+                                 "bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(ring + off + part)),
                                  "l"(w1 + (long)r0 * K), "r"(part), "r"(bar)
                                  : "memory");
             }
@@ -3408,7 +3544,7 @@ __device__ __forceinline__ unsigned mk_gemv_node(const pk_node &nd, int pb, int 
     unsigned c = cc;
     for (int vb = pb; vb < nd.nvb; vb += P, c++) {
         const unsigned b = c % MK_NBAR;
-        mk_wait_full(mk_saddr(&ctl->full[b]), (c / MK_NBAR) & 1);
+        mk_wait_full(smem_addr(&ctl->full[b]), (c / MK_NBAR) & 1);
         const int n = vb * R + grp;
         const int rows = N - vb * R < R ? N - vb * R : R;
         const unsigned char *chunk = ring + ctl->off[b];
@@ -3557,7 +3693,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
         for (int b = 0; b < MK_NBAR; b++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mk_saddr(&ctl.full[b]))
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&ctl.full[b]))
                          : "memory");
         ctl.consumed = 0;
         for (int b = 0; b < MK_NBAR; b++) ctl.rel[b] = 0;
