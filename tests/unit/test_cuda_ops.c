@@ -41,19 +41,19 @@ static const weft_backend_vtable *be;
  * over up to four blocks) and attn_hd set, [4] [0]'s first four plus gemv_loop 2 (the looped form
  * reading x through L1), gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and
  * the 12,803-row product, one block a row group), gemv_lp_smem_min 46 (looped products at
- * 46 KiB of shared memory a block) and attn_push_merge (the fused attention's cluster merge by
- * pushes into the merging block), [5] and [6] [1]'s options (attn_hd at its
+ * 46 KiB of shared memory a block) and attn_push_merge 1 (the fused attention's cluster merge
+ * by pushes into the merging block), [5] and [6] [1]'s options (attn_hd at its
  * default) with gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [6] also
  * with attn_hd set; [5] also with gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit,
- * join_l2 64 from 256 extra blocks and attn_push_merge), [7] [1]'s options (attn_hd at its default)
- * with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused attention's q
- * heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread over distinct
- * SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split grid over
- * buckets down to 128 positions), join_l2 16, attn_hd set, gemv_nl_defer (the fused join's products
- * in their _d forms), attn_smem_min 120 (its blocks one an SM), norm_sum_all (block_sum's last step
- * by every warp) and gemv_nl_smem_min 108 (the fused join's blocks at 108 KiB of shared memory),
- * each with its op table. All retain the device's primary context, so tensors of one are valid in
- * another's ops. */
+ * join_l2 64 from 256 extra blocks and attn_push_merge 2), [7] [1]'s options (attn_hd at its
+ * default) with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
+ * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread
+ * over distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split
+ * grid over buckets down to 128 positions), join_l2 16, attn_hd set, gemv_nl_defer (the fused
+ * join's products in their _d forms), attn_smem_min 120 (its blocks one an SM), norm_sum_all
+ * (block_sum's last step by every warp) and gemv_nl_smem_min 108 (the fused join's blocks at 108
+ * KiB of shared memory), each with its op table. All retain the device's primary context, so
+ * tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
@@ -1898,6 +1898,7 @@ static void test_option_ranges(void **state) {
                {"gemv_split_1024", 3},  {"gemv_split_2048", 6},
                {"gemv_split_2048", 9},  {"gemv_o_smem_min", 228},
                {"gemv_o_smem_min", -1}, {"gemv_lp_smem_min", 228},
+               {"attn_push_merge", 3},  {"attn_push_merge", -1},
                {"gemv_lp_smem_min", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
@@ -2011,7 +2012,7 @@ static int setup(void **state) {
                        * fused attention's plain cluster forms merging by pushes */
             nk = 8;
             kopt[6] = (weft_option){.key = "gemv_lp_smem_min", .type = WEFT_OPTION_INT, .i = 46};
-            kopt[7] = (weft_option){.key = "attn_push_merge", .type = WEFT_OPTION_BOOL, .i = 1};
+            kopt[7] = (weft_option){.key = "attn_push_merge", .type = WEFT_OPTION_INT, .i = 1};
         }
         if (k == 1) { /* the attn_cp forms for any head size */
             nk = 10;
@@ -2043,9 +2044,10 @@ static int setup(void **state) {
             nk = 16;
             kopt[14] = (weft_option){.key = "join_l2", .type = WEFT_OPTION_INT, .i = 64};
             kopt[15] = (weft_option){.key = "join_l2_blocks", .type = WEFT_OPTION_INT, .i = 256};
-            /* and the attn_cp cluster forms merging by pushes (with the early exits) */
+            /* and the attn_cp cluster forms merging by pushes, the pushing splits leaving at once
+             * (with the early exits of the empty ones) */
             nk = 17;
-            kopt[16] = (weft_option){.key = "attn_push_merge", .type = WEFT_OPTION_BOOL, .i = 1};
+            kopt[16] = (weft_option){.key = "attn_push_merge", .type = WEFT_OPTION_INT, .i = 2};
         }
         if (k == 7) { /* [1] with x copied by cp.async, each kv head's q heads over 2 blocks,
                        * the attention's clusters spread */

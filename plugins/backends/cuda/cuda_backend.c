@@ -394,7 +394,6 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->gemv_l2_sm = opt_int(host, opts, "gemv_l2_sm", 0) != 0;
     b->gemv_l2_first = opt_int(host, opts, "gemv_l2_first", 0) != 0;
     b->attn_dead_exit = opt_int(host, opts, "attn_dead_exit", 0) != 0;
-    b->attn_push_merge = opt_int(host, opts, "attn_push_merge", 0) != 0;
     b->gemv_nl_defer = opt_int(host, opts, "gemv_nl_defer", 0) != 0;
     b->attn_hd = opt_int(host, opts, "attn_hd", 1) != 0;
     const int_opt ranged[] = {
@@ -421,6 +420,9 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          "shared memory: 8, 16, 24 or 32)",
          &b->gemv_loop_warps},
         {"attn_cp", 0, 0, 3, " (1: the RoPE constants, 2: the q|k|v rows, 3: both)", &b->attn_cp},
+        {"attn_push_merge", 0, 0, 2,
+         " (0: off, 1: merge by pushes, 2: the same, the pushing splits leaving at once)",
+         &b->attn_push_merge},
         {"attn_mc4_from", 0, 0, 1 << 24, " (positions of a KV-length bucket; 0: never)",
          &b->attn_mc4_from},
         {"attn_bucket_min", 512, WEFT_SDK_KV_BUCKET_MIN, 1 << 24,

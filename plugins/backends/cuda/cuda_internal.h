@@ -131,7 +131,8 @@ typedef struct cuda_backend {
      * wait instead of waiting at the cluster merge's barriers */
     int attn_dead_exit;
     /* option attn_push_merge: the fused attention's cluster merge by pushes into the merging
-     * block's shared memory (core.cu, WEFT_PUSH_MERGE: a module of its own) */
+     * block's shared memory (core.cu, WEFT_PUSH_MERGE: a module of its own); 2: the pushing
+     * splits leave right after their pushes */
     int attn_push_merge;
     /* option gemv_nl_defer: fuse.norm_linear's one-row product, on an SM where a live block of
      * the fused attention runs, issues its first weights only after its wait */

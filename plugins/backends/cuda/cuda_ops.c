@@ -1331,7 +1331,7 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
         /* option attn_push_merge: past that layout the merging block receives the other
          * splits' partials (ATS_CLUSTER records of G / qs heads of hd + 2 floats), then its
          * 8-byte mbarrier (4 floats: its alignment included) */
-        const int push = cl && b->attn_push_merge;
+        const int push = cl ? b->attn_push_merge : 0;
         if (push)
             smem += (unsigned)(ATS_CLUSTER * (G / qs) * (r.hd + 2) + 4) * (unsigned)sizeof(float);
         /* option attn_smem_min: a floor on the request (placement only: the kernel uses the
@@ -1345,8 +1345,8 @@ static weft_status op_rope_attention(void *st, const weft_exec_ctx *c, const wef
          * log2 of option attn_qsplit's blocks a kv head from bits 19-20, bit 21 asks its
          * live blocks to count themselves on their SMs (options gemv_l2_sm, gemv_l2_first,
          * gemv_nl_defer),
-         * bit 22 lets splits with no position exit before the merge (attn_dead_exit), and bit
-         * 23 merges the clusters' splits by pushes (attn_push_merge) */
+         * bit 22 lets splits with no position exit before the merge (attn_dead_exit), and bits
+         * 23-24 merge the clusters' splits by pushes (attn_push_merge: 1, 2) */
         const int smc = b->gemv_l2_sm || b->gemv_l2_first || b->gemv_nl_defer;
         int S_arg = S | (cl << 16) | (b->attn_cp << 17) | (qsh << 19) | (smc << 21) |
                     (b->attn_dead_exit << 22) | (push << 23);

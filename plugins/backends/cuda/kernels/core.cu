@@ -2629,13 +2629,15 @@ __device__ __forceinline__ void rope_attention_body(
     // only live splits' shared memory, so such a block frees its SM's shared memory and
     // registers for the next kernel's blocks at once instead of at the merge.
     const bool dead_exit = (S >> 22) & 1;
-    // bit 23 (option attn_push_merge; the cluster forms): the splits push their partials into
-    // the merging block's shared memory (st.async counted on its mbarrier) instead of meeting
-    // at a release/acquire cluster barrier and the merging block reading theirs
+    // bits 23-24 (option attn_push_merge; the cluster forms): the splits push their partials
+    // into the merging block's shared memory (st.async counted on its mbarrier) instead of
+    // meeting at a release/acquire cluster barrier and the merging block reading theirs; at 2
+    // the pushing splits leave right after their pushes
 #ifdef WEFT_PUSH_MERGE
-    const bool push = cluster && ((S >> 23) & 1);
+    const bool push = cluster && ((S >> 23) & 3);
+    const bool push_exit = push && ((S >> 23) & 3) == 2;
 #else
-    constexpr bool push = false; // only the module built for the option has the push path
+    constexpr bool push = false, push_exit = false; // only the option's module has the path
 #endif
     S &= 0xffff;
     if (HD) {
@@ -2894,6 +2896,10 @@ __device__ __forceinline__ void rope_attention_body(
 #pragma unroll 1
                 for (int i = threadIdx.x; i < G * pstride; i += nt)
                     st_async_f32(dst + i, mbar, rk, mine[i]);
+                // push_exit: nothing reads this block's shared memory, and a cluster barrier
+                // waits only for the threads that have not exited; a push's bytes count at the
+                // merging block, which waits for all of them (or traps)
+                if (push_exit) return;
             } else {
                 mbar_wait(mbar, 0); // every other live split's partials landed here
             }
