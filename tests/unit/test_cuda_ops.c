@@ -44,16 +44,16 @@ static const weft_backend_vtable *be;
  * 46 KiB of shared memory a block) and attn_push_merge 1 (the fused attention's cluster merge
  * by pushes into the merging block), [5] and [6] [1]'s options (attn_hd at its
  * default) with gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [6] also
- * with attn_hd set; [5] also with gemv_l2_rest 32, gemv_l2_first, gemv_l2_delay 2, attn_dead_exit,
- * join_l2 64 from 256 extra blocks and attn_push_merge 2), [7] [1]'s options (attn_hd at its
- * default) with gemv_x_async (the looped forms copy x by cp.async), attn_qsplit 2 (the fused
- * attention's q heads of a kv head over two blocks), attn_cluster_policy 1 (its clusters spread
- * over distinct SMs), gemv_l2_rest 64, gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split
- * grid over buckets down to 128 positions), join_l2 16, attn_hd set, gemv_nl_defer (the fused
- * join's products in their _d forms), attn_smem_min 120 (its blocks one an SM), norm_sum_all
- * (block_sum's last step by every warp) and gemv_nl_smem_min 108 (the fused join's blocks at 108
- * KiB of shared memory), each with its op table. All retain the device's primary context, so
- * tensors of one are valid in another's ops. */
+ * with attn_hd set and bf16_cvt (bf16 rounding by cvt.rn.bf16.f32); [5] also with gemv_l2_rest 32,
+ * gemv_l2_first, gemv_l2_delay 2, attn_dead_exit, join_l2 64 from 256 extra blocks and
+ * attn_push_merge 2), [7] [1]'s options (attn_hd at its default) with gemv_x_async (the looped
+ * forms copy x by cp.async), attn_qsplit 2 (the fused attention's q heads of a kv head over two
+ * blocks), attn_cluster_policy 1 (its clusters spread over distinct SMs), gemv_l2_rest 64,
+ * gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split grid over buckets down to 128
+ * positions), join_l2 16, attn_hd set, gemv_nl_defer (the fused join's products in their _d forms),
+ * attn_smem_min 120 (its blocks one an SM), norm_sum_all (block_sum's last step by every warp) and
+ * gemv_nl_smem_min 108 (the fused join's blocks at 108 KiB of shared memory), each with its op
+ * table. All retain the device's primary context, so tensors of one are valid in another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
@@ -664,6 +664,69 @@ static void test_embed(void **state) {
     check_embed(WEFT_DTYPE_BF16, WEFT_DTYPE_BF16, 11, 60);
     check_embed(WEFT_DTYPE_F32, WEFT_DTYPE_F32, 13, 1028);
     check_embed(WEFT_DTYPE_F32, WEFT_DTYPE_BF16, 13, 2048);
+}
+
+/* Rounding to bf16 (core.cu f32_to_bf16: integer arithmetic, or with the option bf16_cvt the
+ * hardware's cvt.rn.bf16.f32) against round to nearest even on the host, bit for bit, through
+ * the embedding of an f32 table into bf16 activations: ties both ways, values one ulp either side
+ * of a tie, subnormals of both signs, the largest finite values (one rounds to infinity),
+ * infinities, zeros of both signs and random non-NaN bit patterns of every exponent. */
+static void check_bf16_round(void) {
+    enum { T = 4, D = 256 };
+    tens tab = {WEFT_DTYPE_F32, T, D}, ex = {WEFT_DTYPE_BF16, T, D}, tk = {WEFT_DTYPE_I32, T, 1};
+    int32_t toks[T] = {0, 1, 2, 3};
+    tk.hi = toks;
+    static const uint32_t special[] = {
+        0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0xbf808000u, 0xbf818000u,
+        0x00000001u, 0x00008000u, 0x00018000u, 0x00007fffu, 0x007fffffu, 0x007f8000u,
+        0x80000001u, 0x80018000u, 0x807fffffu, 0x00800000u, 0x7f7fffffu, 0x7f7f7fffu,
+        0x7f7f8000u, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u};
+    const size_t ns = sizeof(special) / sizeof(special[0]), n = (size_t)T * D;
+    tab.h = malloc(n * sizeof(float));
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        if (i < ns) {
+            u = special[i];
+        } else {
+            do { /* xorshift: every exponent, NaN left out */
+                r ^= r << 13;
+                r ^= r >> 7;
+                r ^= r << 17;
+                u = (uint32_t)(r >> 32);
+                if (i % 3 == 0) u = (u & 0xffff0000u) | 0x8000u; /* a tie */
+            } while ((u & 0x7fffffffu) > 0x7f800000u);
+        }
+        memcpy(&tab.h[i], &u, 4);
+    }
+    weft_node em = {.op = WEFT_OP_EMBED, .n_in = 2, .n_out = 1};
+    em.in[0] = add_tensor(&tk, 1);
+    em.in[1] = add_tensor(&tab, 1);
+    em.out[0] = add_tensor(&ex, 0);
+    poison(&ex);
+    run_node(&em, T, NULL, NULL);
+    float *got = malloc(n * sizeof(float));
+    fetch(&ex, got);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float want = from_bf16(to_bf16(tab.h[i]));
+        if (memcmp(&got[i], &want, 4)) bad++;
+    }
+    printf("bf16 rounding of %zu f32 values (%zu special): %zu differ\n", n, ns, bad);
+    assert_int_equal(bad, 0);
+    free(got);
+    tens all[] = {tk, tab, ex};
+    all[0].h = NULL;
+    free_tensors(all, 3);
+}
+
+static void test_bf16_round(void **state) {
+    (void)state;
+    use_inst(0); /* integer arithmetic */
+    check_bf16_round();
+    use_inst(6); /* option bf16_cvt */
+    check_bf16_round();
+    use_inst(0);
 }
 
 /* ---- fused ops ------------------------------------------------------------------------ */
@@ -2029,9 +2092,11 @@ static int setup(void **state) {
             kopt[9] = (weft_option){.key = "gemv_loop_warps", .type = WEFT_OPTION_INT,
                                     .i = k == 5 ? 24 : 32};
         }
-        if (k == 6) { /* and the attn_cp cluster forms compiled for the head size */
-            nk = 11;
+        if (k == 6) { /* and the attn_cp cluster forms compiled for the head size, bf16 rounded
+                       * by the hardware's conversion */
+            nk = 12;
             kopt[10] = (weft_option){.key = "attn_hd", .type = WEFT_OPTION_BOOL, .i = 1};
+            kopt[11] = (weft_option){.key = "bf16_cvt", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         if (k == 5) { /* and the o product's L2 loads, its first batch late beside the attention,
                        * the attention's splits with no position leaving before its merge */
@@ -2211,6 +2276,7 @@ GPU_TEST(test_attention)
 GPU_TEST(test_attention_prefill_tc)
 GPU_TEST(test_elementwise_and_head)
 GPU_TEST(test_embed)
+GPU_TEST(test_bf16_round)
 GPU_TEST(test_linear_swiglu)
 GPU_TEST(test_merged_linear_split)
 GPU_TEST(test_qkv_rope)
@@ -2238,6 +2304,7 @@ int main(void) {
         cmocka_unit_test(gpu_test_attention_prefill_tc),
         cmocka_unit_test(gpu_test_elementwise_and_head),
         cmocka_unit_test(gpu_test_embed),
+        cmocka_unit_test(gpu_test_bf16_round),
         cmocka_unit_test(gpu_test_linear_swiglu),
         cmocka_unit_test(gpu_test_merged_linear_split),
         cmocka_unit_test(gpu_test_qkv_rope),

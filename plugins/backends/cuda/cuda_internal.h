@@ -134,6 +134,9 @@ typedef struct cuda_backend {
      * block's shared memory (core.cu, WEFT_PUSH_MERGE: a module of its own); 2: the pushing
      * splits leave right after their pushes */
     int attn_push_merge;
+    /* option bf16_cvt: bf16 rounding by cvt.rn.bf16.f32 (core.cu, WEFT_BF16_CVT: a module of its
+     * own) */
+    int bf16_cvt;
     /* option gemv_nl_defer: fuse.norm_linear's one-row product, on an SM where a live block of
      * the fused attention runs, issues its first weights only after its wait */
     int gemv_nl_defer;

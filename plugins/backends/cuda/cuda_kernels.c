@@ -22,10 +22,10 @@ static weft_status load_ptx(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule 
     if (!b->kernel_ptx[0]) return WEFT_OK;
     char abl[24] = "", path[640];
     if (b->ablate) snprintf(abl, sizeof(abl), "_ablate%d", b->ablate);
-    snprintf(path, sizeof(path), "%s/core_ta%u_tw%u%s%s%s%s%s%s.ptx", b->kernel_ptx, ta, tw,
+    snprintf(path, sizeof(path), "%s/core_ta%u_tw%u%s%s%s%s%s%s%s.ptx", b->kernel_ptx, ta, tw,
              b->trace ? "_trace" : "", b->pdl && b->pdl_early ? "_pdle" : "",
              b->pdl && b->pdl_l1 ? "_l1" : "", b->norm_sum_all ? "_nsa" : "",
-             b->attn_push_merge ? "_pm" : "", abl);
+             b->attn_push_merge ? "_pm" : "", b->bf16_cvt ? "_cvt" : "", abl);
     weft_cuda_api api;
     weft_cuda_api_link_driver(&api);
     weft_status s = weft_cuda_module_load_file(&api, CUDA_NAME, path, out, found, err);
@@ -47,13 +47,14 @@ static weft_status compile(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule *
     snprintf(def_w, sizeof(def_w), "-DWEFT_TW=%u", tw);
     char def_abl[32];
     snprintf(def_abl, sizeof(def_abl), "-DWEFT_ABLATE=%d", b->ablate);
-    const char *defs[8] = {def_a, def_w, NULL, NULL, NULL, NULL, NULL, NULL};
+    const char *defs[9] = {def_a, def_w, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     size_t n_defs = 2;
     if (b->trace) defs[n_defs++] = "-DWEFT_TRACE";
     if (b->pdl && b->pdl_early) defs[n_defs++] = "-DWEFT_PDL_EARLY";
     if (b->pdl && b->pdl_l1) defs[n_defs++] = "-DWEFT_PDL_L1";
     if (b->norm_sum_all) defs[n_defs++] = "-DWEFT_NORM_SUM_ALL";
     if (b->attn_push_merge) defs[n_defs++] = "-DWEFT_PUSH_MERGE";
+    if (b->bf16_cvt) defs[n_defs++] = "-DWEFT_BF16_CVT";
     if (b->ablate) defs[n_defs++] = def_abl;
     weft_cuda_api api;
     weft_cuda_api_link_nvrtc(&api);

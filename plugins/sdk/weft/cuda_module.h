@@ -48,7 +48,7 @@ typedef struct weft_cuda_build {
     const char *device;         /* the device's name, part of the cache key */
 } weft_cuda_build;
 
-#define WEFT_CUDA_MAX_DEFINES 8
+#define WEFT_CUDA_MAX_DEFINES 12
 
 /* Compiles b with NVRTC. On success *cubin (malloc'ed) holds *n bytes; when log is not NULL,
  * *log receives NVRTC's log (malloc'ed, possibly empty; free it) on success and failure alike.

@@ -1,18 +1,29 @@
 // core.cu: the cuda backend's plain kernels, compiled at first use by NVRTC for the device's
 // exact architecture. One module per (activation dtype, weight dtype) pair: WEFT_TA and WEFT_TW
 // are 1 (f32), 2 (f16) or 3 (bf16). No CUDA headers are needed: 16-bit conversions are written
-// out here (bf16 by bit manipulation with round-to-nearest-even, f16 through PTX cvt).
+// out here (bf16 by bit manipulation with round-to-nearest-even, f16 through PTX cvt; with
+// WEFT_BF16_CVT, the backend's option bf16_cvt, bf16 through PTX cvt too).
 // Shapes follow runtime/include/weft/graph.h; every kernel takes its row count T from the step.
 
 typedef unsigned short u16;
 #define INFINITY __int_as_float(0x7f800000)
 
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((unsigned)h) << 16); }
+// WEFT_BF16_CVT: one cvt.rn.bf16.f32 (sm_80 and newer; no .ftz form, so subnormals are kept)
+// instead of about six integer instructions, on the dependent chain of every rounding. Round to
+// nearest even either way, so the same bits for every value but NaN (0x7fff, the hardware's
+// canonical NaN, against 0x7fc0 here).
 __device__ __forceinline__ u16 f32_to_bf16(float f) {
+#ifdef WEFT_BF16_CVT
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     unsigned u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)0x7fc0;
     u += 0x7fffu + ((u >> 16) & 1u);
     return (u16)(u >> 16);
+#endif
 }
 __device__ __forceinline__ float f16_to_f32(u16 h) {
     float f;
