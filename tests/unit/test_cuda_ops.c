@@ -628,19 +628,26 @@ static void test_elementwise_and_head(void **state) {
  * first. Row widths cover the kernel's 16-byte vectors in one trip (64, 4,096), two trips with a
  * short second one (8,200 bf16: 1,025 vectors at 256 threads), and the element loop (60: not
  * whole vectors); f32 activations from a bf16 table widen each value. */
+/* one EMBED node of tokens tk (T of them) over table tab into ex (poisoned first): ex as floats
+ * (malloc'ed) */
+static float *embed_run(tens *tk, tens *tab, tens *ex, int T) {
+    weft_node em = {.op = WEFT_OP_EMBED, .n_in = 2, .n_out = 1};
+    em.in[0] = add_tensor(tk, 1);
+    em.in[1] = add_tensor(tab, 1);
+    em.out[0] = add_tensor(ex, 0);
+    poison(ex);
+    run_node(&em, (uint32_t)T, NULL, NULL);
+    float *got = malloc((size_t)(ex->rows * ex->cols) * sizeof(float));
+    fetch(ex, got);
+    return got;
+}
+
 static void check_embed(uint32_t xdt, uint32_t tdt, int V, int D) {
     enum { T = 4 };
     tens tab = {tdt, V, D}, ex = {xdt, T, D}, tk = {WEFT_DTYPE_I32, T, 1};
     int32_t toks[T] = {7 % V, 0, V - 1, V}; /* the last is out of range */
     tk.hi = toks;
-    weft_node em = {.op = WEFT_OP_EMBED, .n_in = 2, .n_out = 1};
-    em.in[0] = add_tensor(&tk, 1);
-    em.in[1] = add_tensor(&tab, 1);
-    em.out[0] = add_tensor(&ex, 0);
-    poison(&ex);
-    run_node(&em, T, NULL, NULL);
-    float *got = malloc((size_t)T * D * sizeof(float));
-    fetch(&ex, got);
+    float *got = embed_run(&tk, &tab, &ex, T);
     size_t bad = 0;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < D; i++) {
@@ -699,14 +706,7 @@ static void check_bf16_round(void) {
         }
         memcpy(&tab.h[i], &u, 4);
     }
-    weft_node em = {.op = WEFT_OP_EMBED, .n_in = 2, .n_out = 1};
-    em.in[0] = add_tensor(&tk, 1);
-    em.in[1] = add_tensor(&tab, 1);
-    em.out[0] = add_tensor(&ex, 0);
-    poison(&ex);
-    run_node(&em, T, NULL, NULL);
-    float *got = malloc(n * sizeof(float));
-    fetch(&ex, got);
+    float *got = embed_run(&tk, &tab, &ex, T);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         const float want = from_bf16(to_bf16(tab.h[i]));

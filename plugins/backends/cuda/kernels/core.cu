@@ -2308,10 +2308,20 @@ __device__ __forceinline__ void cluster_sync() {
 // cluster_sync_relaxed: the same rendezvous without the release: for a barrier that only has to
 // keep blocks resident until the others have read their shared memory (the reads' values are in
 // registers by then), so it need not wait for the arriving thread's global stores to complete.
-__device__ __forceinline__ void cluster_sync_relaxed() {
+// cluster_arrive / cluster_wait: its two halves, apart (option attn_push_merge)
+__device__ __forceinline__ void cluster_arrive() {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_sync_relaxed() {
+    cluster_arrive();
+    cluster_wait();
 }
 __device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
     float v = 0.f;
@@ -2333,19 +2343,8 @@ __device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
 // (acquire at block scope) and reads local shared memory. A release/acquire cluster barrier
 // compiles to MEMBAR.ALL.GPU, ERRBAR and, after the wait, CCTL.IVALL (an L1 invalidation) on
 // every thread (ptxas 13.0, sm_90a), and the merge's reads of the other blocks' shared memory
-// are a further round trip; a push needs neither. cluster_arrive / cluster_wait: the two halves
-// of a relaxed cluster barrier (an mbarrier initialised before the arrive is visible to the
-// cluster after the wait, with mbar_init's fence).
-__device__ __forceinline__ void cluster_arrive() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait;" ::: "memory");
-#endif
-}
+// are a further round trip; a push needs neither. An mbarrier initialised before a
+// cluster_arrive is visible to the cluster after the cluster_wait (with mbar_init's fence).
 // an mbarrier of `count` arrivals, its initialisation ordered before this thread's later cluster
 // barrier arrival
 __device__ __forceinline__ void mbar_init(unsigned long long *bar, unsigned count) {
