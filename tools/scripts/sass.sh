@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # The cuda backend's kernels (plugins/backends/cuda/kernels/core.cu) as machine code (SASS), on a
-# build machine without a GPU: nvcc builds the module for sm_90a with the defines the backend
-# would pass, and cuobjdump (with nvdisasm) disassembles it.
+# build machine without a GPU. cuobjdump (with nvdisasm) disassembles what nvcc, or NVRTC (the
+# backend's own compiler, through build/tests/cuda_nvrtc_check), builds for sm_90a.
 #
-#   tools/scripts/sass.sh dump KERNEL [DEFINE...]       the kernel's SASS on stdout
-#   tools/scripts/sass.sh diff REV [DEFINE...]          which kernels' SASS differs between
-#                                                       core.cu at git revision REV and the tree
-#   tools/scripts/sass.sh res [DEFINE...]               registers and stack of every kernel
+#   tools/scripts/sass.sh dump KERNEL [DEFINE...]     the kernel's SASS (nvcc) on stdout
+#   tools/scripts/sass.sh res [DEFINE...]             registers and stack of every kernel (nvcc)
+#   tools/scripts/sass.sh diff REV [DEFINE...]        which kernels' SASS (nvcc) differs between
+#                                                     core.cu at git revision REV and the tree
+#   tools/scripts/sass.sh diff-nvrtc REV [SET...]     the same with NVRTC's cubins: REV's own
+#                                                     cuda_nvrtc_check built in a worktree, the
+#                                                     tree's from build/ (configured with cuda)
 #
 # DEFINE: e.g. -DWEFT_TRACE or -DWEFT_PUSH_MERGE, added to the bf16 module's -DWEFT_TA=3
-# -DWEFT_TW=3 -DWEFT_PDL_EARLY (the shipped candidates' module). `diff` is the check that a
-# change behind a new module define (or a pure refactor) leaves the default kernels' machine code
-# as it was: it exits 1 and names the kernels whose code changed.
+# -DWEFT_TW=3 -DWEFT_PDL_EARLY (the shipped candidates' module). SET: a comma-separated define
+# set as cuda_nvrtc_check takes it (default: that bf16 module's). The diff modes are the check
+# that a change behind a new module define (or a pure refactor) leaves the default kernels'
+# machine code as it was: they exit 1 and name the kernels whose code changed. nvcc and NVRTC
+# compile the bf16 module differently (docs/DESIGN.md, "Register counts are NVRTC's"), so
+# diff-nvrtc is the exact check and diff the quick one.
 # This toolkit ships nvcc and ptxas but not cuobjdump or nvdisasm: they come from PyPI
-# (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) into build/sass-venv on first use. nvcc's code
-# can differ from NVRTC's (the backend's compiler) in registers; the instruction sequences it
-# shows are the same front end's.
+# (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) into build/sass-venv on first use.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=${1:-}
-[ -n "$mode" ] || { sed -n '2,19p' "$0"; exit 2; }
+[ -n "$mode" ] || { sed -n '2,23p' "$0"; exit 2; }
 shift
 venv=$root/build/sass-venv
 tools_ver=13.2.51
@@ -47,6 +51,21 @@ split_sass() {
     /Function : / { f = d "/" $3; next }
     f != "" && NF { print > f }'
 }
+# compare REV OLD.cubin NEW.cubin LABEL: each kernel's SASS; 1 (and the kernels named) if any differ
+compare() {
+  split_sass "$2" "$tmp/old"
+  split_sass "$3" "$tmp/new"
+  local n
+  n=$(ls "$tmp/new" | wc -l)
+  if ! diff -rq "$tmp/old" "$tmp/new" > "$tmp/d"; then
+    sed -e "s|^Files $tmp/old/\([^ ]*\) and .*|changed: \1|" \
+        -e "s|^Only in $tmp/old: |only at $1: |" -e "s|^Only in $tmp/new: |only in the tree: |" \
+        "$tmp/d"
+    echo "sass.sh ($4): kernels differ between $1 and the tree ($n kernels in the tree)"
+    return 1
+  fi
+  echo "sass.sh ($4): all $n kernels' SASS identical between $1 and the tree"
+}
 
 src=$root/plugins/backends/cuda/kernels/core.cu
 case "$mode" in
@@ -73,17 +92,29 @@ case "$mode" in
     old_pid=$!
     cubin "$tmp/new.cu" "$tmp/new.cubin" "$@"
     wait "$old_pid"
-    split_sass "$tmp/old.cubin" "$tmp/old"
-    split_sass "$tmp/new.cubin" "$tmp/new"
-    n=$(ls "$tmp/new" | wc -l)
-    if ! diff -rq "$tmp/old" "$tmp/new" > "$tmp/d"; then
-      sed -e "s|^Files $tmp/old/\([^ ]*\) and .*|changed: \1|" \
-          -e "s|^Only in $tmp/old: |only at $rev: |" -e "s|^Only in $tmp/new: |only in the tree: |" \
-          "$tmp/d"
-      echo "sass.sh: kernels differ between $rev and the tree ($n kernels in the tree)"
-      exit 1
-    fi
-    echo "sass.sh: all $n kernels' SASS identical between $rev and the tree"
+    compare "$rev" "$tmp/old.cubin" "$tmp/new.cubin" "nvcc"
+    ;;
+  diff-nvrtc)
+    [ $# -ge 1 ] || { echo "sass.sh diff-nvrtc REV [SET...]" >&2; exit 2; }
+    rev=$1
+    shift
+    sets=("$@")
+    [ ${#sets[@]} -gt 0 ] || sets=(-DWEFT_TA=3,-DWEFT_TW=3,-DWEFT_PDL_EARLY)
+    check=$root/build/tests/cuda_nvrtc_check
+    [ -x "$check" ] || { echo "sass.sh: no $check (configure build/ with -DWEFT_CUDA=ON)" >&2; exit 1; }
+    git -C "$root" worktree add -q --detach "$tmp/wt" "$rev"
+    trap 'git -C "$root" worktree remove --force "$tmp/wt" 2>/dev/null; rm -rf "$tmp"' EXIT
+    cmake -S "$tmp/wt" -B "$tmp/wt/build" -DWEFT_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$tmp/wt/build" --target cuda_nvrtc_check -j2 >/dev/null
+    rc=0
+    for set in "${sets[@]}"; do
+      WEFT_NVRTC_CUBIN=$tmp/old.cubin "$tmp/wt/build/tests/cuda_nvrtc_check" core.cu sm_90a "$set" \
+        >/dev/null
+      WEFT_NVRTC_CUBIN=$tmp/new.cubin "$check" core.cu sm_90a "$set" >/dev/null
+      rm -rf "$tmp/old" "$tmp/new"
+      compare "$rev" "$tmp/old.cubin" "$tmp/new.cubin" "NVRTC $set" || rc=1
+    done
+    exit $rc
     ;;
   *)
     echo "sass.sh: unknown mode '$mode' (dump, diff, res)" >&2
