@@ -2592,6 +2592,14 @@ __device__ __forceinline__ void ra_v_from_raw(const act *raw, act *vc, int hd, i
     }
 }
 
+// Whether split s, which holds no position, passes the merge's two cluster barriers: it is in a
+// cluster (MC: one of those holding the live splits s_lo..s_hi) and does not exit at once
+// (option attn_dead_exit).
+template <bool MC>
+__device__ __forceinline__ bool ra_bars(bool dead_exit, int cluster, int s, int s_lo, int s_hi) {
+    return !dead_exit &&
+           (MC ? s / ATS_MAXS >= s_lo / ATS_MAXS && s / ATS_MAXS <= s_hi / ATS_MAXS : cluster);
+}
 // The live splits c_lo..c_hi of split s's cluster, whose last block merges them: s_lo..s_hi,
 // or (multi: the MC form's live splits span several clusters) their part in s's cluster.
 __device__ __forceinline__ void ra_cluster_live(int s, int s_lo, int s_hi, bool multi, int &c_lo,
@@ -2696,10 +2704,16 @@ __device__ __forceinline__ void rope_attention_body(
     if (j1 > p) j1 = p;
     const int n = j1 - j0 + 1;
     if (n <= 0) { // not counted: the target is the number of non-empty splits
+        // push: every block of a cluster holding live splits arrives at the first barrier before
+        // its wait, as the live ones do (those that exit at once too, so that the live blocks'
+        // wait there does not hang on their griddepcontrol.wait)
+        if (push && ra_bars<MC>(false, cluster, s, s_lo, s_hi)) cluster_arrive();
         pdl_enter();
-        if (!dead_exit &&
-            (MC ? s / ATS_MAXS >= s_lo / ATS_MAXS && s / ATS_MAXS <= s_hi / ATS_MAXS : cluster)) {
-            cluster_sync();
+        if (ra_bars<MC>(dead_exit, cluster, s, s_lo, s_hi)) {
+            if (push)
+                cluster_wait();
+            else
+                cluster_sync();
             cluster_sync();
         }
         return;
@@ -2725,9 +2739,10 @@ __device__ __forceinline__ void rope_attention_body(
     // push: past the layout (cuda_ops.c ats_smem's, attn_cp's areas included) the merging block
     // receives split c_lo + j's partials at recv + j * G * pstride (ATS_MAXS records at most),
     // then its mbarrier. It sets the mbarrier up (one arrival, expecting every other live
-    // split's bytes) and every live block arrives at a cluster barrier before anything else;
-    // a split waits at that barrier only before its first push, when the others have long
-    // arrived (the blocks without positions pass it as the first of their two barriers).
+    // split's bytes) and every block arrives at a cluster barrier before its griddepcontrol.wait
+    // and waits there before its own (the staging's mid() below), so the mbarrier is set up
+    // before any push and the barrier costs the step nothing; the blocks without positions pass
+    // it as the first of their two barriers.
     float *recv = rs + 12 + (cp ? 3 * hd + (gl + 2) * hd : 0);
     unsigned long long *mbar =
         (unsigned long long *)(((unsigned long long)(recv + (long)ATS_MAXS * G * pstride) + 7) &
@@ -2797,6 +2812,9 @@ __device__ __forceinline__ void rope_attention_body(
                          (unsigned long long)vsrc | (unsigned long long)raw) & 15) == 0;
     act *vlast = vs + (long)(n - 1) * hd;
     ats_stage(kc, vc, base, row, j0, own ? n - 1 : n, hd, ks, vs, nt, [&]() {
+        // push: the first barrier, which every block of the cluster arrives at before its
+        // griddepcontrol.wait, passed before this block's own (off the step's critical path)
+        if (push) cluster_wait();
         pdl_enter();
         STAGE_MARK(inv, 1);
         STAGE_FIRST(inv);
@@ -2898,8 +2916,7 @@ __device__ __forceinline__ void rope_attention_body(
         if (push) {
             int p_lo, p_hi;
             ra_cluster_live(s, s_lo, s_hi, multi, p_lo, p_hi);
-            bsync(nt);      // this block's partials written (ats_attend's last stage)
-            cluster_wait(); // the merging block's mbarrier set up
+            bsync(nt); // this block's partials written (ats_attend's last stage)
             if (s != p_hi) {
                 const unsigned rk = MC ? (unsigned)p_hi % ATS_MAXS : (unsigned)p_hi;
                 const float *dst = recv + (long)(s - p_lo) * G * pstride;
