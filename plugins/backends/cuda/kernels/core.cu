@@ -2344,15 +2344,19 @@ __device__ __forceinline__ float ld_cluster(const float *local, unsigned rank) {
 // compiles to MEMBAR.ALL.GPU, ERRBAR and, after the wait, CCTL.IVALL (an L1 invalidation) on
 // every thread (ptxas 13.0, sm_90a), and the merge's reads of the other blocks' shared memory
 // are a further round trip; a push needs neither. An mbarrier initialised before a
-// cluster_arrive is visible to the cluster after the cluster_wait (with mbar_init's fence).
-// an mbarrier of `count` arrivals, its initialisation ordered before this thread's later cluster
-// barrier arrival
+// cluster_arrive is visible to the cluster after the cluster_wait (with mbar_init_fence).
+// an mbarrier of `count` arrivals (exec.persistent's ring and the push merge)
 __device__ __forceinline__ void mbar_init(unsigned long long *bar, unsigned count) {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n\t"
-                 "fence.mbarrier_init.release.cluster;" ::"r"(smem_addr(bar)),
-                 "r"(count)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
                  : "memory");
+#endif
+}
+// this thread's mbarrier initialisations ordered before its later cluster barrier arrival (and
+// so visible to the cluster after that barrier's wait)
+__device__ __forceinline__ void mbar_init_fence() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
 // one arrival that also expects `bytes` of transactions (st.async) in the current phase
@@ -2752,6 +2756,7 @@ __device__ __forceinline__ void rope_attention_body(
         ra_cluster_live(s, s_lo, s_hi, multi, c_lo, c_hi);
         if (s == c_hi && threadIdx.x == 0) {
             mbar_init(mbar, 1);
+            mbar_init_fence();
             mbar_expect(mbar, (unsigned)((long)(c_hi - c_lo) * G * pstride * 4));
         }
         cluster_arrive();
@@ -2914,6 +2919,8 @@ __device__ __forceinline__ void rope_attention_body(
         STAGE_MARK(inv, 4);
         BLOCK_ATTENDED();
         if (push) {
+            // (c_lo, c_hi below are the same; computed there, after the barrier as before, so
+            // that the modules without the option keep their code)
             int p_lo, p_hi;
             ra_cluster_live(s, s_lo, s_hi, multi, p_lo, p_hi);
             bsync(nt); // this block's partials written (ats_attend's last stage)
@@ -3530,9 +3537,7 @@ __device__ __forceinline__ void mk_produce(const pk_node *prog, int n, int pb, i
             const unsigned b = c % MK_NBAR, bar = smem_addr(&ctl->full[b]);
             ctl->off[b] = off;
             ctl->end[b] = pos + bytes;
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                         "r"(bytes)
-                         : "memory");
+            mbar_expect(&ctl->full[b], bytes);
             if (part) {
                 asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
                              "[%0], [%1], %2, [%3];" ::"r"(smem_addr(ring + off)),
@@ -3726,11 +3731,10 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
         for (int b = 0; b < MK_NBAR; b++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&ctl.full[b]))
-                         : "memory");
+            mbar_init(&ctl.full[b], 1);
         ctl.consumed = 0;
         for (int b = 0; b < MK_NBAR; b++) ctl.rel[b] = 0;
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
         if (stamps && pb == 0) stamps[n] = globaltimer();
     }
     __syncthreads();
