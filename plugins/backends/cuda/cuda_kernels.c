@@ -12,6 +12,24 @@
 
 extern const char weft_cuda_core_source[]; /* kernels/core.cu, embedded at build time */
 
+/* The module defines the backend's options ask for, in order, each with the suffix it gives the
+ * file names of option kernel_ptx (tools/scripts/nvcc-ptx.sh); option ablate's value is
+ * appended by the callers. Returns how many, at most MODULE_FLAGS. */
+#define MODULE_FLAGS 6
+typedef struct {
+    const char *suffix, *define;
+} module_flag;
+static size_t module_flags(const cuda_backend *b, module_flag out[MODULE_FLAGS]) {
+    size_t n = 0;
+    if (b->trace) out[n++] = (module_flag){"_trace", "-DWEFT_TRACE"};
+    if (b->pdl && b->pdl_early) out[n++] = (module_flag){"_pdle", "-DWEFT_PDL_EARLY"};
+    if (b->pdl && b->pdl_l1) out[n++] = (module_flag){"_l1", "-DWEFT_PDL_L1"};
+    if (b->norm_sum_all) out[n++] = (module_flag){"_nsa", "-DWEFT_NORM_SUM_ALL"};
+    if (b->attn_push_merge) out[n++] = (module_flag){"_pm", "-DWEFT_PUSH_MERGE"};
+    if (b->bf16_cvt) out[n++] = (module_flag){"_cvt", "-DWEFT_BF16_CVT"};
+    return n;
+}
+
 /* Option kernel_ptx: the module of (ta, tw) and the build's defines from the folder's nvcc-built
  * PTX (tools/scripts/nvcc-ptx.sh names them), JIT-compiled by the driver for this device. *found
  * = 0 when the option is empty or the file is absent (NVRTC compiles it then, said once per
@@ -20,12 +38,13 @@ static weft_status load_ptx(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule 
                             weft_error *err) {
     *found = 0;
     if (!b->kernel_ptx[0]) return WEFT_OK;
-    char abl[24] = "", path[640];
-    if (b->ablate) snprintf(abl, sizeof(abl), "_ablate%d", b->ablate);
-    snprintf(path, sizeof(path), "%s/core_ta%u_tw%u%s%s%s%s%s%s%s.ptx", b->kernel_ptx, ta, tw,
-             b->trace ? "_trace" : "", b->pdl && b->pdl_early ? "_pdle" : "",
-             b->pdl && b->pdl_l1 ? "_l1" : "", b->norm_sum_all ? "_nsa" : "",
-             b->attn_push_merge ? "_pm" : "", b->bf16_cvt ? "_cvt" : "", abl);
+    char sfx[64] = "", path[640];
+    module_flag fl[MODULE_FLAGS];
+    const size_t nf = module_flags(b, fl);
+    for (size_t i = 0; i < nf; i++)
+        strcat(sfx, fl[i].suffix); /* at most 25 characters */
+    if (b->ablate) snprintf(sfx + strlen(sfx), sizeof(sfx) - strlen(sfx), "_ablate%d", b->ablate);
+    snprintf(path, sizeof(path), "%s/core_ta%u_tw%u%s.ptx", b->kernel_ptx, ta, tw, sfx);
     weft_cuda_api api;
     weft_cuda_api_link_driver(&api);
     weft_status s = weft_cuda_module_load_file(&api, CUDA_NAME, path, out, found, err);
@@ -47,14 +66,12 @@ static weft_status compile(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule *
     snprintf(def_w, sizeof(def_w), "-DWEFT_TW=%u", tw);
     char def_abl[32];
     snprintf(def_abl, sizeof(def_abl), "-DWEFT_ABLATE=%d", b->ablate);
-    const char *defs[9] = {def_a, def_w, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    const char *defs[3 + MODULE_FLAGS] = {def_a, def_w};
     size_t n_defs = 2;
-    if (b->trace) defs[n_defs++] = "-DWEFT_TRACE";
-    if (b->pdl && b->pdl_early) defs[n_defs++] = "-DWEFT_PDL_EARLY";
-    if (b->pdl && b->pdl_l1) defs[n_defs++] = "-DWEFT_PDL_L1";
-    if (b->norm_sum_all) defs[n_defs++] = "-DWEFT_NORM_SUM_ALL";
-    if (b->attn_push_merge) defs[n_defs++] = "-DWEFT_PUSH_MERGE";
-    if (b->bf16_cvt) defs[n_defs++] = "-DWEFT_BF16_CVT";
+    module_flag fl[MODULE_FLAGS];
+    const size_t nf = module_flags(b, fl);
+    for (size_t i = 0; i < nf; i++)
+        defs[n_defs++] = fl[i].define;
     if (b->ablate) defs[n_defs++] = def_abl;
     weft_cuda_api api;
     weft_cuda_api_link_nvrtc(&api);
