@@ -93,12 +93,16 @@ static const weft_op_impl *reg_find(uint32_t op) {
     return NULL;
 }
 
+/* one xorshift64 step of the state s */
+static uint64_t xorshift(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void) { /* uniform in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+    return (float)((xorshift(&rng) >> 40) * (1.0 / 8388608.0)) - 1.0f;
 }
 static uint16_t to_bf16(float f) {
     uint32_t u;
@@ -696,11 +700,8 @@ static void check_bf16_round(void) {
         if (i < ns) {
             u = special[i];
         } else {
-            do { /* xorshift: every exponent, NaN left out */
-                r ^= r << 13;
-                r ^= r >> 7;
-                r ^= r << 17;
-                u = (uint32_t)(r >> 32);
+            do { /* every exponent, NaN left out */
+                u = (uint32_t)(xorshift(&r) >> 32);
                 if (i % 3 == 0) u = (u & 0xffff0000u) | 0x8000u; /* a tie */
             } while ((u & 0x7fffffffu) > 0x7f800000u);
         }
