@@ -38,7 +38,8 @@ static const weft_backend_vtable *be;
  * at its default, [3] [0]'s first four plus gemv_stage 96 (the T = 1 GEMVs stage their weights in
  * shared memory), prefill_tc off (prefill attention on CUDA cores), attn_mc4_from 512 (the fused
  * attention's four-block cluster forms past 512 positions), attn_qsplit 4 (its q heads of a kv head
- * over up to four blocks) and attn_hd set, [4] [0]'s first four plus gemv_loop 2 (the looped form
+ * over up to four blocks), attn_hd set and attn_rope_sums (the qk-norm's sums taken by the RoPE
+ * threads), [4] [0]'s first four plus gemv_loop 2 (the looped form
  * reading x through L1), gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and
  * the 12,803-row product, one block a row group), gemv_lp_smem_min 46 (looped products at
  * 46 KiB of shared memory a block) and attn_push_merge 1 (the fused attention's cluster merge
@@ -51,9 +52,10 @@ static const weft_backend_vtable *be;
  * blocks), attn_cluster_policy 1 (its clusters spread over distinct SMs), gemv_l2_rest 64,
  * gemv_l2_sm, gemv_l2_join 48, attn_bucket_min 128 (its split grid over buckets down to 128
  * positions), join_l2 16, attn_hd set, gemv_nl_defer (the fused join's products in their _d forms),
- * attn_smem_min 120 (its blocks one an SM), norm_sum_all (block_sum's last step by every warp) and
- * gemv_nl_smem_min 108 (the fused join's blocks at 108 KiB of shared memory), each with its op
- * table. All retain the device's primary context, so tensors of one are valid in another's ops. */
+ * attn_smem_min 120 (its blocks one an SM), norm_sum_all (block_sum's last step by every warp),
+ * gemv_nl_smem_min 108 (the fused join's blocks at 108 KiB of shared memory) and attn_rope_sums,
+ * each with its op table. All retain the device's primary context, so tensors of one are valid in
+ * another's ops. */
 enum { N_INST = 8 };
 static void *insts[N_INST];
 static weft_op_impl inst_impls[N_INST][64];
@@ -2048,7 +2050,7 @@ static int setup(void **state) {
     weft_ops_service ops = {.size = sizeof(ops), .version = 1, .add = reg_add};
     if (be->register_ops(bst, &ops, &err)) return -1;
     for (int k = 1; k < N_INST; k++) {
-        weft_option kopt[22 + N_EXTRA] = {
+        weft_option kopt[23 + N_EXTRA] = {
             opt[0],
             opt[1],
             opt[2],
@@ -2087,6 +2089,11 @@ static int setup(void **state) {
                        * beside a live attention block load after their wait (the _d kernels) */
             nk = 10;
             kopt[9] = (weft_option){.key = "gemv_nl_defer", .type = WEFT_OPTION_BOOL, .i = 1};
+        }
+        if (k == 3) { /* and the qk-norm's sums taken by the RoPE threads (the plain form; up to
+                       * four heads a block at attn_qsplit 4: one q head and the k head) */
+            nk = 10;
+            kopt[9] = (weft_option){.key = "attn_rope_sums", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         if (k == 5 || k == 6) { /* [1] with wider looped blocks */
             nk = 10;
@@ -2148,6 +2155,10 @@ static int setup(void **state) {
              * attention block of 120 KiB; two an SM, the grid sized so) */
             nk = 22;
             kopt[21] = (weft_option){.key = "gemv_nl_smem_min", .type = WEFT_OPTION_INT, .i = 108};
+            /* the qk-norm's sums taken by the RoPE threads (the attn_cp form, one and two heads
+             * a block) */
+            nk = 23;
+            kopt[22] = (weft_option){.key = "attn_rope_sums", .type = WEFT_OPTION_BOOL, .i = 1};
         }
         for (int i = 0; i < n_extra; i++)
             kopt[nk + i] = extra[i];

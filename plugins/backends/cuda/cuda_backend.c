@@ -395,6 +395,7 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
     b->gemv_l2_first = opt_int(host, opts, "gemv_l2_first", 0) != 0;
     b->attn_dead_exit = opt_int(host, opts, "attn_dead_exit", 0) != 0;
     b->bf16_cvt = opt_int(host, opts, "bf16_cvt", 0) != 0;
+    b->attn_rope_sums = opt_int(host, opts, "attn_rope_sums", 0) != 0;
     b->gemv_nl_defer = opt_int(host, opts, "gemv_nl_defer", 0) != 0;
     b->attn_hd = opt_int(host, opts, "attn_hd", 1) != 0;
     const int_opt ranged[] = {

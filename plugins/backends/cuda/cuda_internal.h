@@ -137,6 +137,9 @@ typedef struct cuda_backend {
     /* option bf16_cvt: bf16 rounding by cvt.rn.bf16.f32 (core.cu, WEFT_BF16_CVT: a module of its
      * own) */
     int bf16_cvt;
+    /* option attn_rope_sums: the fused attention's qk-norm sums taken by its RoPE threads
+     * (core.cu, WEFT_ROPE_SUMS: a module of its own) */
+    int attn_rope_sums;
     /* option gemv_nl_defer: fuse.norm_linear's one-row product, on an SM where a live block of
      * the fused attention runs, issues its first weights only after its wait */
     int gemv_nl_defer;

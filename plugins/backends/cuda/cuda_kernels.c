@@ -15,7 +15,7 @@ extern const char weft_cuda_core_source[]; /* kernels/core.cu, embedded at build
 /* The module defines the backend's options ask for, in order, each with the suffix it gives the
  * file names of option kernel_ptx (tools/scripts/nvcc-ptx.sh); option ablate's value is
  * appended by the callers. Returns how many, at most MODULE_FLAGS. */
-#define MODULE_FLAGS 6
+#define MODULE_FLAGS 7
 typedef struct {
     const char *suffix, *define;
 } module_flag;
@@ -27,6 +27,7 @@ static size_t module_flags(const cuda_backend *b, module_flag out[MODULE_FLAGS])
     if (b->norm_sum_all) out[n++] = (module_flag){"_nsa", "-DWEFT_NORM_SUM_ALL"};
     if (b->attn_push_merge) out[n++] = (module_flag){"_pm", "-DWEFT_PUSH_MERGE"};
     if (b->bf16_cvt) out[n++] = (module_flag){"_cvt", "-DWEFT_BF16_CVT"};
+    if (b->attn_rope_sums) out[n++] = (module_flag){"_rs", "-DWEFT_ROPE_SUMS"};
     return n;
 }
 

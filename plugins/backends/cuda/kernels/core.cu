@@ -2833,10 +2833,36 @@ __device__ __forceinline__ void rope_attention_body(
     // the v row goes to the cache and vlast beside the sums of squares (or beside RoPE)
     if (CP) ra_v_from_raw(raw, vc, hd, nh, own, kw, prow, vlast, nt);
     STAGE_MARK(inv, 2);
+    // option attn_rope_sums (WEFT_ROPE_SUMS, a module of its own): at 128-dim heads rotated
+    // whole as halves (layout 0), the qk-norm's 64-thread sums (ra_head_sumsq at nnorm 64:
+    // virtual thread t squares elements t then t + 64) are the RoPE stage's own pairs, thread
+    // (head, k) holding elements k and k + 64. Each thread squares its pair in that order, one
+    // warp sum gives a virtual warp's total (the same lanes, the same tree) and the two warps'
+    // totals add as ra_head_sumsq's last warp sum adds them (v0 + v1): the same bits, without
+    // the warp-per-head pass and its two further shuffle chains. One pass of RoPE threads must
+    // cover the heads (nh * 64 <= nt) and rs's 12 floats their warps.
+#ifdef WEFT_ROPE_SUMS
+    const bool rsum =
+        qn && layout == 0 && rot == hd && hd == 128 && nnorm == 64 && nh * 64 <= nt && nh * 2 <= 12;
+#else
+    constexpr bool rsum = false;
+#endif
     if (qn) {
-        for (int hh = warp; hh < nh; hh += nw) {
-            float ss = ra_head_sumsq<CP>(raw + hh * hd, X + hh * hd, hd, nnorm, lane);
-            if (lane == 0) rs[hh] = rsqrtf(ss / hd + eps);
+        if (rsum) {
+            float ss = 0.f;
+            if ((int)threadIdx.x < nh * 64) {
+                const int hh = threadIdx.x >> 6, k = threadIdx.x & 63;
+                const float xa = ra_row<CP>(raw, X, hh * hd + k),
+                            xb = ra_row<CP>(raw, X, hh * hd + k + 64);
+                ss = fmaf(xb, xb, fmaf(xa, xa, 0.f));
+            }
+            ss = warp_sum(ss);
+            if (lane == 0 && warp < nh * 2) rs[warp] = ss;
+        } else {
+            for (int hh = warp; hh < nh; hh += nw) {
+                float ss = ra_head_sumsq<CP>(raw + hh * hd, X + hh * hd, hd, nnorm, lane);
+                if (lane == 0) rs[hh] = rsqrtf(ss / hd + eps);
+            }
         }
         bsync(nt);
     }
@@ -2853,7 +2879,9 @@ __device__ __forceinline__ void rope_attention_body(
         if (qn) {
             const wgt *nwt = hh < G ? qnw : knw;
             const float *nf = nwf + (hh < G ? 0 : hd);
-            float r = rs[hh];
+            // rsum: rs holds the head's two warp sums (rsqrtf of their total here, as lane 0
+            // of the norm's pass takes it)
+            const float r = rsum ? rsqrtf((rs[2 * hh] + rs[2 * hh + 1]) / hd + eps) : rs[hh];
             xa = A::round((nws ? nf[a] : W::ld(nwt, a)) * A::round(xa * r));
             xb = A::round((nws ? nf[b] : W::ld(nwt, b)) * A::round(xb * r));
         }
