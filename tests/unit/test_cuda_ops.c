@@ -41,9 +41,8 @@ static const weft_backend_vtable *be;
  * over up to four blocks), attn_hd set and attn_rope_sums (the qk-norm's sums taken by the RoPE
  * threads), [4] [0]'s first four plus gemv_loop 2 (the looped form
  * reading x through L1), gemv_head_rows 5000 (products past 5,000 rows, the 5,003-row head and
- * the 12,803-row product, one block a row group), gemv_lp_smem_min 46 (looped products at
- * 46 KiB of shared memory a block) and attn_push_merge 1 (the fused attention's cluster merge
- * by pushes into the merging block), [5] and [6] [1]'s options (attn_hd at its
+ * the 12,803-row product, one block a row group) and attn_push_merge 1 (the fused attention's
+ * cluster merge by pushes into the merging block), [5] and [6] [1]'s options (attn_hd at its
  * default) with gemv_loop_warps 24 and 32 (the looped forms in blocks of 24 and 32 warps; [6] also
  * with attn_hd set and bf16_cvt (bf16 rounding by cvt.rn.bf16.f32); [5] also with gemv_l2_rest 32,
  * gemv_l2_first, gemv_l2_delay 2, attn_dead_exit, join_l2 64 from 256 extra blocks and
@@ -1947,25 +1946,18 @@ static void test_option_ranges(void **state) {
     static const struct {
         const char *key;
         int64_t v;
-    } bad[] = {{"gemv_max_tokens", 9},  {"smem_carveout", 101},
-               {"smem_carveout", -2},   {"gemv_xsmem", 4},
-               {"attn_cp", 4},          {"attn_cp", -1},
-               {"ablate", 16},          {"gemv_stage", 201},
-               {"gemv_stage", -1},      {"gemv_loop", 17},
-               {"gemv_loop", -1},       {"gemv_loop_warps", 7},
-               {"gemv_loop_warps", 12}, {"gemv_loop_warps", 33},
-               {"attn_qsplit", 0},      {"attn_qsplit", 3},
-               {"attn_qsplit", 5},      {"gemv_l2_rest", 65},
-               {"gemv_l2_rest", -1},    {"gemv_l2_delay", 16},
-               {"gemv_l2_join", 65},    {"attn_bucket_min", 127},
-               {"attn_bucket_min", 0},  {"join_l2", 65},
-               {"join_l2", -1},         {"join_l2_blocks", 0},
-               {"join_l2_blocks", 257}, {"gemv_split_1024", 0},
-               {"gemv_split_1024", 3},  {"gemv_split_2048", 6},
-               {"gemv_split_2048", 9},  {"gemv_o_smem_min", 228},
-               {"gemv_o_smem_min", -1}, {"gemv_lp_smem_min", 228},
-               {"attn_push_merge", 3},  {"attn_push_merge", -1},
-               {"gemv_lp_smem_min", -1}};
+    } bad[] = {{"gemv_max_tokens", 9},   {"smem_carveout", 101},   {"smem_carveout", -2},
+               {"gemv_xsmem", 4},        {"attn_cp", 4},           {"attn_cp", -1},
+               {"ablate", 16},           {"gemv_stage", 201},      {"gemv_stage", -1},
+               {"gemv_loop", 17},        {"gemv_loop", -1},        {"gemv_loop_warps", 7},
+               {"gemv_loop_warps", 12},  {"gemv_loop_warps", 33},  {"attn_qsplit", 0},
+               {"attn_qsplit", 3},       {"attn_qsplit", 5},       {"gemv_l2_rest", 65},
+               {"gemv_l2_rest", -1},     {"gemv_l2_delay", 16},    {"gemv_l2_join", 65},
+               {"attn_bucket_min", 127}, {"attn_bucket_min", 0},   {"join_l2", 65},
+               {"join_l2", -1},          {"join_l2_blocks", 0},    {"join_l2_blocks", 257},
+               {"gemv_split_1024", 0},   {"gemv_split_1024", 3},   {"gemv_split_2048", 6},
+               {"gemv_split_2048", 9},   {"gemv_o_smem_min", 228}, {"gemv_o_smem_min", -1},
+               {"attn_push_merge", 3},   {"attn_push_merge", -1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[32];
         snprintf(what, sizeof(what), "%lld", (long long)bad[i].v);
@@ -2074,11 +2066,9 @@ static int setup(void **state) {
             kopt[5] = (weft_option){.key = "gemv_head_rows", .type = WEFT_OPTION_INT, .i = 5000};
         }
         size_t nk = k == 1 ? 9 : k == 3 ? 9 : k == 4 ? 6 : 7;
-        if (k == 4) { /* and the looped products asking for 46 KiB a block (four an SM), the
-                       * fused attention's plain cluster forms merging by pushes */
-            nk = 8;
-            kopt[6] = (weft_option){.key = "gemv_lp_smem_min", .type = WEFT_OPTION_INT, .i = 46};
-            kopt[7] = (weft_option){.key = "attn_push_merge", .type = WEFT_OPTION_INT, .i = 1};
+        if (k == 4) { /* and the fused attention's plain cluster forms merging by pushes */
+            nk = 7;
+            kopt[6] = (weft_option){.key = "attn_push_merge", .type = WEFT_OPTION_INT, .i = 1};
         }
         if (k == 1) { /* the attn_cp forms for any head size */
             nk = 10;

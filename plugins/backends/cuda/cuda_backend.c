@@ -451,10 +451,6 @@ static weft_status cuda_create(const weft_host_services *host, const weft_option
          "much shared memory a block, so that none shares an SM with an attention block that "
          "asked for attn_smem_min; 0: as x needs)",
          &b->gemv_o_smem_min},
-        {"gemv_lp_smem_min", 0, 0, 227,
-         " (KiB: the looped plain products ask for at least this much shared memory a block, "
-         "so that fewer of their blocks share an SM; 0: as x needs)",
-         &b->gemv_lp_smem_min},
         {"gemv_l2_rest", 0, 0, 64,
          " (KiB of its rows past its first group each block of the looped product after the "
          "fused attention loads into L2 before its wait, one 4-byte load a thread every 256 "

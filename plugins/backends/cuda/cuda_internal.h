@@ -163,10 +163,6 @@ typedef struct cuda_backend {
      * fused attention asks for at least this much dynamic shared memory a block (placement only,
      * as gemv_nl_smem_min) */
     int gemv_o_smem_min;
-    /* option gemv_lp_smem_min (KiB, 0 = off): the looped plain products (cuda_gemv's
-     * weft_gemv_lp kernels) ask for at least this much dynamic shared memory a block (placement
-     * only; their grid is sized for it) */
-    int gemv_lp_smem_min;
     /* option norm_sum_all: core.cu block_sum's last step by every warp (WEFT_NORM_SUM_ALL) */
     int norm_sum_all;
     /* weft_copy_words of modules[0] (cb_copy's small copies from pinned memory), looked up at

@@ -429,12 +429,6 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
         unsigned lp, nt;
         int per;
         TRY(lp_plan(b, dt, N, K, S, xs, lname, sizeof(lname), &f, &nt, &lp, &per, err));
-        /* option gemv_lp_smem_min: a floor on a looped product's request (placement only: the
-         * kernel, chosen by x's share, uses that share), so that at most the SM's shared
-         * memory over it of its blocks share an SM; the grid is sized again for it. A product
-         * whose blocks all fit at once stays unlooped (the floor never changes its form). */
-        const unsigned lreq = per > 1 ? smem_floor(xs, b->gemv_lp_smem_min) : xs;
-        if (lreq != xs) TRY(gemv_lp_grid(b, f, nt, lreq, N, S, &lp, &per, err));
         /* options gemv_l2_*: the product right after the fused attention (core.cu gemv_loop
          * reads them from S's bits 8-15, 16-19, 24 and 28) */
         int Sl = S;
@@ -444,7 +438,7 @@ weft_status cuda_gemv(cuda_backend *b, CUdeviceptr x, CUdeviceptr w, CUdeviceptr
         else if (b->l2_after == 2) /* after the residual join: option gemv_l2_join */
             Sl |= b->gemv_l2_join << 8;
         void *largs[] = {&x, &w, &bias, &y, &out_f32, &N, &K, &Sl, &per};
-        if (per > 1) return gemv_launch_nt(b, f, lname, lp, nt, lreq, largs, err);
+        if (per > 1) return gemv_launch_nt(b, f, lname, lp, nt, xs, largs, err);
     }
     const char *name = gemv_name(T, 0, xs != 0);
     TRY(kern(b, dt, dt, name, &f, err));
