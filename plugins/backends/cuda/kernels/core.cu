@@ -2751,20 +2751,22 @@ __device__ __forceinline__ void rope_attention_body(
     unsigned long long *mbar =
         (unsigned long long *)(((unsigned long long)(recv + (long)ATS_MAXS * G * pstride) + 7) &
                                ~7ull);
-    long push_tx = -1; // push: the bytes the merging block's thread 0 expects (0 or more)
     if (push) {
         int c_lo, c_hi;
         ra_cluster_live(s, s_lo, s_hi, multi, c_lo, c_hi);
-        if (s == c_hi && threadIdx.x == 0) {
-            mbar_init(mbar, 1);
-            mbar_init_fence();
-            // its one arrival, with the bytes it expects, after the block's next barrier
-            // (below): ptxas makes the init a warp-uniform instruction, which compute-sanitizer's
-            // racecheck does not attribute to thread 0, so the arrival right after it read as a
-            // hazard within the warp (8 bytes a merging block, 2026-12-06). A push may land
-            // before that arrival (the tx-count may go below zero); the phase cannot complete
-            // without the arrival.
-            push_tx = (long)(c_hi - c_lo) * G * pstride * 4;
+        if (s == c_hi) {
+            if (threadIdx.x == 0) {
+                mbar_init(mbar, 1);
+                mbar_init_fence();
+            }
+            // its one arrival, with the bytes it expects, after a barrier of the block: ptxas
+            // makes the init a warp-uniform instruction, which compute-sanitizer's racecheck
+            // does not attribute to thread 0, so an arrival right after it read as a hazard
+            // within warp 0 (8 bytes a merging block, 2026-12-06). Before the cluster barrier
+            // and this block's griddepcontrol.wait: off the step's critical path.
+            bsync(nt);
+            if (threadIdx.x == 0)
+                mbar_expect(mbar, (unsigned)((long)(c_hi - c_lo) * G * pstride * 4));
         }
         cluster_arrive();
     }
@@ -2836,7 +2838,6 @@ __device__ __forceinline__ void rope_attention_body(
     });
     if (cst || rawok) cp_async_wait_all();
     bsync(nt);
-    if (push && push_tx >= 0) mbar_expect(mbar, (unsigned)push_tx); // merging block, thread 0
     // CP: the stages below read the rows from raw (ra_row), so no stage converts them first;
     // the v row goes to the cache and vlast beside the sums of squares (or beside RoPE)
     if (CP) ra_v_from_raw(raw, vc, hd, nh, own, kw, prow, vlast, nt);
