@@ -2754,19 +2754,14 @@ __device__ __forceinline__ void rope_attention_body(
     if (push) {
         int c_lo, c_hi;
         ra_cluster_live(s, s_lo, s_hi, multi, c_lo, c_hi);
-        if (s == c_hi) {
-            if (threadIdx.x == 0) {
-                mbar_init(mbar, 1);
-                mbar_init_fence();
-            }
-            // its one arrival, with the bytes it expects, after a barrier of the block: ptxas
-            // makes the init a warp-uniform instruction, which compute-sanitizer's racecheck
-            // does not attribute to thread 0, so an arrival right after it read as a hazard
-            // within warp 0 (8 bytes a merging block, 2026-12-06). Before the cluster barrier
-            // and this block's griddepcontrol.wait: off the step's critical path.
-            bsync(nt);
-            if (threadIdx.x == 0)
-                mbar_expect(mbar, (unsigned)((long)(c_hi - c_lo) * G * pstride * 4));
+        // (compute-sanitizer's racecheck reports the init and this arrival, both thread 0's in
+        // program order, as a hazard within warp 0: ptxas emits the init as a warp-uniform
+        // instruction that racecheck does not attribute to thread 0; docs/perf/batch1.md,
+        // session of 2026-12-06 00:00 UTC, and branch exp-push-bar for a form without it)
+        if (s == c_hi && threadIdx.x == 0) {
+            mbar_init(mbar, 1);
+            mbar_init_fence();
+            mbar_expect(mbar, (unsigned)((long)(c_hi - c_lo) * G * pstride * 4));
         }
         cluster_arrive();
     }
