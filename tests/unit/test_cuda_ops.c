@@ -2080,8 +2080,8 @@ static int setup(void **state) {
             nk = 10;
             kopt[9] = (weft_option){.key = "gemv_nl_defer", .type = WEFT_OPTION_BOOL, .i = 1};
         }
-        if (k == 3) { /* and the qk-norm's sums taken by the RoPE threads (the plain form; up to
-                       * four heads a block at attn_qsplit 4: one q head and the k head) */
+        if (k == 3) { /* and the qk-norm's sums taken by the RoPE threads (the plain form; at
+                       * attn_qsplit 4 one q head and the k head a block) */
             nk = 10;
             kopt[9] = (weft_option){.key = "attn_rope_sums", .type = WEFT_OPTION_BOOL, .i = 1};
         }
@@ -2145,8 +2145,8 @@ static int setup(void **state) {
              * attention block of 120 KiB; two an SM, the grid sized so) */
             nk = 22;
             kopt[21] = (weft_option){.key = "gemv_nl_smem_min", .type = WEFT_OPTION_INT, .i = 108};
-            /* the qk-norm's sums taken by the RoPE threads (the attn_cp form, one and two heads
-             * a block) */
+            /* the qk-norm's sums taken by the RoPE threads (the attn_cp form, one or two q heads
+             * and the k head a block) */
             nk = 23;
             kopt[22] = (weft_option){.key = "attn_rope_sums", .type = WEFT_OPTION_BOOL, .i = 1};
         }
