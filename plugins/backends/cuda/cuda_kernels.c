@@ -13,8 +13,8 @@
 extern const char weft_cuda_core_source[]; /* kernels/core.cu, embedded at build time */
 
 /* The module defines the backend's options ask for, in order, each with the suffix it gives the
- * file names of option kernel_ptx (tools/scripts/nvcc-ptx.sh); option ablate's value is
- * appended by the callers. Returns how many, at most MODULE_FLAGS. */
+ * file names of option kernel_ptx (tools/scripts/nvcc-ptx.sh names the same flags); option ablate's
+ * value is appended by the callers. Returns how many, at most MODULE_FLAGS. */
 #define MODULE_FLAGS 7
 typedef struct {
     const char *suffix, *define;
@@ -43,7 +43,7 @@ static weft_status load_ptx(cuda_backend *b, uint32_t ta, uint32_t tw, CUmodule 
     module_flag fl[MODULE_FLAGS];
     const size_t nf = module_flags(b, fl);
     for (size_t i = 0; i < nf; i++)
-        strcat(sfx, fl[i].suffix); /* at most 25 characters */
+        strcat(sfx, fl[i].suffix); /* at most 28 characters */
     if (b->ablate) snprintf(sfx + strlen(sfx), sizeof(sfx) - strlen(sfx), "_ablate%d", b->ablate);
     snprintf(path, sizeof(path), "%s/core_ta%u_tw%u%s.ptx", b->kernel_ptx, ta, tw, sfx);
     weft_cuda_api api;
